@@ -1,0 +1,3 @@
+//! One module per subcommand: parse flags into a typed config, call the library, print.
+
+pub mod info;

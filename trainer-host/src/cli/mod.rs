@@ -1,0 +1,4 @@
+//! One module per subcommand group: parse flags into a typed config, call the library,
+//! print or write results.
+
+pub mod corpus;

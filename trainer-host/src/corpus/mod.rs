@@ -1,0 +1,2 @@
+//! Corpus tools: the synthetic multi-speaker corpus generator, corpus statistics and
+//! federated partitioners.

@@ -1,0 +1,6 @@
+//! # hush-host
+//!
+//! hush on the workstation: the round server, aggregation with central noise, privacy
+//! accounting and the ledger, central DP training, PATE, audits, and corpus tools.
+
+pub mod corpus;

@@ -1,0 +1,28 @@
+//! `hush-host`: the host binary. Each subcommand is a thin wrapper over the library.
+
+mod cli;
+
+use clap::{Parser, Subcommand};
+
+/// hush on the host: coordinate federated rounds with user-level differential privacy,
+/// account for every release, train centrally with DP-SGD, and make corpora.
+#[derive(Parser)]
+#[command(name = "hush-host", version, about, long_about = None)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Make and inspect speech corpora (synthetic multi-speaker KWS and ASR data).
+    #[command(subcommand)]
+    Corpus(cli::corpus::CorpusCommand),
+}
+
+fn main() -> anyhow::Result<()> {
+    let cli = Cli::parse();
+    match cli.command {
+        Command::Corpus(cmd) => cli::corpus::run(cmd),
+    }
+}

@@ -3,4 +3,6 @@
 //! hush on the workstation: the round server, aggregation with central noise, privacy
 //! accounting and the ledger, central DP training, PATE, audits, and corpus tools.
 
+pub mod accountant;
 pub mod corpus;
+pub mod ledger;

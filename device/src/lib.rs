@@ -7,3 +7,4 @@
 
 pub mod audio;
 pub mod dataset;
+pub mod features;

@@ -5,3 +5,18 @@
 //!
 //! Privacy-critical math (clip, then noise; Poisson sampling; CSPRNG noise) lives here
 //! once, so a device and the host can never disagree about it.
+//!
+//! - [`arch`]: keyword-spotting architectures (DS-CNN-S, BC-ResNet, the leakage CNN);
+//! - [`checkpoint`]: `weights.safetensors`, tensors named per layer;
+//! - [`package`]: the model package (`model.json` + weights + `model.onnx`);
+//! - [`export`]: the ONNX writer;
+//! - [`step`]: the loss and gradient step shared by every trainer.
+
+pub mod arch;
+pub mod checkpoint;
+mod error;
+pub mod export;
+pub mod package;
+pub mod step;
+
+pub use error::ModelError;

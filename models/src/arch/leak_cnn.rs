@@ -1,0 +1,152 @@
+//! The 2-conv + 2-FC keyword CNN of the gradient-leakage paper (Li, Zhang, Liu,
+//! arXiv 2302.10441; TensorFlow's `simple_audio` model): conv 3×3 (32) → ReLU → max pool 2
+//! → conv 3×3 (64) → ReLU → max pool 2 → flatten → FC 128 → ReLU → dropout → FC classes.
+//!
+//! `simple_audio` resizes its input to 32×32 before the convs; hush pools after each conv
+//! instead, so over `[98, 40]` input the first FC sees 64 × 23 × 8 values and the model
+//! has 1.53 M trainable parameters, almost all in that FC — the layer whose gradient the
+//! leakage audit inverts. No batch norm: every example's gradient is its own.
+//!
+//! Tensor names: `input_norm.*`, `conv1.*`, `conv2.*`, `fc1.*`, `fc2.*`.
+
+use burn::module::Module;
+use burn::nn::conv::{Conv2d, Conv2dConfig};
+use burn::nn::pool::{MaxPool2d, MaxPool2dConfig};
+use burn::nn::{Dropout, DropoutConfig, Linear, LinearConfig};
+use burn::tensor::activation::relu;
+use burn::tensor::{Device, Tensor};
+use serde::{Deserialize, Serialize};
+
+use super::ds_cnn::input_norm_onnx;
+use super::layers::{conv_tensors, linear_tensors, load_conv, load_linear, InputNorm};
+use super::IoShape;
+use crate::checkpoint::{NamedTensor, TensorSource};
+use crate::export::onnx::OnnxGraph;
+use crate::ModelError;
+
+/// Leak-CNN options.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct LeakCnnConfig {
+    /// Input and output shape.
+    pub io: IoShape,
+    /// Channels of the two convs.
+    pub channels: [usize; 2],
+    /// Width of the hidden FC layer.
+    pub hidden: usize,
+    /// Dropout before the last FC (training only).
+    pub dropout: f64,
+}
+
+impl LeakCnnConfig {
+    /// The paper's sizes: 32 and 64 channels, 128 hidden units, dropout 0.5.
+    pub fn new(io: IoShape) -> Self {
+        Self {
+            io,
+            channels: [32, 64],
+            hidden: 128,
+            dropout: 0.5,
+        }
+    }
+
+    /// `(frames, bins)` after both conv + pool stages.
+    pub fn pooled(&self) -> (usize, usize) {
+        let step = |n: usize| n.saturating_sub(2) / 2;
+        (step(step(self.io.frames)), step(step(self.io.bins)))
+    }
+
+    /// Builds the model with fresh weights.
+    pub fn init(&self, device: &Device) -> Result<LeakCnn, ModelError> {
+        let (t, f) = self.pooled();
+        if t == 0 || f == 0 {
+            return Err(ModelError::config(
+                "leak-cnn",
+                "io",
+                format!(
+                    "input {}×{} is too small for two 3×3 conv + 2×2 pool stages (need ≥ 10×10)",
+                    self.io.frames, self.io.bins
+                ),
+            ));
+        }
+        if self.channels.contains(&0) || self.hidden == 0 || !(0.0..1.0).contains(&self.dropout) {
+            return Err(ModelError::config(
+                "leak-cnn",
+                "channels/hidden/dropout",
+                "sizes must be > 0 and dropout in [0, 1)",
+            ));
+        }
+        let [c1, c2] = self.channels;
+        Ok(LeakCnn {
+            input_norm: InputNorm::identity(self.io.bins, device),
+            conv1: Conv2dConfig::new([1, c1], [3, 3]).init(device),
+            conv2: Conv2dConfig::new([c1, c2], [3, 3]).init(device),
+            pool: MaxPool2dConfig::new([2, 2]).with_strides([2, 2]).init(),
+            fc1: LinearConfig::new(c2 * t * f, self.hidden).init(device),
+            dropout: DropoutConfig::new(self.dropout).init(),
+            fc2: LinearConfig::new(self.hidden, self.io.classes).init(device),
+        })
+    }
+}
+
+/// 2 conv + 2 FC.
+#[derive(Module, Debug)]
+pub struct LeakCnn {
+    /// Fixed input normalisation.
+    pub input_norm: InputNorm,
+    /// First conv (3×3, valid).
+    pub conv1: Conv2d,
+    /// Second conv (3×3, valid).
+    pub conv2: Conv2d,
+    /// 2×2 max pool after each conv.
+    pub pool: MaxPool2d,
+    /// Hidden FC.
+    pub fc1: Linear,
+    /// Dropout before the classifier.
+    pub dropout: Dropout,
+    /// Classifier.
+    pub fc2: Linear,
+}
+
+impl LeakCnn {
+    /// `[B, T, F]` → `[B, classes]` logits.
+    pub fn forward(&self, x: Tensor<3>) -> Tensor<2> {
+        let [b, t, f] = x.dims();
+        let x = self.input_norm.forward(x).reshape([b, 1, t, f]);
+        let x = self.pool.forward(relu(self.conv1.forward(x)));
+        let x = self.pool.forward(relu(self.conv2.forward(x)));
+        let [b, c, h, w] = x.dims();
+        let x = relu(self.fc1.forward(x.reshape([b, c * h * w])));
+        self.fc2.forward(self.dropout.forward(x))
+    }
+
+    pub(crate) fn tensors(&self, out: &mut Vec<NamedTensor>) -> Result<(), ModelError> {
+        self.input_norm.tensors("input_norm", out)?;
+        conv_tensors("conv1", &self.conv1, out)?;
+        conv_tensors("conv2", &self.conv2, out)?;
+        linear_tensors("fc1", &self.fc1, out)?;
+        linear_tensors("fc2", &self.fc2, out)
+    }
+
+    pub(crate) fn load(mut self, src: &mut TensorSource) -> Result<Self, ModelError> {
+        self.input_norm = self.input_norm.load("input_norm", src)?;
+        self.conv1 = load_conv(self.conv1, "conv1", src)?;
+        self.conv2 = load_conv(self.conv2, "conv2", src)?;
+        self.fc1 = load_linear(self.fc1, "fc1", src)?;
+        self.fc2 = load_linear(self.fc2, "fc2", src)?;
+        Ok(self)
+    }
+
+    pub(crate) fn write_onnx(&self, g: &mut OnnxGraph, input: &str) -> Result<String, ModelError> {
+        let x = input_norm_onnx(g, &self.input_norm, input)?;
+        let x = g.unsqueeze(&x, &[1]);
+        let x = g.conv("conv1", &x, &self.conv1)?;
+        let x = g.relu(&x);
+        let x = g.max_pool(&x, [2, 2], [2, 2]);
+        let x = g.conv("conv2", &x, &self.conv2)?;
+        let x = g.relu(&x);
+        let x = g.max_pool(&x, [2, 2], [2, 2]);
+        let x = g.flatten(&x);
+        let x = g.linear("fc1", &x, &self.fc1)?;
+        let x = g.relu(&x);
+        g.linear("fc2", &x, &self.fc2)
+    }
+}

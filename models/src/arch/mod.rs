@@ -1,0 +1,227 @@
+//! Keyword-spotting architectures, one file each: [`ds_cnn`] (DS-CNN, Hello Edge),
+//! [`bc_resnet`] (a simplified BC-ResNet), [`leak_cnn`] (the 2-conv + 2-FC CNN of the
+//! gradient-leakage paper). Each has a name, a typed serde config ([`ArchConfig`]), a
+//! parameter count, tensors named per layer, and an ONNX layout.
+//!
+//! Every model maps log-mel/MFCC features `[B, frames, bins]` to logits `[B, classes]`,
+//! after a fixed per-bin input normalisation ([`layers::InputNorm`]).
+//!
+//! ```
+//! use burn::tensor::{Device, Tensor};
+//! use hush_models::arch::{ArchConfig, IoShape};
+//! let io = IoShape { frames: 98, bins: 40, classes: 12 };
+//! let cfg = ArchConfig::default_for("ds-cnn-s", io).unwrap();
+//! let model = cfg.init(&Device::flex()).unwrap();
+//! let logits = model.forward(Tensor::zeros([2, 98, 40], &Device::flex()));
+//! assert_eq!(logits.dims(), [2, 12]);
+//! ```
+
+pub mod bc_resnet;
+pub mod ds_cnn;
+pub mod layers;
+pub mod leak_cnn;
+
+use burn::module::Module;
+use burn::tensor::{Device, Tensor};
+use serde::{Deserialize, Serialize};
+
+use crate::checkpoint::{NamedTensor, TensorSource};
+use crate::export::onnx::{OnnxGraph, INPUT};
+use crate::ModelError;
+
+pub use bc_resnet::{BcResNet, BcResNetConfig};
+pub use ds_cnn::{DsCnn, DsCnnConfig};
+pub use leak_cnn::{LeakCnn, LeakCnnConfig};
+
+/// What goes in and out of a keyword spotter.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct IoShape {
+    /// Feature frames per example (98 for 1 s at a 10 ms hop with 25 ms frames).
+    pub frames: usize,
+    /// Values per frame (mel bins or cepstra).
+    pub bins: usize,
+    /// Output classes.
+    pub classes: usize,
+}
+
+impl IoShape {
+    fn check(&self, arch: &str) -> Result<(), ModelError> {
+        if self.frames == 0 || self.bins == 0 {
+            return Err(ModelError::config(
+                arch,
+                "io",
+                "frames and bins must be > 0",
+            ));
+        }
+        if self.classes < 2 {
+            return Err(ModelError::config(arch, "io.classes", "at least 2 classes"));
+        }
+        Ok(())
+    }
+}
+
+/// An architecture and its configuration, as stored in `model.json`
+/// (`{"name": "ds-cnn-s", …}`).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "name", rename_all = "kebab-case")]
+pub enum ArchConfig {
+    /// Depthwise-separable CNN (Hello Edge DS-CNN; S size by default).
+    DsCnnS(DsCnnConfig),
+    /// Broadcasted-residual network (simplified BC-ResNet).
+    BcResNet(BcResNetConfig),
+    /// 2 conv + 2 FC (the gradient-leakage paper's model).
+    LeakCnn(LeakCnnConfig),
+}
+
+/// Names accepted by [`ArchConfig::default_for`].
+pub const ARCH_NAMES: [&str; 3] = ["ds-cnn-s", "bc-resnet", "leak-cnn"];
+
+impl ArchConfig {
+    /// The default configuration of the architecture called `name` (one of
+    /// [`ARCH_NAMES`]) for `io`.
+    pub fn default_for(name: &str, io: IoShape) -> Result<Self, ModelError> {
+        match name {
+            "ds-cnn-s" | "ds-cnn" => Ok(Self::DsCnnS(DsCnnConfig::small(io))),
+            "bc-resnet" => Ok(Self::BcResNet(BcResNetConfig::new(io))),
+            "leak-cnn" => Ok(Self::LeakCnn(LeakCnnConfig::new(io))),
+            _ => Err(ModelError::config(
+                name,
+                "name",
+                format!(
+                    "unknown architecture; expected one of {}",
+                    ARCH_NAMES.join(", ")
+                ),
+            )),
+        }
+    }
+
+    /// The architecture's name.
+    pub fn name(&self) -> &'static str {
+        match self {
+            Self::DsCnnS(_) => "ds-cnn-s",
+            Self::BcResNet(_) => "bc-resnet",
+            Self::LeakCnn(_) => "leak-cnn",
+        }
+    }
+
+    /// Input and output shape.
+    pub fn io(&self) -> IoShape {
+        match self {
+            Self::DsCnnS(c) => c.io,
+            Self::BcResNet(c) => c.io,
+            Self::LeakCnn(c) => c.io,
+        }
+    }
+
+    /// Builds a freshly initialised model on `device` (seed it with `device.seed`).
+    pub fn init(&self, device: &Device) -> Result<KwsModel, ModelError> {
+        self.io().check(self.name())?;
+        Ok(match self {
+            Self::DsCnnS(c) => KwsModel::DsCnn(c.init(device)?),
+            Self::BcResNet(c) => KwsModel::BcResNet(c.init(device)?),
+            Self::LeakCnn(c) => KwsModel::LeakCnn(c.init(device)?),
+        })
+    }
+}
+
+/// Whether a tensor name is a trainable parameter (not a batch-norm running statistic or
+/// the fixed input normalisation).
+pub fn is_trainable(name: &str) -> bool {
+    !(name.ends_with(".running_mean")
+        || name.ends_with(".running_var")
+        || name.starts_with("input_norm."))
+}
+
+/// One of hush's keyword spotters.
+// The variants differ in size (BC-ResNet keeps its blocks' layer configs inline); a model
+// is built once per run, so boxing buys nothing.
+#[allow(clippy::large_enum_variant)]
+#[derive(Module, Debug)]
+pub enum KwsModel {
+    /// DS-CNN.
+    DsCnn(DsCnn),
+    /// BC-ResNet.
+    BcResNet(BcResNet),
+    /// 2 conv + 2 FC.
+    LeakCnn(LeakCnn),
+}
+
+impl KwsModel {
+    /// `[B, frames, bins]` features → `[B, classes]` logits. Training behaviour (batch
+    /// statistics, dropout) on an autodiff device, inference behaviour after
+    /// [`Module::valid`].
+    pub fn forward(&self, x: Tensor<3>) -> Tensor<2> {
+        match self {
+            Self::DsCnn(m) => m.forward(x),
+            Self::BcResNet(m) => m.forward(x),
+            Self::LeakCnn(m) => m.forward(x),
+        }
+    }
+
+    /// Every tensor (trainable parameters, batch-norm running statistics, the input
+    /// normalisation), named per layer as in `weights.safetensors`, in layer order.
+    pub fn named_tensors(&self) -> Result<Vec<NamedTensor>, ModelError> {
+        let mut out = Vec::new();
+        match self {
+            Self::DsCnn(m) => m.tensors(&mut out)?,
+            Self::BcResNet(m) => m.tensors(&mut out)?,
+            Self::LeakCnn(m) => m.tensors(&mut out)?,
+        }
+        Ok(out)
+    }
+
+    /// Loads every tensor from `src` (names and shapes checked; nothing may be missing
+    /// or left over).
+    pub fn load_tensors(self, mut src: TensorSource, arch: &str) -> Result<Self, ModelError> {
+        let m = match self {
+            Self::DsCnn(m) => Self::DsCnn(m.load(&mut src)?),
+            Self::BcResNet(m) => Self::BcResNet(m.load(&mut src)?),
+            Self::LeakCnn(m) => Self::LeakCnn(m.load(&mut src)?),
+        };
+        src.finish(arch)?;
+        Ok(m)
+    }
+
+    /// Sets the fixed input normalisation (per-bin mean and inverse std).
+    pub fn set_input_norm(&mut self, mean: &[f32], scale: &[f32]) -> Result<(), ModelError> {
+        let norm = match self {
+            Self::DsCnn(m) => &mut m.input_norm,
+            Self::BcResNet(m) => &mut m.input_norm,
+            Self::LeakCnn(m) => &mut m.input_norm,
+        };
+        let [bins] = norm.mean.value().dims();
+        if mean.len() != bins || scale.len() != bins {
+            return Err(ModelError::ShapeMismatch {
+                name: "input_norm".into(),
+                expected: vec![bins],
+                got: vec![mean.len(), scale.len()],
+            });
+        }
+        let device = norm.mean.value().device();
+        norm.set(mean, scale, &device);
+        Ok(())
+    }
+
+    /// Number of trainable parameters (batch-norm statistics and input normalisation
+    /// not counted).
+    pub fn num_trainable(&self) -> Result<usize, ModelError> {
+        Ok(self
+            .named_tensors()?
+            .iter()
+            .filter(|t| is_trainable(&t.name))
+            .map(NamedTensor::len)
+            .sum())
+    }
+
+    /// The model as an encoded ONNX `ModelProto` (opset 17).
+    pub fn to_onnx(&self, cfg: &ArchConfig) -> Result<Vec<u8>, ModelError> {
+        let mut g = OnnxGraph::new();
+        let logits = match self {
+            Self::DsCnn(m) => m.write_onnx(&mut g, INPUT)?,
+            Self::BcResNet(m) => m.write_onnx(&mut g, INPUT)?,
+            Self::LeakCnn(m) => m.write_onnx(&mut g, INPUT)?,
+        };
+        let io = cfg.io();
+        Ok(g.finish(&logits, io.frames, io.bins, io.classes, cfg.name()))
+    }
+}

@@ -18,11 +18,15 @@ enum Command {
     /// Make and inspect speech corpora (synthetic multi-speaker KWS and ASR data).
     #[command(subcommand)]
     Corpus(cli::corpus::CorpusCommand),
+    /// Privacy accounting: epsilon, noise calibration, PATE analysis, the release ledger.
+    #[command(subcommand)]
+    Privacy(cli::privacy::PrivacyCommand),
 }
 
 fn main() -> anyhow::Result<()> {
     let cli = Cli::parse();
     match cli.command {
         Command::Corpus(cmd) => cli::corpus::run(cmd),
+        Command::Privacy(cmd) => cli::privacy::run(cmd),
     }
 }

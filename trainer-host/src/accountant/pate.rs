@@ -114,10 +114,10 @@ pub fn rdp_gaussian(logq: f64, sigma: f64, orders: &[f64]) -> Result<Vec<f64>, A
     if logq > 0.0 || logq.is_nan() {
         return Err(invalid("logq", logq, "a log-probability <= 0"));
     }
-    if !(sigma > 0.0) || !sigma.is_finite() {
+    if !(sigma.is_finite() && sigma > 0.0) {
         return Err(invalid("sigma", sigma, "a finite number > 0"));
     }
-    if let Some(a) = orders.iter().find(|a| !(**a > 1.0)) {
+    if let Some(a) = orders.iter().find(|a| a.is_nan() || **a <= 1.0) {
         return Err(invalid("order", a, "orders > 1"));
     }
     if logq == f64::NEG_INFINITY {

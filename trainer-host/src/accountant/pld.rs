@@ -19,7 +19,15 @@
 //! self-composition keeps only the Chernoff window (mass outside it at most
 //! `tail_mass_truncation`, which is added to the `+∞` mass).
 //!
-//! FFTs use `realfft` (real-to-complex) on top of `rustfft`.
+//! FFTs use `realfft` (real-to-complex) on top of `rustfft`, on 7-smooth lengths (SciPy picks
+//! 11-smooth ones).
+//!
+//! **One deliberate deviation.** FFT round-off leaves values of about ±1e-17 in every bin, so
+//! the far tails of a composed PMF hold noise summing to about ±1e-13. dp_accounting keeps the
+//! negative values; at δ = 1e-9 that noise alone moves ε by up to ~5e-4 in either direction.
+//! Here negative masses are clamped to zero after every FFT, which can only raise δ(ε): the
+//! result stays on the pessimistic side of dp_accounting's (measured: +3e-4 at most on the
+//! goldens, and within 1e-7 of it at δ = 1e-5).
 
 use std::sync::Arc;
 
@@ -257,7 +265,7 @@ impl GaussianPrivacyLoss {
         let k_upper = (eps_upper / vdi).ceil();
         let k_lower = (eps_lower / vdi).floor();
         let n = k_upper - k_lower + 1.0;
-        if !n.is_finite() || n < 1.0 || n > 5e8 {
+        if !n.is_finite() || !(1.0..=5e8).contains(&n) {
             return Err(AccountantError::Numerical {
                 what: format!(
                     "PLD grid for sigma={} q={} has {n} points (vdi={vdi})",
@@ -310,8 +318,8 @@ fn pessimistic_connect_dots_fixed_gap(
     let diff = |i: usize| deltas[i + 1] - deltas[i];
     let mut probs = vec![0.0; n];
     probs[0] = 1.0 - deltas[0] + diff(0) / em1;
-    for i in 1..n - 1 {
-        probs[i] = (diff(i) - diff(i - 1) * e) / em1;
+    for (i, p) in probs.iter_mut().enumerate().take(n - 1).skip(1) {
+        *p = (diff(i) - diff(i - 1) * e) / em1;
     }
     probs[n - 1] = diff(n - 2) / (-vdi).exp_m1();
     for p in probs.iter_mut() {
@@ -346,7 +354,7 @@ pub fn next_fast_len(n: usize) -> usize {
     loop {
         let mut k = m;
         for p in [2, 3, 5, 7] {
-            while k % p == 0 {
+            while k.is_multiple_of(p) {
                 k /= p;
             }
         }
@@ -417,7 +425,7 @@ fn fft_power(input: &[f64], num_times: u64, fft_len: usize) -> Result<Vec<f64>, 
     if let Some(z) = spec.first_mut() {
         z.im = 0.0;
     }
-    if fft_len % 2 == 0 {
+    if fft_len.is_multiple_of(2) {
         if let Some(z) = spec.last_mut() {
             z.im = 0.0;
         }
@@ -464,7 +472,7 @@ fn fft_convolve(a: &[f64], b: &[f64]) -> Result<Vec<f64>, AccountantError> {
     if let Some(z) = sa.first_mut() {
         z.im = 0.0;
     }
-    if n % 2 == 0 {
+    if n.is_multiple_of(2) {
         if let Some(z) = sa.last_mut() {
             z.im = 0.0;
         }

@@ -53,7 +53,22 @@ fn log_sub_sign(logx: f64, logy: f64) -> (bool, f64) {
 
 /// `ln C(n, k)` through `lgamma`, as `_log_comb`.
 fn log_comb(n: f64, k: f64) -> f64 {
-    ln_gamma(n + 1.0) - ln_gamma(k + 1.0) - ln_gamma(n - k + 1.0)
+    ln_gamma_cached(n + 1.0) - ln_gamma_cached(k + 1.0) - ln_gamma_cached(n - k + 1.0)
+}
+
+/// Size of the table of `ln Γ(k)` for integer `k` (covers the default orders).
+const LN_GAMMA_TABLE: usize = 1100;
+
+/// `ln Γ(x)`, read from a table of the very same `lgamma` values when `x` is a small positive
+/// integer (the integer-order series calls it thousands of times).
+fn ln_gamma_cached(x: f64) -> f64 {
+    static TABLE: std::sync::OnceLock<Vec<f64>> = std::sync::OnceLock::new();
+    if x >= 1.0 && x < LN_GAMMA_TABLE as f64 && x.fract() == 0.0 {
+        let table = TABLE.get_or_init(|| (0..LN_GAMMA_TABLE).map(|k| ln_gamma(k as f64)).collect());
+        table[x as usize]
+    } else {
+        ln_gamma(x)
+    }
 }
 
 /// `ln erfc(x)` as `_log_erfc`: `ln 2 + log_ndtr(-x·√2)`.
@@ -90,9 +105,11 @@ fn log_a_frac(q: f64, sigma: f64, alpha: f64) -> f64 {
     let mut last_s0 = f64::NEG_INFINITY;
     let mut last_s1 = f64::NEG_INFINITY;
     let sqrt2_sigma = std::f64::consts::SQRT_2 * sigma;
+    let lg_alpha1 = ln_gamma_cached(alpha + 1.0);
     for i in 0..MAX_STEPS_LOG_A_FRAC {
         let fi = i as f64;
-        let log_coef = log_comb(alpha, fi);
+        // log_comb(alpha, i), with ln Γ(alpha + 1) hoisted out of the loop.
+        let log_coef = lg_alpha1 - ln_gamma_cached(fi + 1.0) - ln_gamma(alpha - fi + 1.0);
         let j = alpha - fi;
         let log_t0 = log_coef + fi * logq + j * log1mq;
         let log_t1 = log_coef + j * logq + fi * log1mq;

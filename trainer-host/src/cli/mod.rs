@@ -2,3 +2,4 @@
 //! print or write results.
 
 pub mod corpus;
+pub mod privacy;

@@ -316,7 +316,7 @@ impl<S: LedgerStore> Ledger<S> {
         let spent = acc.epsilon(self.budget.delta)?;
         acc.compose(event)?;
         let projected = acc.epsilon(self.budget.delta)?;
-        if !(projected.epsilon <= self.budget.epsilon) {
+        if projected.epsilon.is_nan() || projected.epsilon > self.budget.epsilon {
             return Err(LedgerError::BudgetExceeded {
                 spent: spent.epsilon,
                 projected: projected.epsilon,

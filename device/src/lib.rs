@@ -8,3 +8,4 @@
 pub mod audio;
 pub mod dataset;
 pub mod features;
+pub mod infer;

@@ -17,11 +17,15 @@ struct Cli {
 enum Command {
     /// Print what an audio file holds (format, rate, duration, level) after decoding.
     Info(cli::info::InfoArgs),
+    /// Classify audio files (or directories, recursively) with a keyword-spotting model
+    /// package: one JSON line per file.
+    Classify(cli::classify::ClassifyArgs),
 }
 
 fn main() -> anyhow::Result<()> {
     let cli = Cli::parse();
     match cli.command {
         Command::Info(args) => cli::info::run(args),
+        Command::Classify(args) => cli::classify::run(args),
     }
 }

@@ -1,3 +1,4 @@
 //! One module per subcommand: parse flags into a typed config, call the library, print.
 
+pub mod classify;
 pub mod info;

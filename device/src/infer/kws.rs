@@ -1,0 +1,296 @@
+//! Keyword spotting with tract: load a model package, classify clips.
+//!
+//! [`KwsClassifier::load`] reads `model.json` (checked by hush-models), parses its
+//! feature config into the front-end's typed [`FeatureConfig`], checks it against the
+//! architecture, loads `model.onnx` into tract for a batch of one and checks its input
+//! and `probs` output against `model.json` — so a foreign or mismatched ONNX file is
+//! refused at load time with the reason, not at the first clip.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use hush_models::export::onnx::PROBS;
+use hush_models::package::{ModelCard, ONNX};
+use serde::Serialize;
+use tract_onnx::prelude::*;
+
+use super::clip::clip_features;
+use super::InferError;
+use crate::audio::{read_audio, Audio};
+use crate::features::FeatureConfig;
+
+type Plan = Arc<TypedRunnableModel>;
+
+/// One classified clip: the JSON line `hush-device classify` prints.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Classification {
+    /// The audio file.
+    pub file: String,
+    /// The most probable class.
+    pub label: String,
+    /// Its probability.
+    pub score: f32,
+    /// Every class's probability.
+    pub scores: BTreeMap<String, f32>,
+}
+
+/// A loaded keyword spotter.
+#[derive(Debug)]
+pub struct KwsClassifier {
+    card: ModelCard,
+    features: FeatureConfig,
+    plan: Plan,
+    probs_output: usize,
+    frames: usize,
+    bins: usize,
+}
+
+impl KwsClassifier {
+    /// Loads the model package in `dir`.
+    pub fn load(dir: &Path) -> Result<Self, InferError> {
+        let card = ModelCard::read(dir)?;
+        let json = dir.join(hush_models::package::MODEL_JSON);
+        let features: FeatureConfig =
+            serde_json::from_value(card.features.clone()).map_err(|e| {
+                InferError::FeatureConfig {
+                    path: json.clone(),
+                    reason: e.to_string(),
+                }
+            })?;
+        features.validate().map_err(|e| InferError::FeatureConfig {
+            path: json.clone(),
+            reason: e.to_string(),
+        })?;
+        let io = card.arch.io();
+        if features.dim() != io.bins {
+            return Err(InferError::Mismatch {
+                path: json,
+                reason: format!(
+                    "the feature config gives {} values per frame but the {} architecture \
+                     takes {}",
+                    features.dim(),
+                    card.arch.name(),
+                    io.bins
+                ),
+            });
+        }
+        let onnx_path = dir.join(ONNX);
+        let (plan, probs_output) = load_plan(&onnx_path, io.frames, io.bins, io.classes)?;
+        Ok(Self {
+            card,
+            features,
+            plan,
+            probs_output,
+            frames: io.frames,
+            bins: io.bins,
+        })
+    }
+
+    /// The model's card.
+    pub fn card(&self) -> &ModelCard {
+        &self.card
+    }
+
+    /// The feature config the model was trained on.
+    pub fn features(&self) -> &FeatureConfig {
+        &self.features
+    }
+
+    /// Class probabilities (label order) of one clip of features, `frames × bins`.
+    pub fn probs(&self, features: &[f32], origin: &Path) -> Result<Vec<f32>, InferError> {
+        let run = |reason: String| InferError::Run {
+            path: origin.to_path_buf(),
+            reason,
+        };
+        let input =
+            tract_ndarray::Array3::from_shape_vec((1, self.frames, self.bins), features.to_vec())
+                .map_err(|e| run(e.to_string()))?
+                .into_tensor();
+        let out = self
+            .plan
+            .run(tvec!(input.into_tvalue()))
+            .map_err(|e| run(format!("{e:#}")))?;
+        let probs = out
+            .get(self.probs_output)
+            .ok_or_else(|| run("no probs output".into()))?
+            .to_plain_array_view::<f32>()
+            .map_err(|e| run(format!("{e:#}")))?
+            .iter()
+            .copied()
+            .collect();
+        Ok(probs)
+    }
+
+    /// Classifies decoded audio (`origin` names it in errors and in the result).
+    pub fn classify_audio(
+        &self,
+        audio: &Audio,
+        origin: &Path,
+    ) -> Result<Classification, InferError> {
+        let expected = self.features.frame.sample_rate;
+        if audio.sample_rate != expected {
+            return Err(InferError::SampleRate {
+                path: origin.to_path_buf(),
+                got: audio.sample_rate,
+                expected,
+            });
+        }
+        let feats =
+            clip_features(&self.features, &audio.samples, self.frames).map_err(|source| {
+                InferError::Features {
+                    path: origin.to_path_buf(),
+                    source,
+                }
+            })?;
+        let probs = self.probs(&feats, origin)?;
+        Ok(self.result(origin, &probs))
+    }
+
+    /// Reads and classifies an audio file.
+    pub fn classify_file(&self, path: &Path) -> Result<Classification, InferError> {
+        let audio = read_audio(path)?;
+        self.classify_audio(&audio, path)
+    }
+
+    fn result(&self, origin: &Path, probs: &[f32]) -> Classification {
+        let (best, score) =
+            probs
+                .iter()
+                .copied()
+                .enumerate()
+                .fold(
+                    (0, f32::NEG_INFINITY),
+                    |a, (i, p)| if p > a.1 { (i, p) } else { a },
+                );
+        Classification {
+            file: origin.display().to_string(),
+            label: self.card.labels.get(best).cloned().unwrap_or_default(),
+            score,
+            scores: self
+                .card
+                .labels
+                .iter()
+                .cloned()
+                .zip(probs.iter().copied())
+                .collect(),
+        }
+    }
+}
+
+fn load_plan(
+    path: &Path,
+    frames: usize,
+    bins: usize,
+    classes: usize,
+) -> Result<(Plan, usize), InferError> {
+    let onnx = |reason: String| InferError::Onnx {
+        path: path.to_path_buf(),
+        reason,
+    };
+    let foreign = |reason: String| InferError::ForeignOnnx {
+        path: path.to_path_buf(),
+        reason,
+    };
+    if !path.is_file() {
+        return Err(onnx("missing file".into()));
+    }
+    let model = tract_onnx::onnx()
+        .model_for_path(path)
+        .map_err(|e| onnx(format!("{e:#}")))?;
+    let inputs = model
+        .input_outlets()
+        .map_err(|e| onnx(format!("{e:#}")))?
+        .len();
+    if inputs != 1 {
+        return Err(foreign(format!(
+            "{inputs} inputs; expected one, `features` [N, {frames}, {bins}]"
+        )));
+    }
+    let names: Vec<String> = model
+        .output_outlets()
+        .map_err(|e| onnx(format!("{e:#}")))?
+        .iter()
+        .map(|o| model.node(o.node).name.clone())
+        .collect();
+    let probs_output = names.iter().position(|n| n == PROBS).ok_or_else(|| {
+        foreign(format!(
+            "outputs are {names:?}; expected an output named `{PROBS}` [N, {classes}]"
+        ))
+    })?;
+    let model = model
+        .with_input_fact(0, f32::fact([1, frames, bins]).into())
+        .map_err(|e| {
+            foreign(format!(
+                "input does not take [1, {frames}, {bins}] f32: {e:#}"
+            ))
+        })?
+        .into_optimized()
+        .map_err(|e| {
+            foreign(format!(
+                "input [1, {frames}, {bins}] f32 does not fit: {e:#}"
+            ))
+        })?;
+    let fact = model
+        .output_fact(probs_output)
+        .map_err(|e| onnx(format!("{e:#}")))?;
+    let shape: Vec<String> = fact.shape.iter().map(|d| d.to_string()).collect();
+    if shape != [1.to_string(), classes.to_string()] {
+        return Err(foreign(format!(
+            "`{PROBS}` has shape [{}] for one clip; model.json has {classes} labels",
+            shape.join(", ")
+        )));
+    }
+    let plan = model.into_runnable().map_err(|e| onnx(format!("{e:#}")))?;
+    Ok((plan, probs_output))
+}
+
+/// Walks `paths` (files, or directories recursively) for WAV/FLAC files, sorted per
+/// directory.
+pub fn audio_files(paths: &[PathBuf]) -> Result<Vec<PathBuf>, InferError> {
+    let mut out = Vec::new();
+    for p in paths {
+        walk(p, &mut out)?;
+    }
+    Ok(out)
+}
+
+fn walk(p: &Path, out: &mut Vec<PathBuf>) -> Result<(), InferError> {
+    let io = |source| {
+        InferError::Audio(crate::audio::AudioError::Io {
+            path: p.to_path_buf(),
+            source,
+        })
+    };
+    if p.is_dir() {
+        let mut entries: Vec<PathBuf> = std::fs::read_dir(p)
+            .map_err(io)?
+            .map(|e| e.map(|e| e.path()))
+            .collect::<Result<_, _>>()
+            .map_err(io)?;
+        entries.sort();
+        for e in entries {
+            if e.is_dir() || is_audio(&e) {
+                walk(&e, out)?;
+            }
+        }
+    } else if p.exists() {
+        out.push(p.to_path_buf());
+    } else {
+        return Err(io(std::io::Error::new(
+            std::io::ErrorKind::NotFound,
+            "no such file or directory",
+        )));
+    }
+    Ok(())
+}
+
+fn is_audio(p: &Path) -> bool {
+    matches!(
+        p.extension()
+            .and_then(|e| e.to_str())
+            .map(str::to_ascii_lowercase)
+            .as_deref(),
+        Some("wav" | "flac")
+    )
+}

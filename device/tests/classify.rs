@@ -1,0 +1,171 @@
+//! `infer`: a package written by hush-models loads and classifies; bad packages, foreign
+//! ONNX files and wrong-rate audio are refused with errors that say what is wrong.
+
+// Test helpers panic on failure, like the tests that call them.
+#![allow(clippy::unwrap_used)]
+
+use std::path::Path;
+
+use burn::module::Module;
+use burn::tensor::Device;
+use hush_device::audio::{write_wav_i16, Audio};
+use hush_device::features::{FeatureConfig, FeatureKind};
+use hush_device::infer::KwsClassifier;
+use hush_models::arch::{ArchConfig, DsCnnConfig, IoShape};
+use hush_models::package::{write_package, ModelCard};
+
+fn features() -> FeatureConfig {
+    let mut f = FeatureConfig::kaldi(FeatureKind::Fbank);
+    f.mel.num_bins = 40;
+    f
+}
+
+fn package(dir: &Path) -> ModelCard {
+    let io = IoShape {
+        frames: 98,
+        bins: 40,
+        classes: 4,
+    };
+    let arch = ArchConfig::DsCnnS(DsCnnConfig {
+        channels: 8,
+        blocks: 1,
+        ..DsCnnConfig::small(io)
+    });
+    let device = Device::flex();
+    device.seed(1);
+    let model = arch.init(&device).unwrap().valid();
+    let labels = ["yes", "no", "_silence_", "_unknown_"]
+        .iter()
+        .map(|s| s.to_string())
+        .collect();
+    let card = ModelCard::new(
+        arch,
+        serde_json::to_value(features()).unwrap(),
+        labels,
+        &model,
+    )
+    .unwrap();
+    write_package(dir, &card, &model).unwrap();
+    card
+}
+
+fn tone(dir: &Path, rate: u32) -> std::path::PathBuf {
+    let p = dir.join(format!("tone{rate}.wav"));
+    let samples = (0..rate)
+        .map(|i| 0.3 * (i as f32 * 440.0 * std::f32::consts::TAU / rate as f32).sin())
+        .collect();
+    write_wav_i16(
+        &p,
+        &Audio {
+            samples,
+            sample_rate: rate,
+        },
+    )
+    .unwrap();
+    p
+}
+
+fn load_err(dir: &Path) -> String {
+    format!("{}", KwsClassifier::load(dir).unwrap_err())
+}
+
+#[test]
+fn a_package_classifies_and_scores_sum_to_one() {
+    let dir = tempfile::tempdir().unwrap();
+    package(dir.path());
+    let clf = KwsClassifier::load(dir.path()).unwrap();
+    let wav = tone(dir.path(), 16_000);
+    let c = clf.classify_file(&wav).unwrap();
+    assert_eq!(c.scores.len(), 4);
+    let total: f32 = c.scores.values().sum();
+    assert!((total - 1.0).abs() < 1e-4, "{total}");
+    assert_eq!(c.scores[&c.label], c.score);
+}
+
+#[test]
+fn wrong_rate_audio_is_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    package(dir.path());
+    let clf = KwsClassifier::load(dir.path()).unwrap();
+    let wav = tone(dir.path(), 8_000);
+    let e = clf.classify_file(&wav).unwrap_err().to_string();
+    assert!(e.contains("8000 Hz") && e.contains("16000 Hz"), "{e}");
+}
+
+#[test]
+fn bad_packages_are_refused_clearly() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+
+    // Not a directory / no model.json.
+    let e = load_err(&d.join("nope"));
+    assert!(e.contains("not a directory"), "{e}");
+    std::fs::create_dir(d.join("empty")).unwrap();
+    let e = load_err(&d.join("empty"));
+    assert!(e.contains("model.json"), "{e}");
+
+    // model.json that is not ours.
+    let p = d.join("json");
+    package(&p);
+    std::fs::write(p.join("model.json"), "{\"hello\": 1}").unwrap();
+    let e = load_err(&p);
+    assert!(e.contains("not a hush model.json"), "{e}");
+
+    // Labels that do not match the architecture.
+    let p = d.join("labels");
+    let mut card = package(&p);
+    card.labels.pop();
+    card.write(&p).unwrap();
+    let e = load_err(&p);
+    assert!(e.contains("3 labels") && e.contains("4 outputs"), "{e}");
+
+    // Feature config giving another number of bins than the model takes.
+    let p = d.join("bins");
+    let mut card = package(&p);
+    let mut f = features();
+    f.mel.num_bins = 23;
+    card.features = serde_json::to_value(f).unwrap();
+    card.write(&p).unwrap();
+    let e = load_err(&p);
+    assert!(
+        e.contains("23 values per frame") && e.contains("takes 40"),
+        "{e}"
+    );
+
+    // An ONNX file that is not an ONNX file.
+    let p = d.join("garbage");
+    package(&p);
+    std::fs::write(p.join("model.onnx"), b"definitely not protobuf").unwrap();
+    let e = load_err(&p);
+    assert!(
+        e.contains("model.onnx") && e.contains("tract cannot load"),
+        "{e}"
+    );
+
+    // A real ONNX model, but of another shape: the package of a 2-class model.
+    let p = d.join("foreign");
+    package(&p);
+    let other = d.join("other");
+    let io = IoShape {
+        frames: 98,
+        bins: 40,
+        classes: 2,
+    };
+    let arch = ArchConfig::DsCnnS(DsCnnConfig {
+        channels: 8,
+        blocks: 1,
+        ..DsCnnConfig::small(io)
+    });
+    let model = arch.init(&Device::flex()).unwrap().valid();
+    let card = ModelCard::new(
+        arch,
+        serde_json::to_value(features()).unwrap(),
+        vec!["a".into(), "b".into()],
+        &model,
+    )
+    .unwrap();
+    write_package(&other, &card, &model).unwrap();
+    std::fs::copy(other.join("model.onnx"), p.join("model.onnx")).unwrap();
+    let e = load_err(&p);
+    assert!(e.contains("not the model model.json describes"), "{e}");
+}

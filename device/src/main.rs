@@ -20,6 +20,12 @@ enum Command {
     /// Classify audio files (or directories, recursively) with a keyword-spotting model
     /// package: one JSON line per file.
     Classify(cli::classify::ClassifyArgs),
+    /// Compute fbank / MFCC / spectrogram features of an audio file into a float32 .npy.
+    Features(cli::features::FeaturesArgs),
+    /// Record from a microphone into a 16-bit WAV at the model rate.
+    Record(cli::record::RecordArgs),
+    /// List audio input devices.
+    Devices(cli::devices::DevicesArgs),
 }
 
 fn main() -> anyhow::Result<()> {
@@ -27,5 +33,8 @@ fn main() -> anyhow::Result<()> {
     match cli.command {
         Command::Info(args) => cli::info::run(args),
         Command::Classify(args) => cli::classify::run(args),
+        Command::Features(args) => cli::features::run(args),
+        Command::Record(args) => cli::record::run(args),
+        Command::Devices(args) => cli::devices::run(args),
     }
 }

@@ -1,4 +1,7 @@
 //! One module per subcommand: parse flags into a typed config, call the library, print.
 
 pub mod classify;
+pub mod devices;
+pub mod features;
 pub mod info;
+pub mod record;

@@ -33,6 +33,9 @@ pub enum FeatureError {
         /// Samples needed for one frame.
         needed: u64,
     },
+    /// Resampling the input to the feature rate failed.
+    #[error("resampling to the feature rate: {0}")]
+    Resample(#[from] crate::audio::ResampleError),
     /// `push` after `finish`.
     #[error("the feature stream is finished; start a new one (reset) to push more audio")]
     Finished,

@@ -87,3 +87,18 @@ pub fn compute(cfg: &FeatureConfig, samples: &[f32]) -> Result<Features, Feature
         dim,
     })
 }
+
+/// Computes the features of decoded audio, resampling it first when its rate differs from
+/// `cfg.frame.sample_rate`.
+pub fn compute_audio(
+    cfg: &FeatureConfig,
+    audio: &crate::audio::Audio,
+) -> Result<Features, FeatureError> {
+    let rate = cfg.frame.sample_rate;
+    if audio.sample_rate == rate {
+        compute(cfg, &audio.samples)
+    } else {
+        let samples = crate::audio::resample(&audio.samples, audio.sample_rate, rate)?;
+        compute(cfg, &samples)
+    }
+}

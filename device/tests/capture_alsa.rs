@@ -1,6 +1,9 @@
 //! Capture without sound hardware: cpal's ALSA backend reads a test-local ALSA `file`
-//! PCM (a `null` slave whose captured data is replaced by a raw file), through `plug`
-//! (format and channel conversion). The real path runs: cpal callback -> lock-free ring
+//! PCM (a `null` slave whose captured data is replaced by a raw file) behind `plug`. The
+//! raw file is already in the format cpal negotiates (f32, stereo, 48 kHz), so ALSA
+//! converts nothing: with an S16 mono file, the file plugin under cpal's access mode read
+//! the infile at the wrong stride (the tone came out 1.5x too high), which `arecord` does
+//! not show. The real path runs: cpal callback -> lock-free ring
 //! -> resampler -> streaming features.
 //!
 //! `ALSA_CONFIG_PATH` points ALSA at the config this test writes, so the machine's own
@@ -32,13 +35,15 @@ fn goertzel(x: &[f32], freq: f64, rate: f64) -> f64 {
 #[test]
 fn alsa_file_pcm_to_features() {
     let dir = tempfile::tempdir().unwrap();
-    // 3 s of a 440 Hz tone, S16_LE mono at 48 kHz.
+    // 3 s of a 440 Hz tone, FLOAT_LE stereo at 48 kHz (what cpal asks the plug for, so
+    // no conversion happens in ALSA).
     let raw = dir.path().join("in.raw");
     let bytes: Vec<u8> = (0..3 * NATIVE)
         .flat_map(|i| {
             let t = f64::from(i) / f64::from(NATIVE);
-            let v = (0.5 * (2.0 * std::f64::consts::PI * TONE_HZ * t).sin() * 32767.0) as i16;
-            v.to_le_bytes()
+            let v = (0.5 * (2.0 * std::f64::consts::PI * TONE_HZ * t).sin()) as f32;
+            let b = v.to_le_bytes();
+            [b[0], b[1], b[2], b[3], b[0], b[1], b[2], b[3]]
         })
         .collect();
     std::fs::write(&raw, bytes).unwrap();
@@ -55,7 +60,7 @@ fn alsa_file_pcm_to_features() {
 }}
 pcm.!default {{
     type plug
-    slave {{ pcm "hushfile" format S16_LE rate {NATIVE} channels 1 }}
+    slave {{ pcm "hushfile"; format FLOAT_LE; rate {NATIVE}; channels 2; }}
     hint {{ show on description "hush test capture" }}
 }}
 "#,
@@ -80,19 +85,36 @@ pcm.!default {{
         mic.native_rate(),
         mic.channels()
     );
+    // The null PCM under the file plugin is not paced: the source outruns any reader.
+    // Read nothing for 2 s (more than the ring's 65535 samples arrive even at a paced
+    // 48 kHz): the ring keeps the first 65535 samples, contiguous, and counts the rest
+    // as lost instead of hiding them.
+    std::thread::sleep(Duration::from_millis(2_000));
+    eprintln!(
+        "captured {} native samples; {} lost to overruns in {} callbacks, first loss after {:?}; {} stream errors",
+        mic.samples_captured(),
+        mic.overruns(),
+        mic.overrun_events(),
+        mic.first_overrun_at(),
+        mic.stream_errors()
+    );
+    assert!(mic.overruns() > 0 && mic.overrun_events() > 0);
+    assert_eq!(mic.first_overrun_at(), Some((RING_SLOTS - 1) as u64));
     let mut samples = Vec::new();
-    let started = Instant::now();
-    while samples.len() < 16_000 && started.elapsed() < Duration::from_secs(20) {
-        if mic.read(&mut samples).unwrap() == 0 {
-            std::thread::sleep(Duration::from_millis(2));
-        }
-    }
-    assert!(samples.len() >= 16_000, "only {} samples", samples.len());
-    let first = &samples[1_000..8_000];
+    mic.read(&mut samples).unwrap();
+    // The resampler holds back its last few taps' worth until more input arrives.
+    let contiguous = (RING_SLOTS - 1) * 16_000 / mic.native_rate() as usize;
+    assert!(
+        samples.len() >= contiguous - 200,
+        "{} samples",
+        samples.len()
+    );
+    let contiguous = samples.len().min(contiguous);
+    let first = &samples[1_000..contiguous - 1_000];
     let at_tone = goertzel(first, TONE_HZ, 16_000.0);
     let off_tone = goertzel(first, 1_000.0, 16_000.0);
     eprintln!("tone power {at_tone:e}, 1 kHz power {off_tone:e}");
-    assert!(at_tone > 1e-3 && at_tone > 1e4 * off_tone);
+    assert!(at_tone > 1e-2 && at_tone > 1e4 * off_tone);
 
     // Streaming features over what was captured.
     let mut stream = FeatureStream::new(FeatureConfig::kaldi(FeatureKind::Fbank)).unwrap();
@@ -109,22 +131,4 @@ pcm.!default {{
         .max_by(|&a, &b| frame[a].total_cmp(&frame[b]))
         .unwrap();
     assert!((12..=17).contains(&peak), "peak bin {peak}");
-
-    // Overruns are counted, not hidden: stop reading for 2 s. At 48 kHz (or faster: the
-    // null PCM is not paced) more than the ring's 65535 samples arrive meanwhile, and
-    // what did not fit must show up in the count.
-    let before = mic.overruns();
-    std::thread::sleep(Duration::from_millis(2_000));
-    eprintln!(
-        "captured {} native samples; {} lost to overruns in {} callbacks; {} stream errors",
-        mic.samples_captured(),
-        mic.overruns(),
-        mic.overrun_events(),
-        mic.stream_errors()
-    );
-    assert!(mic.overruns() > before, "a full ring must count its losses");
-    assert!(mic.overrun_events() > 0);
-    let mut rest = Vec::new();
-    mic.read(&mut rest).unwrap();
-    assert!(rest.len() >= (RING_SLOTS - 1) / 3 - 100);
 }

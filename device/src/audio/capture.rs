@@ -318,6 +318,11 @@ impl Capture {
         self.rx.overrun_events()
     }
 
+    /// Native-rate samples stored before the first loss (`None`: no loss yet).
+    pub fn first_overrun_at(&self) -> Option<u64> {
+        self.rx.first_overrun_at()
+    }
+
     /// Native-rate samples received through the ring.
     pub fn samples_captured(&self) -> u64 {
         self.rx.pushed()

@@ -23,11 +23,13 @@ use heapless::spsc::{Consumer, Producer, Queue};
 /// Slots in the ring: it holds `RING_SLOTS - 1` samples (1.36 s at 48 kHz).
 pub const RING_SLOTS: usize = 1 << 16;
 
-#[derive(Debug, Default)]
+#[derive(Debug)]
 struct Counters {
     pushed: AtomicU64,
     dropped: AtomicU64,
     overrun_events: AtomicU64,
+    /// Samples stored before the first loss (`u64::MAX`: none yet).
+    first_loss_at: AtomicU64,
 }
 
 /// The callback's half.
@@ -65,7 +67,12 @@ impl std::fmt::Debug for RingConsumer {
 pub fn sample_ring() -> (RingProducer, RingConsumer) {
     let queue: &'static mut Queue<f32, RING_SLOTS> = Box::leak(Box::new(Queue::new()));
     let (tx, rx) = queue.split();
-    let counters = Arc::new(Counters::default());
+    let counters = Arc::new(Counters {
+        pushed: AtomicU64::new(0),
+        dropped: AtomicU64::new(0),
+        overrun_events: AtomicU64::new(0),
+        first_loss_at: AtomicU64::new(u64::MAX),
+    });
     (
         RingProducer {
             tx,
@@ -109,10 +116,17 @@ impl RingProducer {
     }
 
     fn account(&self, offered: usize, taken: usize) {
-        self.counters
+        let before = self
+            .counters
             .pushed
             .fetch_add(taken as u64, Ordering::Relaxed);
         if taken < offered {
+            let _ = self.counters.first_loss_at.compare_exchange(
+                u64::MAX,
+                before + taken as u64,
+                Ordering::Relaxed,
+                Ordering::Relaxed,
+            );
             self.counters
                 .dropped
                 .fetch_add((offered - taken) as u64, Ordering::Relaxed);
@@ -155,6 +169,15 @@ impl RingConsumer {
         self.counters.overrun_events.load(Ordering::Relaxed)
     }
 
+    /// How many samples had been stored when the first one was lost (`None`: no loss):
+    /// everything before that point is contiguous.
+    pub fn first_overrun_at(&self) -> Option<u64> {
+        match self.counters.first_loss_at.load(Ordering::Relaxed) {
+            u64::MAX => None,
+            n => Some(n),
+        }
+    }
+
     /// Samples stored by the producer so far.
     pub fn pushed(&self) -> u64 {
         self.counters.pushed.load(Ordering::Relaxed)
@@ -173,6 +196,7 @@ mod tests {
         assert_eq!(taken, RING_SLOTS - 1);
         assert_eq!(rx.overruns(), 100);
         assert_eq!(rx.overrun_events(), 1);
+        assert_eq!(rx.first_overrun_at(), Some((RING_SLOTS - 1) as u64));
         let mut out = Vec::new();
         assert_eq!(rx.pop_into(&mut out, 10), 10);
         assert_eq!(rx.len(), RING_SLOTS - 11);

@@ -16,12 +16,17 @@ fn kws_corpus_has_40_speakers_in_disjoint_splits() {
     let mut per_class: BTreeMap<&str, usize> = BTreeMap::new();
     for e in &ex {
         split_of.entry(&e.speaker).or_default().insert(e.split);
-        let Target::Label(l) = &e.target else { panic!("{e:?}") };
+        let Target::Label(l) = &e.target else {
+            panic!("{e:?}")
+        };
         *per_class.entry(l).or_default() += 1;
     }
     assert!(split_of.values().all(|s| s.len() == 1));
     for split in [Split::Train, Split::Validation, Split::Test] {
-        assert!(split_of.values().any(|s| s.contains(&split)), "no {split:?} speaker");
+        assert!(
+            split_of.values().any(|s| s.contains(&split)),
+            "no {split:?} speaker"
+        );
     }
     assert_eq!(per_class.len(), 12, "{per_class:?}");
     assert_eq!(per_class["yes"], 40);
@@ -30,7 +35,12 @@ fn kws_corpus_has_40_speakers_in_disjoint_splits() {
     // Every clip is a one-second 16 kHz clip; decode a spread of them.
     for e in ex.iter().step_by(7) {
         let a = read_audio(&e.path).unwrap();
-        assert_eq!((a.sample_rate, a.samples.len()), (16_000, 16_000), "{}", e.path.display());
+        assert_eq!(
+            (a.sample_rate, a.samples.len()),
+            (16_000, 16_000),
+            "{}",
+            e.path.display()
+        );
     }
 }
 
@@ -42,7 +52,9 @@ fn asr_corpus_has_transcripts_for_every_utterance() {
     let speakers: BTreeSet<&str> = ex.iter().map(|e| e.speaker.as_str()).collect();
     assert_eq!(speakers.len(), 20);
     for e in ex.iter().step_by(9) {
-        let Target::Transcript(t) = &e.target else { panic!("{e:?}") };
+        let Target::Transcript(t) = &e.target else {
+            panic!("{e:?}")
+        };
         assert!(!t.is_empty());
         let a = read_audio(&e.path).unwrap();
         assert_eq!(a.sample_rate, 16_000);

@@ -255,3 +255,24 @@ fn refuses_a_non_empty_output_directory() {
         "mine"
     );
 }
+
+#[test]
+fn missing_tools_name_the_package_to_install() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_hush-host"))
+        .args(["corpus", "synth", "--speakers", "2", "--out"])
+        .arg(dir.path().join("c"))
+        .env("PATH", dir.path())
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    for package in [
+        "apt-get install sox",
+        "apt-get install espeak-ng",
+        "apt-get install flite",
+    ] {
+        assert!(err.contains(package), "{err}");
+    }
+    assert!(!dir.path().join("c").exists());
+}

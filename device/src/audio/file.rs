@@ -61,6 +61,16 @@ pub enum AudioError {
         /// The file.
         path: PathBuf,
     },
+    /// The file's audio could not be resampled to the rate asked for.
+    #[error("{path}: resampling to {to_hz} Hz: {source}")]
+    Resample {
+        /// The file.
+        path: PathBuf,
+        /// The rate asked for.
+        to_hz: u32,
+        /// What the resampler reported.
+        source: super::ResampleError,
+    },
     /// A float file holds NaN or infinite samples.
     #[error("{path}: sample {index} is not finite ({value})")]
     NonFinite {
@@ -115,6 +125,26 @@ pub fn read_audio(path: &Path) -> Result<Audio, AudioError> {
         });
     }
     Ok(audio)
+}
+
+/// Reads a file like [`read_audio`] and resamples it to `rate` Hz when it is at another
+/// rate, so any WAV or FLAC can feed a model trained at `rate`.
+pub fn read_audio_at(path: &Path, rate: u32) -> Result<Audio, AudioError> {
+    let audio = read_audio(path)?;
+    if audio.sample_rate == rate {
+        return Ok(audio);
+    }
+    let samples = super::resample(&audio.samples, audio.sample_rate, rate).map_err(|source| {
+        AudioError::Resample {
+            path: path.to_path_buf(),
+            to_hz: rate,
+            source,
+        }
+    })?;
+    Ok(Audio {
+        samples,
+        sample_rate: rate,
+    })
 }
 
 fn read_up_to(r: &mut impl Read, buf: &mut [u8]) -> std::io::Result<usize> {
@@ -335,6 +365,32 @@ mod tests {
     }
 
     #[test]
+    fn other_rates_are_resampled_on_request() {
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path().join("44k.wav");
+        let tone: Vec<f32> = (0..44_100)
+            .map(|i| (std::f32::consts::TAU * 440.0 * i as f32 / 44_100.0).sin() * 0.5)
+            .collect();
+        write_wav_i16(
+            &p,
+            &Audio {
+                samples: tone,
+                sample_rate: 44_100,
+            },
+        )
+        .unwrap();
+        let a = read_audio_at(&p, 16_000).unwrap();
+        assert_eq!(a.sample_rate, 16_000);
+        assert_eq!(a.samples.len(), 16_000);
+        // Still a 440 Hz tone of amplitude 0.5 away from the edges.
+        for (i, s) in a.samples.iter().enumerate().take(15_000).skip(1_000) {
+            let want = (std::f32::consts::TAU * 440.0 * i as f32 / 16_000.0).sin() * 0.5;
+            assert!((s - want).abs() < 2e-3, "sample {i}: {s} vs {want}");
+        }
+        assert_eq!(read_audio_at(&p, 44_100).unwrap().samples.len(), 44_100);
+    }
+
+    #[test]
     fn stereo_is_averaged_to_mono() {
         let dir = tempfile::tempdir().unwrap();
         let p = dir.path().join("s.wav");
@@ -393,6 +449,30 @@ mod tests {
 
         let missing = dir.path().join("missing.wav");
         assert!(matches!(read_audio(&missing), Err(AudioError::Io { .. })));
+    }
+
+    #[test]
+    fn a_law_wav_is_an_unsupported_encoding() {
+        let dir = tempfile::tempdir().unwrap();
+        // A valid RIFF/WAVE header with format tag 6 (A-law), 8 kHz mono, 8 bits.
+        let mut b = Vec::new();
+        b.extend_from_slice(b"RIFF");
+        b.extend_from_slice(&(36u32 + 4).to_le_bytes());
+        b.extend_from_slice(b"WAVEfmt ");
+        b.extend_from_slice(&16u32.to_le_bytes());
+        b.extend_from_slice(&6u16.to_le_bytes());
+        b.extend_from_slice(&1u16.to_le_bytes());
+        b.extend_from_slice(&8000u32.to_le_bytes());
+        b.extend_from_slice(&8000u32.to_le_bytes());
+        b.extend_from_slice(&1u16.to_le_bytes());
+        b.extend_from_slice(&8u16.to_le_bytes());
+        b.extend_from_slice(b"data");
+        b.extend_from_slice(&4u32.to_le_bytes());
+        b.extend_from_slice(&[0xd5; 4]);
+        let p = write(dir.path(), "alaw.wav", &b);
+        let e = read_audio(&p).unwrap_err();
+        assert!(matches!(e, AudioError::Unsupported { .. }), "{e}");
+        assert!(e.to_string().contains("alaw.wav"));
     }
 
     #[test]

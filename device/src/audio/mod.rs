@@ -11,6 +11,6 @@ mod file;
 mod resample;
 mod ring;
 
-pub use file::{read_audio, write_wav_i16, Audio, AudioError};
+pub use file::{read_audio, read_audio_at, write_wav_i16, Audio, AudioError};
 pub use resample::{resample, ResampleError, StreamResampler};
 pub use ring::{sample_ring, RingConsumer, RingProducer, RING_SLOTS};

@@ -6,3 +6,4 @@
 pub mod accountant;
 pub mod corpus;
 pub mod ledger;
+pub mod train;

@@ -21,6 +21,8 @@ enum Command {
     /// Privacy accounting: epsilon, noise calibration, PATE analysis, the release ledger.
     #[command(subcommand)]
     Privacy(cli::privacy::PrivacyCommand),
+    /// Train a model centrally (non-private) into a model package: `--task kws`.
+    Train(cli::train::TrainArgs),
 }
 
 fn main() -> anyhow::Result<()> {
@@ -28,5 +30,6 @@ fn main() -> anyhow::Result<()> {
     match cli.command {
         Command::Corpus(cmd) => cli::corpus::run(cmd),
         Command::Privacy(cmd) => cli::privacy::run(cmd),
+        Command::Train(args) => cli::train::run(args),
     }
 }

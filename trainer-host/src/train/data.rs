@@ -1,0 +1,116 @@
+//! The KWS training data in memory: every clip decoded once, fitted to the model's
+//! window, with its class and split; the background noises of `_background_noise_/`.
+
+use std::path::{Path, PathBuf};
+
+use hush_device::audio::read_audio;
+use hush_device::dataset::{read_corpus, KwsLabels, Layout, Split, Target};
+use hush_device::infer::fit_clip;
+
+use super::TrainError;
+
+/// One decoded clip.
+#[derive(Debug, Clone)]
+pub struct Clip {
+    /// The file.
+    pub path: PathBuf,
+    /// Speaker id.
+    pub speaker: String,
+    /// Class index.
+    pub class: usize,
+    /// Samples, fitted to the model's window.
+    pub samples: Vec<f32>,
+}
+
+/// The corpus split three ways, plus noises.
+#[derive(Debug, Default)]
+pub struct KwsData {
+    /// Training clips.
+    pub train: Vec<Clip>,
+    /// Validation clips (early stopping, best epoch).
+    pub validation: Vec<Clip>,
+    /// Test clips (the final report only).
+    pub test: Vec<Clip>,
+    /// Background noise recordings (whole files).
+    pub noises: Vec<Vec<f32>>,
+}
+
+/// Reads a Speech Commands corpus: every clip at `sample_rate`, fitted to `clip_len`
+/// samples, labelled by `labels`.
+pub fn load_kws(
+    dir: &Path,
+    labels: &KwsLabels,
+    sample_rate: u32,
+    clip_len: usize,
+) -> Result<KwsData, TrainError> {
+    let (layout, examples) = read_corpus(dir)?;
+    if layout != Layout::SpeechCommands {
+        return Err(TrainError::Data {
+            path: dir.to_path_buf(),
+            reason: format!("KWS training needs a Speech Commands corpus, found {layout:?}"),
+        });
+    }
+    let mut data = KwsData::default();
+    for ex in examples {
+        let Target::Label(word) = &ex.target else {
+            continue;
+        };
+        let audio = read_audio(&ex.path)?;
+        if audio.sample_rate != sample_rate {
+            return Err(TrainError::Data {
+                path: ex.path.clone(),
+                reason: format!(
+                    "{} Hz; the feature config expects {sample_rate} Hz",
+                    audio.sample_rate
+                ),
+            });
+        }
+        let clip = Clip {
+            class: labels.class_of(word),
+            speaker: ex.speaker.clone(),
+            samples: fit_clip(&audio.samples, clip_len),
+            path: ex.path.clone(),
+        };
+        match ex.split {
+            Split::Train => data.train.push(clip),
+            Split::Validation => data.validation.push(clip),
+            Split::Test => data.test.push(clip),
+        }
+    }
+    let noise_dir = dir.join("_background_noise_");
+    if noise_dir.is_dir() {
+        let mut files: Vec<PathBuf> = std::fs::read_dir(&noise_dir)
+            .map_err(|source| TrainError::Io {
+                path: noise_dir.clone(),
+                source,
+            })?
+            .filter_map(|e| e.ok().map(|e| e.path()))
+            .filter(|p| {
+                matches!(
+                    p.extension().and_then(|e| e.to_str()),
+                    Some("wav" | "flac" | "WAV" | "FLAC")
+                )
+            })
+            .collect();
+        files.sort();
+        for f in files {
+            let audio = read_audio(&f)?;
+            if audio.sample_rate == sample_rate && audio.samples.len() >= clip_len {
+                data.noises.push(audio.samples);
+            }
+        }
+    }
+    for (name, split) in [
+        ("train", &data.train),
+        ("validation", &data.validation),
+        ("test", &data.test),
+    ] {
+        if split.is_empty() {
+            return Err(TrainError::Data {
+                path: dir.to_path_buf(),
+                reason: format!("the {name} split is empty (splits follow speaker ids)"),
+            });
+        }
+    }
+    Ok(data)
+}

@@ -1,0 +1,444 @@
+//! Central (non-private) training of keyword spotters: corpus → features → burn
+//! training with augmentation, AdamW, a warm-up + cosine schedule, per-epoch validation
+//! and early stopping → a model package with metrics and provenance.
+//!
+//! The gradient step is hush-models' ([`hush_models::step`]): `loss_and_grads` then
+//! `apply_grads`, so DP-SGD can replace the first without touching this loop's shape.
+//! Features come from hush-device's front-end through [`hush_device::infer::clip_features`],
+//! the function the device runs before inference.
+//!
+//! Modules: [`data`] (decoded clips and noises), [`augment`] (waveform, SpecAugment,
+//! mixup), [`metrics`] (accuracy, balanced keyword accuracy, confusion), [`schedule`].
+
+pub mod augment;
+pub mod data;
+pub mod metrics;
+pub mod schedule;
+
+use std::path::{Path, PathBuf};
+
+use burn::module::Module;
+use burn::optim::AdamWConfig;
+use burn::tensor::Device;
+use hush_device::dataset::KwsLabels;
+use hush_device::features::{FeatureConfig, FeatureKind};
+use hush_device::infer::{clip_features, clip_samples};
+use hush_models::arch::{ArchConfig, IoShape, KwsModel};
+use hush_models::checkpoint::{NamedTensor, TensorSource};
+use hush_models::package::{write_package, Metrics, ModelCard, Provenance, SplitMetrics};
+use hush_models::step::{apply_grads, loss_and_grads, predict, Batch};
+use rand::seq::SliceRandom;
+use rand::SeedableRng;
+use rand_chacha::ChaCha8Rng;
+use serde::{Deserialize, Serialize};
+
+pub use augment::Augment;
+use data::{load_kws, Clip, KwsData};
+use schedule::WarmupCosine;
+
+/// Why training failed.
+#[derive(Debug, thiserror::Error)]
+pub enum TrainError {
+    /// The corpus could not be read.
+    #[error(transparent)]
+    Dataset(#[from] hush_device::dataset::DatasetError),
+    /// An audio file could not be decoded.
+    #[error(transparent)]
+    Audio(#[from] hush_device::audio::AudioError),
+    /// A file or directory could not be read or written.
+    #[error("{path}: {source}")]
+    Io {
+        /// The path.
+        path: PathBuf,
+        /// The underlying error.
+        source: std::io::Error,
+    },
+    /// The corpus is not usable for this task.
+    #[error("{path}: {reason}")]
+    Data {
+        /// The corpus or file.
+        path: PathBuf,
+        /// What is wrong.
+        reason: String,
+    },
+    /// Features could not be computed for a clip.
+    #[error("{path}: {source}")]
+    Features {
+        /// The clip.
+        path: PathBuf,
+        /// The front-end's error.
+        source: hush_device::features::FeatureError,
+    },
+    /// A training option is out of range.
+    #[error("option {option}: {reason}")]
+    Option {
+        /// The option (as the CLI flag).
+        option: &'static str,
+        /// What is expected.
+        reason: String,
+    },
+    /// The model failed (configuration, step, export).
+    #[error(transparent)]
+    Model(#[from] hush_models::ModelError),
+}
+
+/// Everything `hush-host train --task kws` decides.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct KwsTrainConfig {
+    /// Corpus directory (Speech Commands layout).
+    pub data: PathBuf,
+    /// Keywords; the classes are these, then `_silence_` and `_unknown_`.
+    pub keywords: Vec<String>,
+    /// Architecture name (`ds-cnn-s`, `bc-resnet`, `leak-cnn`), used when `arch` is None.
+    pub arch_name: String,
+    /// A full architecture config (overrides `arch_name`'s defaults; its `io` must match).
+    pub arch: Option<ArchConfig>,
+    /// Feature front-end.
+    pub features: FeatureConfig,
+    /// Frames per example.
+    pub frames: usize,
+    /// Most epochs.
+    pub epochs: usize,
+    /// Examples per step.
+    pub batch_size: usize,
+    /// Peak learning rate.
+    pub lr: f64,
+    /// AdamW weight decay.
+    pub weight_decay: f32,
+    /// Stop after this many epochs without a better validation accuracy.
+    pub patience: usize,
+    /// Seed of initialisation, shuffling and augmentation.
+    pub seed: u64,
+    /// Augmentation.
+    pub augment: Augment,
+}
+
+impl KwsTrainConfig {
+    /// Defaults: the ten Speech Commands keywords, 40-bin Kaldi fbank (25/10 ms, 98
+    /// frames), 30 epochs, batch 32, lr 3e-3, weight decay 1e-2, patience 8, default
+    /// augmentation.
+    pub fn new(data: &Path, arch_name: &str) -> Self {
+        let mut features = FeatureConfig::kaldi(FeatureKind::Fbank);
+        features.mel.num_bins = 40;
+        Self {
+            data: data.to_path_buf(),
+            keywords: [
+                "yes", "no", "up", "down", "left", "right", "on", "off", "stop", "go",
+            ]
+            .iter()
+            .map(|s| s.to_string())
+            .collect(),
+            arch_name: arch_name.to_string(),
+            arch: None,
+            features,
+            frames: 98,
+            epochs: 30,
+            batch_size: 32,
+            lr: 3e-3,
+            weight_decay: 1e-2,
+            patience: 8,
+            seed: 0,
+            augment: Augment::default(),
+        }
+    }
+
+    fn check(&self) -> Result<(), TrainError> {
+        let bad = |option, reason: &str| {
+            Err(TrainError::Option {
+                option,
+                reason: reason.into(),
+            })
+        };
+        if self.epochs == 0 {
+            return bad("--epochs", "at least 1");
+        }
+        if self.batch_size == 0 {
+            return bad("--batch-size", "at least 1");
+        }
+        if !(self.lr.is_finite() && self.lr > 0.0) {
+            return bad("--lr", "a positive number");
+        }
+        if self.keywords.is_empty() {
+            return bad("--keywords", "at least one keyword");
+        }
+        if self.frames == 0 {
+            return bad("frames", "at least 1");
+        }
+        self.features.validate().map_err(|e| TrainError::Option {
+            option: "features",
+            reason: e.to_string(),
+        })
+    }
+}
+
+/// One epoch's numbers, for progress lines.
+#[derive(Debug, Clone, PartialEq)]
+pub struct EpochReport {
+    /// 1-based epoch.
+    pub epoch: usize,
+    /// Mean training loss.
+    pub train_loss: f64,
+    /// Validation accuracy.
+    pub val_accuracy: f64,
+    /// Learning rate at the end of the epoch.
+    pub lr: f64,
+    /// Whether this epoch is the best so far.
+    pub best: bool,
+}
+
+/// What training produced.
+#[derive(Debug, Clone)]
+pub struct KwsTrainReport {
+    /// The card written to `model.json`.
+    pub card: ModelCard,
+    /// Per-epoch numbers.
+    pub epochs: Vec<EpochReport>,
+}
+
+struct Prepared {
+    feats: Vec<f32>,
+    classes: Vec<usize>,
+}
+
+fn features_of(clips: &[Clip], cfg: &FeatureConfig, frames: usize) -> Result<Prepared, TrainError> {
+    let mut feats = Vec::new();
+    for c in clips {
+        let f = clip_features(cfg, &c.samples, frames).map_err(|source| TrainError::Features {
+            path: c.path.clone(),
+            source,
+        })?;
+        feats.extend(f);
+    }
+    Ok(Prepared {
+        feats,
+        classes: clips.iter().map(|c| c.class).collect(),
+    })
+}
+
+/// Per-bin mean and inverse standard deviation over the training features.
+fn input_stats(feats: &[f32], bins: usize) -> (Vec<f32>, Vec<f32>) {
+    let rows = (feats.len() / bins).max(1) as f64;
+    let mut sum = vec![0f64; bins];
+    let mut sq = vec![0f64; bins];
+    for row in feats.chunks_exact(bins) {
+        for (i, &v) in row.iter().enumerate() {
+            sum[i] += f64::from(v);
+            sq[i] += f64::from(v) * f64::from(v);
+        }
+    }
+    let mean: Vec<f32> = sum.iter().map(|s| (s / rows) as f32).collect();
+    let scale = sum
+        .iter()
+        .zip(&sq)
+        .map(|(s, q)| {
+            let m = s / rows;
+            (1.0 / (q / rows - m * m).max(1e-6).sqrt()) as f32
+        })
+        .collect();
+    (mean, scale)
+}
+
+fn evaluate(
+    model: &KwsModel,
+    p: &Prepared,
+    frames: usize,
+    bins: usize,
+    labels: &[String],
+    device: &Device,
+) -> Result<SplitMetrics, TrainError> {
+    let per = frames * bins;
+    let n = p.classes.len();
+    let mut predicted = Vec::with_capacity(n);
+    for start in (0..n).step_by(64) {
+        let end = (start + 64).min(n);
+        let probs = predict(
+            model,
+            &p.feats[start * per..end * per],
+            end - start,
+            frames,
+            bins,
+            device,
+        )?;
+        predicted.extend(probs.iter().map(|r| metrics::argmax(r)));
+    }
+    Ok(metrics::score(&p.classes, &predicted, labels))
+}
+
+/// Trains a keyword spotter and writes its package to `out`. `command` is recorded as
+/// provenance; `progress` sees every epoch.
+pub fn train_kws(
+    cfg: &KwsTrainConfig,
+    out: &Path,
+    command: &str,
+    progress: &mut dyn FnMut(&EpochReport),
+) -> Result<KwsTrainReport, TrainError> {
+    cfg.check()?;
+    let labels = KwsLabels::new(&cfg.keywords);
+    let bins = cfg.features.dim();
+    let io = IoShape {
+        frames: cfg.frames,
+        bins,
+        classes: labels.classes.len(),
+    };
+    let arch = match &cfg.arch {
+        Some(a) if a.io() != io => {
+            return Err(TrainError::Option {
+                option: "arch",
+                reason: format!("its io {:?} does not match the data's {io:?}", a.io()),
+            })
+        }
+        Some(a) => a.clone(),
+        None => ArchConfig::default_for(&cfg.arch_name, io)?,
+    };
+    let sr = cfg.features.frame.sample_rate;
+    let clip_len = clip_samples(&cfg.features, cfg.frames);
+    let data: KwsData = load_kws(&cfg.data, &labels, sr, clip_len)?;
+    let clean_train = features_of(&data.train, &cfg.features, cfg.frames)?;
+    let val = features_of(&data.validation, &cfg.features, cfg.frames)?;
+    let test = features_of(&data.test, &cfg.features, cfg.frames)?;
+    let (mean, scale) = input_stats(&clean_train.feats, bins);
+
+    let device = Device::flex().autodiff();
+    device.seed(cfg.seed);
+    let plain = Device::flex();
+    let mut model = arch.init(&device)?;
+    model.set_input_norm(&mean, &scale)?;
+    let mut optimizer = AdamWConfig::new()
+        .with_weight_decay(cfg.weight_decay)
+        .init();
+    let steps_per_epoch = data.train.len().div_ceil(cfg.batch_size);
+    let schedule = WarmupCosine {
+        peak: cfg.lr,
+        warmup: steps_per_epoch.min(50),
+        total: steps_per_epoch * cfg.epochs,
+        min_ratio: 0.01,
+    };
+    let mut rng = ChaCha8Rng::seed_from_u64(cfg.seed);
+    let mut order: Vec<usize> = (0..data.train.len()).collect();
+    let mut step = 0usize;
+    let mut best: Option<(f64, usize, Vec<NamedTensor>)> = None;
+    let mut reports = Vec::new();
+    let per = cfg.frames * bins;
+    let k = io.classes;
+    for epoch in 1..=cfg.epochs {
+        order.shuffle(&mut rng);
+        let mut loss_sum = 0.0f64;
+        let mut lr = schedule.lr(step);
+        for chunk in order.chunks(cfg.batch_size) {
+            let b = chunk.len();
+            let mut feats = Vec::with_capacity(b * per);
+            let mut targets = vec![0f32; b * k];
+            for (i, &j) in chunk.iter().enumerate() {
+                let clip = &data.train[j];
+                let wave = cfg
+                    .augment
+                    .waveform(&clip.samples, &data.noises, sr, &mut rng);
+                let mut f = clip_features(&cfg.features, &wave, cfg.frames).map_err(|source| {
+                    TrainError::Features {
+                        path: clip.path.clone(),
+                        source,
+                    }
+                })?;
+                cfg.augment.spec(&mut f, bins, &mean, &mut rng);
+                feats.extend(f);
+                targets[i * k + clip.class] = 1.0;
+            }
+            cfg.augment.mixup(&mut feats, &mut targets, b, &mut rng);
+            let batch = Batch {
+                features: feats,
+                targets,
+                batch: b,
+                frames: cfg.frames,
+                bins,
+                classes: k,
+            };
+            lr = schedule.lr(step);
+            let (loss, grads) = loss_and_grads(&model, &batch, &device)?;
+            model = apply_grads(&mut optimizer, lr, model, grads);
+            loss_sum += f64::from(loss) * b as f64;
+            step += 1;
+        }
+        let snapshot = model.valid();
+        let v = evaluate(&snapshot, &val, cfg.frames, bins, &labels.classes, &plain)?;
+        let improved = best.as_ref().is_none_or(|(acc, _, _)| v.accuracy > *acc);
+        if improved {
+            best = Some((v.accuracy, epoch, snapshot.named_tensors()?));
+        }
+        let report = EpochReport {
+            epoch,
+            train_loss: loss_sum / data.train.len() as f64,
+            val_accuracy: v.accuracy,
+            lr,
+            best: improved,
+        };
+        progress(&report);
+        reports.push(report);
+        let best_epoch = best.as_ref().map_or(epoch, |b| b.1);
+        if epoch - best_epoch >= cfg.patience {
+            break;
+        }
+    }
+    let Some((_, best_epoch, tensors)) = best else {
+        return Err(TrainError::Option {
+            option: "--epochs",
+            reason: "no epoch ran".into(),
+        });
+    };
+    let model = arch.init(&plain)?.load_tensors(
+        TensorSource::new(Path::new("<best epoch>"), tensors),
+        arch.name(),
+    )?;
+    let mut metrics = Metrics::default();
+    for (name, p) in [
+        ("train", &clean_train),
+        ("validation", &val),
+        ("test", &test),
+    ] {
+        let m = evaluate(&model, p, cfg.frames, bins, &labels.classes, &plain)?;
+        metrics.splits.insert(name.to_string(), m);
+    }
+    let features_json = serde_json::to_value(&cfg.features).map_err(|e| TrainError::Option {
+        option: "features",
+        reason: e.to_string(),
+    })?;
+    let mut card = ModelCard::new(arch, features_json, labels.classes.clone(), &model)?;
+    let mut summary = std::collections::BTreeMap::new();
+    summary.insert("train".to_string(), data.train.len());
+    summary.insert("validation".to_string(), data.validation.len());
+    summary.insert("test".to_string(), data.test.len());
+    summary.insert("noises".to_string(), data.noises.len());
+    for (name, clips) in [
+        ("train", &data.train),
+        ("validation", &data.validation),
+        ("test", &data.test),
+    ] {
+        let speakers: std::collections::BTreeSet<&str> =
+            clips.iter().map(|c| c.speaker.as_str()).collect();
+        summary.insert(format!("{name}_speakers"), speakers.len());
+    }
+    card.provenance = Some(Provenance {
+        command: command.to_string(),
+        data: cfg.data.display().to_string(),
+        data_summary: summary,
+        seed: cfg.seed,
+        options: serde_json::json!({
+            "epochs": cfg.epochs,
+            "batch_size": cfg.batch_size,
+            "lr": cfg.lr,
+            "weight_decay": cfg.weight_decay,
+            "patience": cfg.patience,
+            "optimizer": "adamw",
+            "schedule": "warmup-cosine",
+            "augment": cfg.augment,
+        }),
+        epochs_run: reports.len(),
+        best_epoch,
+        hush_version: env!("CARGO_PKG_VERSION").to_string(),
+    });
+    card.metrics = Some(metrics);
+    write_package(out, &card, &model)?;
+    Ok(KwsTrainReport {
+        card,
+        epochs: reports,
+    })
+}

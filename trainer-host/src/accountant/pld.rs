@@ -265,7 +265,7 @@ impl GaussianPrivacyLoss {
         let k_upper = (eps_upper / vdi).ceil();
         let k_lower = (eps_lower / vdi).floor();
         let n = k_upper - k_lower + 1.0;
-        if !n.is_finite() || !(1.0..=5e8).contains(&n) {
+        if !n.is_finite() || n < 1.0 {
             return Err(AccountantError::Numerical {
                 what: format!(
                     "PLD grid for sigma={} q={} has {n} points (vdi={vdi})",
@@ -273,6 +273,7 @@ impl GaussianPrivacyLoss {
                 ),
             });
         }
+        check_grid(n as usize)?;
         let k_lower = k_lower as i64;
         let n = n as usize;
         let deltas: Vec<f64> = (0..n)
@@ -410,7 +411,26 @@ fn cpow(mut z: Complex<f64>, mut n: u64) -> Complex<f64> {
 }
 
 /// Circular FFT self-convolution of `input` (`num_times` copies) on length `fft_len`.
+/// Most grid points a composed PLD may hold (2^25 floats, 256 MiB per buffer); beyond
+/// it the loss is too spread to discretise and the accountant refuses instead of
+/// exhausting memory.
+const MAX_PLD_POINTS: usize = 1 << 25;
+
+fn check_grid(points: usize) -> Result<(), AccountantError> {
+    if points > MAX_PLD_POINTS {
+        return Err(AccountantError::Numerical {
+            what: format!(
+                "the composed privacy-loss distribution needs {points} grid points, more than \
+                 the limit of {MAX_PLD_POINTS}: the noise multiplier is too small for the PLD \
+                 accountant at this discretisation (use the RDP accountant)"
+            ),
+        });
+    }
+    Ok(())
+}
+
 fn fft_power(input: &[f64], num_times: u64, fft_len: usize) -> Result<Vec<f64>, AccountantError> {
+    check_grid(fft_len)?;
     let mut planner = RealFftPlanner::<f64>::new();
     let fwd: Arc<dyn realfft::RealToComplex<f64>> = planner.plan_fft_forward(fft_len);
     let inv = planner.plan_fft_inverse(fft_len);
@@ -448,6 +468,7 @@ fn fft_err(e: realfft::FftError) -> AccountantError {
 /// Linear convolution of two real sequences by FFT (`scipy.signal.fftconvolve`).
 fn fft_convolve(a: &[f64], b: &[f64]) -> Result<Vec<f64>, AccountantError> {
     let out_len = a.len() + b.len() - 1;
+    check_grid(out_len)?;
     if a.len() == 1 {
         return Ok(b.iter().map(|v| v * a[0]).collect());
     }
@@ -725,6 +746,20 @@ pub fn poisson_gaussian_pld(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_loss_too_spread_to_discretise_is_refused_not_allocated() {
+        // σ = 0.008 at q = 0.25 over 200 steps would need a grid of billions of points.
+        let event = crate::accountant::SubsampledGaussian::poisson(0.25, 0.008, 200).unwrap();
+        let e = event
+            .epsilon(
+                crate::accountant::Accountant::Pld,
+                crate::accountant::Adjacency::AddRemove,
+                1e-5,
+            )
+            .unwrap_err();
+        assert!(e.to_string().contains("grid points"), "{e}");
+    }
 
     #[test]
     fn next_fast_len_is_7_smooth() {

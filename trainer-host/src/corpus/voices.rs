@@ -90,7 +90,7 @@ pub fn draw_speaker(index: usize, rng: &mut ChaCha8Rng) -> Speaker {
     let speed = rng.random_range(0.85f32..1.18);
     let warp = rng.random_range(0.88f32..1.13);
     let f0_factor = rng.random_range(0.82f32..1.22);
-    if index % 2 == 0 {
+    if index.is_multiple_of(2) {
         let (engine, voice, f0) = DONORS[(index / 2) % DONORS.len()];
         let pitch = match engine {
             Engine::Flite => (f0 * f0_factor).round(),

@@ -9,9 +9,10 @@
 //! `ALSA_CONFIG_PATH` points ALSA at the config this test writes, so the machine's own
 //! ALSA setup is neither read nor changed. Everything is in one test function: ALSA
 //! reads its config once per process.
+#![allow(clippy::unwrap_used)] // test helpers: a failure is a test failure
 #![cfg(all(feature = "mic", target_os = "linux"))]
 
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use hush_device::audio::capture::{list_input_devices, Capture, CaptureConfig};
 use hush_device::audio::RING_SLOTS;

@@ -1,4 +1,5 @@
 //! Bad input gives a named error, never a panic.
+#![allow(clippy::unwrap_used)] // test helpers: a failure is a test failure
 
 use hush_device::features::{
     compute, FeatureConfig, FeatureError, FeatureKind, FeatureStream, WindowKind,

@@ -1,5 +1,6 @@
 //! Features against golden fixtures from kaldi-native-fbank and librosa
 //! (tests/fixtures/features/make_fixtures.py).
+#![allow(clippy::unwrap_used)] // test helpers: a failure is a test failure
 
 use std::path::PathBuf;
 

@@ -1,4 +1,5 @@
 //! Streaming features equal whole-signal features, bit for bit, for any chunking.
+#![allow(clippy::unwrap_used)] // test helpers: a failure is a test failure
 
 use hush_device::features::{
     compute, CmvnOptions, FeatureConfig, FeatureKind, FeatureStream, Padding,

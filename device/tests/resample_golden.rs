@@ -1,4 +1,5 @@
 //! The resampler against `scipy.signal.resample_poly` (tests/fixtures/features).
+#![allow(clippy::unwrap_used)] // test helpers: a failure is a test failure
 
 use std::path::PathBuf;
 

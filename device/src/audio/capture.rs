@@ -218,7 +218,7 @@ where
     let mut block = [0.0f32; 1024];
     let per_block = (block.len() / channels) * channels;
     device.build_input_stream::<T, _, _>(
-        config.clone(),
+        *config,
         move |data: &[T], _| {
             for chunk in data.chunks(per_block) {
                 for (b, s) in block.iter_mut().zip(chunk) {

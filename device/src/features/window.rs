@@ -87,7 +87,7 @@ impl FrameProcessor {
         let len = opts.window_length();
         let window = window(opts.window, len, opts.periodic_window);
         let window_scaled = window.iter().map(|w| w * opts.input_scale).collect();
-        let dither = (opts.dither > 0.0).then(|| Dither {
+        let dither = (opts.dither > 0.0).then_some(Dither {
             state: opts.dither_seed,
             spare: None,
             std: opts.dither,

@@ -5,5 +5,6 @@
 
 pub mod accountant;
 pub mod corpus;
+pub mod demo;
 pub mod ledger;
 pub mod train;

@@ -15,6 +15,8 @@ struct Cli {
 
 #[derive(Subcommand)]
 enum Command {
+    /// The main job: an end-to-end run on the bundled data (see README).
+    Demo(cli::demo::DemoArgs),
     /// Make and inspect speech corpora (synthetic multi-speaker KWS and ASR data).
     #[command(subcommand)]
     Corpus(cli::corpus::CorpusCommand),
@@ -28,6 +30,7 @@ enum Command {
 fn main() -> anyhow::Result<()> {
     let cli = Cli::parse();
     match cli.command {
+        Command::Demo(args) => cli::demo::run(args),
         Command::Corpus(cmd) => cli::corpus::run(cmd),
         Command::Privacy(cmd) => cli::privacy::run(cmd),
         Command::Train(args) => cli::train::run(args),

@@ -2,5 +2,6 @@
 //! print or write results.
 
 pub mod corpus;
+pub mod demo;
 pub mod privacy;
 pub mod train;

@@ -1,5 +1,7 @@
 //! Dataset readers on small corpora written here, well-formed and malformed.
 
+#![allow(clippy::unwrap_used)] // test helpers: a failure should stop the test
+
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::Path;
 

@@ -1,5 +1,7 @@
 //! The corpus shipped in `data/corpus` is complete, decodes, and splits by speaker.
 
+#![allow(clippy::unwrap_used)] // test helpers: a failure should stop the test
+
 use std::collections::{BTreeMap, BTreeSet};
 
 use hush_device::audio::read_audio;

@@ -1,6 +1,8 @@
 //! The corpus generator end to end: it runs the real TTS engines and sox, so the machine
 //! needs the packages `.ci/run` installs (espeak-ng, flite, festival + voices, sox).
 
+#![allow(clippy::unwrap_used)] // test helpers: a failure should stop the test
+
 use std::collections::BTreeMap;
 use std::path::Path;
 

@@ -12,8 +12,9 @@ use burn::tensor::Device;
 use hush_device::audio::read_audio;
 use hush_device::dataset::{read_corpus, KwsLabels, Split, Target};
 use hush_device::infer::{clip_features, KwsClassifier};
-use hush_host::train::{train_kws, Augment, KwsTrainConfig};
-use hush_models::arch::{ArchConfig, IoShape, LeakCnnConfig};
+use hush_host::demo::small_kws_config;
+use hush_host::train::train_kws;
+use hush_models::arch::IoShape;
 use hush_models::package::load_package;
 use hush_models::step::predict;
 
@@ -21,27 +22,12 @@ use hush_models::step::predict;
 fn tiny_cnn_learns_and_tract_agrees_with_burn() {
     let data = Path::new(env!("CARGO_MANIFEST_DIR")).join("../data/corpus/kws");
     let out = tempfile::tempdir().unwrap();
-    let mut cfg = KwsTrainConfig::new(&data, "ds-cnn-s");
-    // A small, fast set-up: 20 mel bins every 20 ms (49 frames), no augmentation.
-    cfg.features.mel.num_bins = 20;
-    cfg.features.frame.frame_shift_ms = 20.0;
-    cfg.frames = 49;
-    cfg.augment = Augment::none();
+    let cfg = small_kws_config(&data, 12, 3);
     let io = IoShape {
         frames: cfg.frames,
         bins: 20,
         classes: 12,
     };
-    cfg.arch = Some(ArchConfig::LeakCnn(LeakCnnConfig {
-        channels: [8, 16],
-        hidden: 64,
-        dropout: 0.0,
-        ..LeakCnnConfig::new(io)
-    }));
-    cfg.epochs = 12;
-    cfg.batch_size = 16;
-    cfg.lr = 3e-3;
-    cfg.seed = 3;
     let report = train_kws(&cfg, out.path(), "test", &mut |e| {
         eprintln!(
             "epoch {} loss {:.3} val {:.3}",

@@ -416,27 +416,24 @@ impl FeatureConfig {
     /// expected.
     pub fn validate(&self) -> Result<(), FeatureError> {
         let f = &self.frame;
-        if f.sample_rate == 0 || f.sample_rate > 1_000_000 {
-            return Err(FeatureError::option(
-                "sample_rate",
-                f.sample_rate,
-                "between 1 and 1000000 Hz",
-            ));
-        }
-        if !(f.frame_length_ms.is_finite() && f.frame_length_ms > 0.0) {
-            return Err(FeatureError::option(
-                "frame_length_ms",
-                f.frame_length_ms,
-                "a positive number of milliseconds",
-            ));
-        }
-        if !(f.frame_shift_ms.is_finite() && f.frame_shift_ms > 0.0) {
-            return Err(FeatureError::option(
-                "frame_shift_ms",
-                f.frame_shift_ms,
-                "a positive number of milliseconds",
-            ));
-        }
+        reject_if(
+            f.sample_rate == 0 || f.sample_rate > 1_000_000,
+            "sample_rate",
+            f.sample_rate,
+            "between 1 and 1000000 Hz",
+        )?;
+        reject_if(
+            !(f.frame_length_ms.is_finite() && f.frame_length_ms > 0.0),
+            "frame_length_ms",
+            f.frame_length_ms,
+            "a positive number of milliseconds",
+        )?;
+        reject_if(
+            !(f.frame_shift_ms.is_finite() && f.frame_shift_ms > 0.0),
+            "frame_shift_ms",
+            f.frame_shift_ms,
+            "a positive number of milliseconds",
+        )?;
         let win = f.window_length();
         if win < 2 {
             return Err(FeatureError::option(
@@ -448,75 +445,66 @@ impl FeatureConfig {
                 ),
             ));
         }
-        if win > 1 << 20 {
-            return Err(FeatureError::option(
-                "frame_length_ms",
-                f.frame_length_ms,
-                "at most 2^20 samples per frame",
-            ));
-        }
-        if f.window_shift() == 0 {
-            return Err(FeatureError::option(
-                "frame_shift_ms",
-                f.frame_shift_ms,
-                format!("at least 1 sample (0 at {} Hz)", f.sample_rate),
-            ));
-        }
-        if !(f.preemphasis.is_finite() && (0.0..=1.0).contains(&f.preemphasis)) {
-            return Err(FeatureError::option(
-                "preemphasis",
-                f.preemphasis,
-                "a coefficient in [0, 1]",
-            ));
-        }
-        if !(f.dither.is_finite() && f.dither >= 0.0) {
-            return Err(FeatureError::option(
-                "dither",
-                f.dither,
-                "a finite standard deviation >= 0",
-            ));
-        }
-        if !(f.input_scale.is_finite() && f.input_scale > 0.0) {
-            return Err(FeatureError::option(
-                "input_scale",
-                f.input_scale,
-                "a finite positive factor",
-            ));
-        }
+        reject_if(
+            win > 1 << 20,
+            "frame_length_ms",
+            f.frame_length_ms,
+            "at most 2^20 samples per frame",
+        )?;
+        reject_if(
+            f.window_shift() == 0,
+            "frame_shift_ms",
+            f.frame_shift_ms,
+            format!("at least 1 sample (0 at {} Hz)", f.sample_rate),
+        )?;
+        reject_if(
+            !(f.preemphasis.is_finite() && (0.0..=1.0).contains(&f.preemphasis)),
+            "preemphasis",
+            f.preemphasis,
+            "a coefficient in [0, 1]",
+        )?;
+        reject_if(
+            !(f.dither.is_finite() && f.dither >= 0.0),
+            "dither",
+            f.dither,
+            "a finite standard deviation >= 0",
+        )?;
+        reject_if(
+            !(f.input_scale.is_finite() && f.input_scale > 0.0),
+            "input_scale",
+            f.input_scale,
+            "a finite positive factor",
+        )?;
         let fft = f.padded_length();
-        if fft < win || fft > 1 << 21 {
-            return Err(FeatureError::option(
-                "fft_size",
-                fft,
-                format!("at least the window length ({win}) and at most 2^21"),
-            ));
-        }
+        reject_if(
+            fft < win || fft > 1 << 21,
+            "fft_size",
+            fft,
+            format!("at least the window length ({win}) and at most 2^21"),
+        )?;
         let s = &self.spectrum;
-        if !(s.floor.is_finite() && s.floor >= f32::MIN_POSITIVE) && s.log != LogKind::None {
-            return Err(FeatureError::option(
-                "log_floor",
-                s.floor,
-                "a finite floor of at least 1.2e-38 (f32::MIN_POSITIVE) for the log",
-            ));
-        }
+        reject_if(
+            !(s.floor.is_finite() && s.floor >= f32::MIN_POSITIVE) && s.log != LogKind::None,
+            "log_floor",
+            s.floor,
+            "a finite floor of at least 1.2e-38 (f32::MIN_POSITIVE) for the log",
+        )?;
         if self.kind != FeatureKind::Spectrogram {
             let m = &self.mel;
             let nyquist = f.sample_rate as f32 * 0.5;
             let fft_bins = fft / 2;
-            if m.num_bins == 0 || m.num_bins > fft_bins {
-                return Err(FeatureError::option(
-                    "num_mel_bins",
-                    m.num_bins,
-                    format!("between 1 and the number of FFT bins ({fft_bins} for FFT size {fft})"),
-                ));
-            }
-            if !(m.low_freq.is_finite() && m.low_freq >= 0.0 && m.low_freq < nyquist) {
-                return Err(FeatureError::option(
-                    "low_freq",
-                    m.low_freq,
-                    format!("in [0, Nyquist = {nyquist}) Hz"),
-                ));
-            }
+            reject_if(
+                m.num_bins == 0 || m.num_bins > fft_bins,
+                "num_mel_bins",
+                m.num_bins,
+                format!("between 1 and the number of FFT bins ({fft_bins} for FFT size {fft})"),
+            )?;
+            reject_if(
+                !(m.low_freq.is_finite() && m.low_freq >= 0.0 && m.low_freq < nyquist),
+                "low_freq",
+                m.low_freq,
+                format!("in [0, Nyquist = {nyquist}) Hz"),
+            )?;
             let high = m.high_freq_hz(f.sample_rate);
             if !(m.high_freq.is_finite() && high > m.low_freq && high <= nyquist) {
                 return Err(FeatureError::option(
@@ -542,31 +530,37 @@ impl FeatureConfig {
                 ));
             }
             if let Lifter::Kaldi(q) | Lifter::Librosa(q) = c.lifter {
-                if !(q.is_finite() && q > 0.0) {
-                    return Err(FeatureError::option(
-                        "cepstral_lifter",
-                        q,
-                        "a positive lifter coefficient (or no liftering)",
-                    ));
-                }
+                reject_if(
+                    !(q.is_finite() && q > 0.0),
+                    "cepstral_lifter",
+                    q,
+                    "a positive lifter coefficient (or no liftering)",
+                )?;
             }
-            if s.log == LogKind::None {
-                return Err(FeatureError::option(
-                    "log",
-                    "none",
-                    "natural or decibel for MFCC (the DCT is taken of log energies)",
-                ));
-            }
+            reject_if(
+                s.log == LogKind::None,
+                "log",
+                "none",
+                "natural or decibel for MFCC (the DCT is taken of log energies)",
+            )?;
         }
         if let CmvnOptions::Sliding { window, .. } = self.cmvn {
-            if window == 0 {
-                return Err(FeatureError::option(
-                    "cmvn_window",
-                    window,
-                    "at least 1 frame",
-                ));
-            }
+            reject_if(window == 0, "cmvn_window", window, "at least 1 frame")?;
         }
+        Ok(())
+    }
+}
+
+/// The error for `option` when `bad` holds: its value and what is expected.
+fn reject_if(
+    bad: bool,
+    option: &'static str,
+    value: impl std::fmt::Display,
+    expected: impl Into<String>,
+) -> Result<(), FeatureError> {
+    if bad {
+        Err(FeatureError::option(option, value, expected))
+    } else {
         Ok(())
     }
 }

@@ -9,3 +9,4 @@ pub mod audio;
 pub mod dataset;
 pub mod features;
 pub mod infer;
+pub mod protocol;

@@ -14,6 +14,7 @@
 
 pub mod arch;
 pub mod checkpoint;
+pub mod dp;
 mod error;
 pub mod export;
 pub mod package;

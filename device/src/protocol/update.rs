@@ -1,0 +1,316 @@
+//! The model update a device uploads: a header and per-layer deltas, postcard-encoded.
+//!
+//! [`decode_update`] is total: the body size is checked before anything is decoded
+//! (postcard then never allocates more than the body holds), and the decoded update is
+//! checked for format version, names and shapes against the model's layout, value count
+//! and finiteness. The unit tests feed it truncated, corrupted and random bodies.
+
+use serde::{Deserialize, Serialize};
+use sha2::{Digest, Sha256};
+
+use super::ProtocolError;
+
+/// Version of the update encoding; bumped on any incompatible change.
+pub const UPDATE_FORMAT_VERSION: u16 = 1;
+
+/// HTTP header carrying the hex SHA-256 of an update body.
+pub const CHECKSUM_HEADER: &str = "x-hush-sha256";
+
+/// Header of an update.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct UpdateHeader {
+    /// [`UPDATE_FORMAT_VERSION`] of the sender.
+    pub format_version: u16,
+    /// Model version the device trained from.
+    pub model_version: u64,
+    /// Round id.
+    pub round: u64,
+    /// Device id.
+    pub device_id: u64,
+    /// `"{round}:{device_id}"`: a retried upload carries the same key and counts once.
+    pub idempotency_key: String,
+    /// L2 norm of each layer's delta as the device computed it after clipping (the host
+    /// recomputes them; these are for diagnostics).
+    pub layer_norms: Vec<f32>,
+}
+
+/// One layer's delta (new − old weights), named as in `weights.safetensors`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct LayerDelta {
+    /// Tensor name.
+    pub name: String,
+    /// Shape.
+    pub shape: Vec<u32>,
+    /// Values, row-major.
+    pub data: Vec<f32>,
+}
+
+/// A clipped model update.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Update {
+    /// Header.
+    pub header: UpdateHeader,
+    /// One delta per trainable tensor, in the model's order.
+    pub layers: Vec<LayerDelta>,
+}
+
+impl Update {
+    /// The idempotency key for a (round, device) pair.
+    pub fn key(round: u64, device_id: u64) -> String {
+        format!("{round}:{device_id}")
+    }
+}
+
+/// What the receiver expects of an update.
+#[derive(Debug, Clone, PartialEq)]
+pub struct UpdateLimits {
+    /// Largest body accepted, in bytes.
+    pub max_bytes: usize,
+    /// Expected `(name, shape)` of every layer, in order.
+    pub layout: Vec<(String, Vec<usize>)>,
+}
+
+impl UpdateLimits {
+    /// Limits for a model layout; the byte limit is the encoded size of a full update plus
+    /// generous room for the header.
+    pub fn for_layout(layout: Vec<(String, Vec<usize>)>) -> Self {
+        let values: usize = layout
+            .iter()
+            .map(|(_, s)| s.iter().product::<usize>())
+            .sum();
+        let names: usize = layout.iter().map(|(n, s)| n.len() + 8 * s.len() + 16).sum();
+        Self {
+            max_bytes: values * 4 + names + 4096,
+            layout,
+        }
+    }
+}
+
+/// Encodes an update with postcard.
+pub fn encode_update(update: &Update) -> Result<Vec<u8>, ProtocolError> {
+    postcard::to_stdvec(update).map_err(|e| ProtocolError::Malformed {
+        reason: format!("encode: {e}"),
+    })
+}
+
+/// Hex SHA-256 of a body (the value of [`CHECKSUM_HEADER`]).
+pub fn checksum_hex(body: &[u8]) -> String {
+    Sha256::digest(body)
+        .iter()
+        .map(|b| format!("{b:02x}"))
+        .collect()
+}
+
+/// Decodes and validates an update body against `limits` and, when given, the body's
+/// claimed checksum. Never panics.
+pub fn decode_update(
+    body: &[u8],
+    checksum: Option<&str>,
+    limits: &UpdateLimits,
+) -> Result<Update, ProtocolError> {
+    if body.len() > limits.max_bytes {
+        return Err(ProtocolError::TooLarge {
+            got: body.len(),
+            limit: limits.max_bytes,
+        });
+    }
+    match checksum {
+        None => {
+            return Err(ProtocolError::Checksum {
+                reason: format!("header `{CHECKSUM_HEADER}` is missing"),
+            })
+        }
+        Some(claimed) => {
+            let actual = checksum_hex(body);
+            if !claimed.trim().eq_ignore_ascii_case(&actual) {
+                return Err(ProtocolError::Checksum {
+                    reason: format!("body hashes to {actual}, header says {claimed:?}"),
+                });
+            }
+        }
+    }
+    let (update, rest): (Update, &[u8]) =
+        postcard::take_from_bytes(body).map_err(|e| ProtocolError::Malformed {
+            reason: e.to_string(),
+        })?;
+    if !rest.is_empty() {
+        return Err(ProtocolError::Malformed {
+            reason: format!("{} trailing bytes after the update", rest.len()),
+        });
+    }
+    validate(&update, limits)?;
+    Ok(update)
+}
+
+fn invalid(field: &str, reason: String) -> ProtocolError {
+    ProtocolError::Invalid {
+        field: field.into(),
+        reason,
+    }
+}
+
+fn validate(update: &Update, limits: &UpdateLimits) -> Result<(), ProtocolError> {
+    let h = &update.header;
+    if h.format_version != UPDATE_FORMAT_VERSION {
+        return Err(invalid(
+            "format_version",
+            format!(
+                "{} is not supported; expected {UPDATE_FORMAT_VERSION}",
+                h.format_version
+            ),
+        ));
+    }
+    if h.idempotency_key != Update::key(h.round, h.device_id) {
+        return Err(invalid(
+            "idempotency_key",
+            format!(
+                "{:?}; expected {:?}",
+                h.idempotency_key,
+                Update::key(h.round, h.device_id)
+            ),
+        ));
+    }
+    if update.layers.len() != limits.layout.len() {
+        return Err(invalid(
+            "layers",
+            format!(
+                "{} layers; the model has {}",
+                update.layers.len(),
+                limits.layout.len()
+            ),
+        ));
+    }
+    for (layer, (name, shape)) in update.layers.iter().zip(&limits.layout) {
+        if &layer.name != name {
+            return Err(invalid(
+                "layers.name",
+                format!("{:?} where the model has {name:?}", layer.name),
+            ));
+        }
+        let got: Vec<usize> = layer.shape.iter().map(|&d| d as usize).collect();
+        if &got != shape {
+            return Err(invalid(
+                &format!("layers[{name}].shape"),
+                format!("{got:?}; expected {shape:?}"),
+            ));
+        }
+        let n: usize = shape.iter().product();
+        if layer.data.len() != n {
+            return Err(invalid(
+                &format!("layers[{name}].data"),
+                format!("{} values; the shape holds {n}", layer.data.len()),
+            ));
+        }
+        if let Some(i) = layer.data.iter().position(|v| !v.is_finite()) {
+            return Err(invalid(
+                &format!("layers[{name}].data"),
+                format!("value {i} is {}; every value must be finite", layer.data[i]),
+            ));
+        }
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn layout() -> Vec<(String, Vec<usize>)> {
+        vec![
+            ("fc.weight".into(), vec![2, 3]),
+            ("fc.bias".into(), vec![2]),
+        ]
+    }
+
+    fn update() -> Update {
+        Update {
+            header: UpdateHeader {
+                format_version: UPDATE_FORMAT_VERSION,
+                model_version: 3,
+                round: 7,
+                device_id: 11,
+                idempotency_key: Update::key(7, 11),
+                layer_norms: vec![1.0, 0.5],
+            },
+            layers: vec![
+                LayerDelta {
+                    name: "fc.weight".into(),
+                    shape: vec![2, 3],
+                    data: vec![0.1; 6],
+                },
+                LayerDelta {
+                    name: "fc.bias".into(),
+                    shape: vec![2],
+                    data: vec![-0.2; 2],
+                },
+            ],
+        }
+    }
+
+    #[test]
+    fn round_trips() {
+        let limits = UpdateLimits::for_layout(layout());
+        let body = encode_update(&update()).unwrap();
+        let sum = checksum_hex(&body);
+        assert_eq!(decode_update(&body, Some(&sum), &limits).unwrap(), update());
+    }
+
+    #[test]
+    fn refuses_bad_bodies() {
+        let limits = UpdateLimits::for_layout(layout());
+        let body = encode_update(&update()).unwrap();
+        let sum = checksum_hex(&body);
+        assert!(matches!(
+            decode_update(&body, None, &limits),
+            Err(ProtocolError::Checksum { .. })
+        ));
+        assert!(matches!(
+            decode_update(&body[..body.len() - 1], Some(&sum), &limits),
+            Err(ProtocolError::Checksum { .. })
+        ));
+        let cut = &body[..body.len() - 3];
+        assert!(matches!(
+            decode_update(cut, Some(&checksum_hex(cut)), &limits),
+            Err(ProtocolError::Malformed { .. })
+        ));
+        let small = UpdateLimits {
+            max_bytes: 10,
+            ..limits.clone()
+        };
+        assert!(matches!(
+            decode_update(&body, Some(&sum), &small),
+            Err(ProtocolError::TooLarge { .. })
+        ));
+        let mut nan = update();
+        nan.layers[1].data[0] = f32::NAN;
+        let b = encode_update(&nan).unwrap();
+        assert!(matches!(
+            decode_update(&b, Some(&checksum_hex(&b)), &limits),
+            Err(ProtocolError::Invalid { .. })
+        ));
+        let mut shape = update();
+        shape.layers[0].shape = vec![3, 2];
+        let b = encode_update(&shape).unwrap();
+        assert!(matches!(
+            decode_update(&b, Some(&checksum_hex(&b)), &limits),
+            Err(ProtocolError::Invalid { .. })
+        ));
+    }
+
+    #[test]
+    fn never_panics_on_garbage() {
+        let limits = UpdateLimits::for_layout(layout());
+        let mut seed = 0x9e37_79b9_u32;
+        for len in 0..400 {
+            let body: Vec<u8> = (0..len)
+                .map(|_| {
+                    seed ^= seed << 13;
+                    seed ^= seed >> 17;
+                    seed ^= seed << 5;
+                    seed as u8
+                })
+                .collect();
+            let _ = decode_update(&body, Some(&checksum_hex(&body)), &limits);
+        }
+    }
+}

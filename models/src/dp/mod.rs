@@ -1,0 +1,61 @@
+//! Differential-privacy primitives shared by DP-SGD on the host and local training and
+//! aggregation in federated rounds. Each privacy invariant of DESIGN.md lives in exactly
+//! one function here:
+//!
+//! | invariant | where |
+//! |---|---|
+//! | clip, per layer or flat; sensitivity `sqrt(Σ C_l²)` | [`ClipBounds::clip`], [`ClipBounds::sensitivity`] |
+//! | noise `z × sensitivity` on the **sum**, divided by the **expected** count | [`GaussianMechanism::privatize`] with [`ExpectedCount`] |
+//! | Poisson sampling from a CSPRNG | [`PoissonSampler::sample`] |
+//! | noise from a CSPRNG; discrete-Gaussian mode | [`NoiseSource`], [`NoiseKind::DiscreteGaussian`] |
+//! | a receiver re-checks norms | [`ClipBounds::check`] |
+//!
+//! Gradients and updates are lists of [`NamedTensor`](crate::checkpoint::NamedTensor)s
+//! (the trainable tensors, named as in `weights.safetensors`); a "layer" is one tensor.
+
+pub mod clip;
+pub mod noise;
+pub mod sampling;
+
+pub use clip::{l2_norm, layer_norms, ClipBounds, ClipStrategy};
+pub use noise::{ExpectedCount, GaussianMechanism, NoiseKind, NoiseSource};
+pub use sampling::PoissonSampler;
+
+/// Why a DP operation was refused.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+pub enum DpError {
+    /// A parameter is out of range.
+    #[error("{name} = {value}: {expected}")]
+    BadParameter {
+        /// Parameter name as the user knows it (`clip`, `sampling rate`, …).
+        name: String,
+        /// The value given.
+        value: String,
+        /// What is allowed.
+        expected: String,
+    },
+    /// Tensors do not match the layout the bounds were made for.
+    #[error("layout mismatch: {reason}")]
+    Layout {
+        /// What differs.
+        reason: String,
+    },
+    /// An update's norm exceeds its bound.
+    #[error("layer `{layer}` has norm {norm} over its bound {bound}")]
+    OverBound {
+        /// Layer name (`*` for the flat bound).
+        layer: String,
+        /// Its norm.
+        norm: f32,
+        /// The bound.
+        bound: f32,
+    },
+}
+
+pub(crate) fn bad(name: &str, value: impl std::fmt::Display, expected: &str) -> DpError {
+    DpError::BadParameter {
+        name: name.into(),
+        value: value.to_string(),
+        expected: expected.into(),
+    }
+}

@@ -6,7 +6,9 @@
 //! dataset reading and the protocol are one code on both sides.
 
 pub mod audio;
+pub mod client;
 pub mod dataset;
 pub mod features;
 pub mod infer;
 pub mod protocol;
+pub mod training;

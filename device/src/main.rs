@@ -26,6 +26,9 @@ enum Command {
     Record(cli::record::RecordArgs),
     /// List audio input devices.
     Devices(cli::devices::DevicesArgs),
+    /// Take part in federated training: register with a host, train on local recordings
+    /// when picked, upload clipped updates; until the host says done or Ctrl-C.
+    Join(cli::join::JoinArgs),
 }
 
 fn main() -> anyhow::Result<()> {
@@ -36,5 +39,6 @@ fn main() -> anyhow::Result<()> {
         Command::Features(args) => cli::features::run(args),
         Command::Record(args) => cli::record::run(args),
         Command::Devices(args) => cli::devices::run(args),
+        Command::Join(args) => cli::join::run(args),
     }
 }

@@ -4,4 +4,5 @@ pub mod classify;
 pub mod devices;
 pub mod features;
 pub mod info;
+pub mod join;
 pub mod record;

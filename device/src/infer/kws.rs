@@ -50,31 +50,8 @@ impl KwsClassifier {
     /// Loads the model package in `dir`.
     pub fn load(dir: &Path) -> Result<Self, InferError> {
         let card = ModelCard::read(dir)?;
-        let json = dir.join(hush_models::package::MODEL_JSON);
-        let features: FeatureConfig =
-            serde_json::from_value(card.features.clone()).map_err(|e| {
-                InferError::FeatureConfig {
-                    path: json.clone(),
-                    reason: e.to_string(),
-                }
-            })?;
-        features.validate().map_err(|e| InferError::FeatureConfig {
-            path: json.clone(),
-            reason: e.to_string(),
-        })?;
+        let features = card_features(&card, dir)?;
         let io = card.arch.io();
-        if features.dim() != io.bins {
-            return Err(InferError::Mismatch {
-                path: json,
-                reason: format!(
-                    "the feature config gives {} values per frame but the {} architecture \
-                     takes {}",
-                    features.dim(),
-                    card.arch.name(),
-                    io.bins
-                ),
-            });
-        }
         let onnx_path = dir.join(ONNX);
         let (plan, probs_output) = load_plan(&onnx_path, io.frames, io.bins, io.classes)?;
         Ok(Self {
@@ -176,6 +153,35 @@ impl KwsClassifier {
                 .collect(),
         }
     }
+}
+
+/// The feature config a model package was trained on (`model.json`'s `features`),
+/// validated and checked against the architecture's input width. `dir` is the package
+/// (named in errors).
+pub fn card_features(card: &ModelCard, dir: &Path) -> Result<FeatureConfig, InferError> {
+    let json = dir.join(hush_models::package::MODEL_JSON);
+    let features: FeatureConfig =
+        serde_json::from_value(card.features.clone()).map_err(|e| InferError::FeatureConfig {
+            path: json.clone(),
+            reason: e.to_string(),
+        })?;
+    features.validate().map_err(|e| InferError::FeatureConfig {
+        path: json.clone(),
+        reason: e.to_string(),
+    })?;
+    let io = card.arch.io();
+    if features.dim() != io.bins {
+        return Err(InferError::Mismatch {
+            path: json,
+            reason: format!(
+                "the feature config gives {} values per frame but the {} architecture takes {}",
+                features.dim(),
+                card.arch.name(),
+                io.bins
+            ),
+        });
+    }
+    Ok(features)
 }
 
 fn load_plan(

@@ -12,7 +12,7 @@ pub mod kws;
 use std::path::PathBuf;
 
 pub use clip::{clip_features, clip_samples, fit_clip};
-pub use kws::{Classification, KwsClassifier};
+pub use kws::{card_features, Classification, KwsClassifier};
 
 /// Why a model could not be loaded or run. Every variant names the file involved.
 #[derive(Debug, thiserror::Error)]

@@ -1,0 +1,178 @@
+//! The device's HTTP client: one blocking call per protocol endpoint (ureq), JSON for
+//! control messages, postcard for updates. Error replies are decoded into the host's
+//! [`ApiError`] so the caller sees what the host said.
+
+use std::time::Duration;
+
+use serde::de::DeserializeOwned;
+use serde::Serialize;
+
+use crate::protocol::{
+    checksum_hex, ApiError, Assignment, CheckInRequest, RegisterRequest, RegisterResponse,
+    StatusReport, UploadReceipt, CHECKSUM_HEADER,
+};
+
+use super::ClientError;
+
+/// Largest model file the client downloads (a guard against a confused server).
+pub const MAX_DOWNLOAD_BYTES: u64 = 256 << 20;
+
+/// A connection to one host.
+#[derive(Debug, Clone)]
+pub struct HostClient {
+    agent: ureq::Agent,
+    base: String,
+    token: Option<String>,
+}
+
+impl HostClient {
+    /// A client for the host at `server` (e.g. `http://127.0.0.1:7878`), with a
+    /// per-request timeout.
+    pub fn new(server: &str, timeout: Duration) -> Result<Self, ClientError> {
+        let base = server.trim_end_matches('/').to_string();
+        if !(base.starts_with("http://") || base.starts_with("https://")) {
+            return Err(ClientError::BadServer {
+                server: server.to_string(),
+            });
+        }
+        let config = ureq::Agent::config_builder()
+            .timeout_global(Some(timeout))
+            .http_status_as_error(false)
+            .build();
+        Ok(Self {
+            agent: ureq::Agent::new_with_config(config),
+            base,
+            token: None,
+        })
+    }
+
+    /// The same client, authenticated with `token`.
+    pub fn with_token(mut self, token: &str) -> Self {
+        self.token = Some(token.to_string());
+        self
+    }
+
+    fn url(&self, path: &str) -> String {
+        format!("{}{path}", self.base)
+    }
+
+    fn auth(&self) -> Option<String> {
+        self.token.as_ref().map(|t| format!("Bearer {t}"))
+    }
+
+    fn finish(
+        &self,
+        what: &str,
+        result: Result<ureq::http::Response<ureq::Body>, ureq::Error>,
+        limit: u64,
+    ) -> Result<Vec<u8>, ClientError> {
+        let mut resp = result.map_err(|e| ClientError::Transport {
+            what: what.to_string(),
+            reason: e.to_string(),
+        })?;
+        let status = resp.status().as_u16();
+        let body = resp
+            .body_mut()
+            .with_config()
+            .limit(limit)
+            .read_to_vec()
+            .map_err(|e| ClientError::Transport {
+                what: what.to_string(),
+                reason: format!("reading the reply: {e}"),
+            })?;
+        if (200..300).contains(&status) {
+            return Ok(body);
+        }
+        let api = serde_json::from_slice::<ApiError>(&body).unwrap_or_else(|_| ApiError {
+            code: "http".into(),
+            error: String::from_utf8_lossy(&body).chars().take(300).collect(),
+        });
+        Err(ClientError::Refused {
+            what: what.to_string(),
+            status,
+            code: api.code,
+            message: api.error,
+        })
+    }
+
+    fn json<T: DeserializeOwned>(what: &str, body: &[u8]) -> Result<T, ClientError> {
+        serde_json::from_slice(body).map_err(|e| ClientError::BadReply {
+            what: what.to_string(),
+            reason: e.to_string(),
+        })
+    }
+
+    fn post_json<Q: Serialize, A: DeserializeOwned>(
+        &self,
+        what: &str,
+        path: &str,
+        req: &Q,
+    ) -> Result<A, ClientError> {
+        let body = serde_json::to_vec(req).map_err(|e| ClientError::BadReply {
+            what: what.to_string(),
+            reason: e.to_string(),
+        })?;
+        let mut r = self
+            .agent
+            .post(&self.url(path))
+            .header("content-type", "application/json");
+        if let Some(a) = self.auth() {
+            r = r.header("authorization", &a);
+        }
+        let reply = self.finish(what, r.send(&body[..]), 1 << 20)?;
+        Self::json(what, &reply)
+    }
+
+    /// `POST /v1/devices`.
+    pub fn register(&self, label: &str) -> Result<RegisterResponse, ClientError> {
+        self.post_json(
+            "register",
+            "/v1/devices",
+            &RegisterRequest {
+                label: label.to_string(),
+            },
+        )
+    }
+
+    /// `POST /v1/checkin`.
+    pub fn check_in(&self, req: &CheckInRequest) -> Result<Assignment, ClientError> {
+        self.post_json("check-in", "/v1/checkin", req)
+    }
+
+    /// `GET /v1/models/{version}/{file}`.
+    pub fn download(&self, version: u64, file: &str) -> Result<Vec<u8>, ClientError> {
+        let what = format!("download of model v{version} {file}");
+        let mut r = self
+            .agent
+            .get(&self.url(&format!("/v1/models/{version}/{file}")));
+        if let Some(a) = self.auth() {
+            r = r.header("authorization", &a);
+        }
+        self.finish(&what, r.call(), MAX_DOWNLOAD_BYTES)
+    }
+
+    /// `POST /v1/rounds/{round}/update` with an encoded update body.
+    pub fn upload(&self, round: u64, body: &[u8]) -> Result<UploadReceipt, ClientError> {
+        let what = format!("upload for round {round}");
+        let mut r = self
+            .agent
+            .post(&self.url(&format!("/v1/rounds/{round}/update")))
+            .header("content-type", "application/octet-stream")
+            .header(CHECKSUM_HEADER, &checksum_hex(body));
+        if let Some(a) = self.auth() {
+            r = r.header("authorization", &a);
+        }
+        let reply = self.finish(&what, r.send(body), 1 << 20)?;
+        Self::json(&what, &reply)
+    }
+
+    /// `GET /v1/status`.
+    pub fn status(&self) -> Result<StatusReport, ClientError> {
+        let reply = self.finish(
+            "status",
+            self.agent.get(&self.url("/v1/status")).call(),
+            1 << 20,
+        )?;
+        Self::json("status", &reply)
+    }
+}

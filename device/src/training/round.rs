@@ -1,0 +1,163 @@
+//! One round of local training: SGD from the round's model on the local data, then the
+//! delta clipped to the user-level bound.
+
+use std::path::Path;
+
+use burn::optim::SgdConfig;
+use burn::tensor::Device;
+use hush_models::arch::is_trainable;
+use hush_models::checkpoint::NamedTensor;
+use hush_models::dp::{layer_norms, ClipBounds, NoiseSource};
+use hush_models::package::load_package;
+use hush_models::step::{apply_grads, loss_and_grads, Batch};
+use rand::seq::SliceRandom;
+use rand::SeedableRng;
+use rand_chacha::ChaCha8Rng;
+
+use crate::protocol::{LayerDelta, TrainTask, Update, UpdateHeader, UPDATE_FORMAT_VERSION};
+
+use super::{LocalData, TrainingError};
+
+/// What a local round did.
+#[derive(Debug, Clone, PartialEq)]
+pub struct LocalRoundReport {
+    /// Local examples.
+    pub examples: usize,
+    /// SGD steps taken.
+    pub steps: usize,
+    /// Mean training loss over the steps.
+    pub mean_loss: f32,
+    /// Per-layer norms of the delta before clipping.
+    pub norms_before: Vec<f32>,
+}
+
+fn trainable(tensors: Vec<NamedTensor>) -> Vec<NamedTensor> {
+    tensors
+        .into_iter()
+        .filter(|t| is_trainable(&t.name))
+        .collect()
+}
+
+/// Trains from the model package in `package` on `data` as `task` says and returns the
+/// clipped update for `device_id`.
+pub fn local_update(
+    package: &Path,
+    data: &LocalData,
+    task: &TrainTask,
+    device_id: u64,
+) -> Result<(Update, LocalRoundReport), TrainingError> {
+    let local = &task.local;
+    if local.epochs == 0 || local.batch_size == 0 || !(local.lr.is_finite() && local.lr > 0.0) {
+        return Err(TrainingError::Unusable(format!(
+            "round {}: local training needs epochs ≥ 1, batch size ≥ 1 and lr > 0 (got {}, {}, {})",
+            task.round, local.epochs, local.batch_size, local.lr
+        )));
+    }
+    let device = Device::flex().autodiff();
+    let seed = local.seed ^ device_id.rotate_left(17);
+    device.seed(seed);
+    let (card, mut model) = load_package(package, &device)?;
+    let io = card.arch.io();
+    if io.frames != data.frames || io.bins != data.bins {
+        return Err(TrainingError::Unusable(format!(
+            "{}: the model takes {}×{} features; the local data has {}×{}",
+            package.display(),
+            io.frames,
+            io.bins,
+            data.frames,
+            data.bins
+        )));
+    }
+    let before = trainable(model.named_tensors()?);
+    let bounds = ClipBounds::per_layer(task.clip.layers.clone(), task.clip.bounds.clone())?;
+    let names: Vec<&str> = before.iter().map(|t| t.name.as_str()).collect();
+    if names
+        .iter()
+        .copied()
+        .ne(task.clip.layers.iter().map(String::as_str))
+    {
+        return Err(TrainingError::Unusable(format!(
+            "round {}: the task's clip layers do not match model v{}'s trainable tensors",
+            task.round, task.model_version
+        )));
+    }
+
+    let per = data.frames * data.bins;
+    let k = io.classes;
+    let mut optimizer = SgdConfig::new().init();
+    let mut rng = ChaCha8Rng::seed_from_u64(seed);
+    let mut order: Vec<usize> = (0..data.len()).collect();
+    let (mut steps, mut loss_sum) = (0usize, 0f64);
+    for _ in 0..local.epochs {
+        order.shuffle(&mut rng);
+        for chunk in order.chunks(local.batch_size as usize) {
+            let mut features = Vec::with_capacity(chunk.len() * per);
+            let mut targets = vec![0f32; chunk.len() * k];
+            for (i, &j) in chunk.iter().enumerate() {
+                features.extend_from_slice(&data.features[j * per..(j + 1) * per]);
+                targets[i * k + data.classes[j]] = 1.0;
+            }
+            let batch = Batch {
+                features,
+                targets,
+                batch: chunk.len(),
+                frames: data.frames,
+                bins: data.bins,
+                classes: k,
+            };
+            let (loss, grads) = loss_and_grads(&model, &batch, &device)?;
+            model = apply_grads(&mut optimizer, f64::from(local.lr), model, grads);
+            loss_sum += f64::from(loss);
+            steps += 1;
+        }
+    }
+
+    let after = trainable(model.named_tensors()?);
+    let mut delta: Vec<NamedTensor> = after
+        .into_iter()
+        .zip(&before)
+        .map(|(mut a, b)| {
+            a.data.iter_mut().zip(&b.data).for_each(|(x, y)| *x -= y);
+            a
+        })
+        .collect();
+    let norms_before = if task.clip.normalize_layers {
+        bounds.normalize(&mut delta)?
+    } else {
+        bounds.clip(&mut delta)?
+    };
+    if task.clip.local_noise_std > 0.0 {
+        let mut noise = NoiseSource::from_os();
+        let std = f64::from(task.clip.local_noise_std);
+        for v in delta.iter_mut().flat_map(|t| t.data.iter_mut()) {
+            *v += (std * noise.standard_normal()) as f32;
+        }
+        // Noise can push a layer over its bound; clipping again is post-processing.
+        bounds.clip(&mut delta)?;
+    }
+    let update = Update {
+        header: UpdateHeader {
+            format_version: UPDATE_FORMAT_VERSION,
+            model_version: task.model_version,
+            round: task.round,
+            device_id,
+            idempotency_key: Update::key(task.round, device_id),
+            layer_norms: layer_norms(&delta),
+        },
+        layers: delta
+            .into_iter()
+            .map(|t| LayerDelta {
+                name: t.name,
+                shape: t.shape.iter().map(|&d| d as u32).collect(),
+                data: t.data,
+            })
+            .collect(),
+    };
+    let report = LocalRoundReport {
+        examples: data.len(),
+        steps,
+        mean_loss: (loss_sum / steps.max(1) as f64) as f32,
+        norms_before,
+    };
+    Ok((update, report))
+}

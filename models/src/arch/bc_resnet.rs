@@ -22,10 +22,10 @@ use serde::{Deserialize, Serialize};
 
 use super::ds_cnn::input_norm_onnx;
 use super::layers::{
-    bn_tensors, conv_tensors, linear_tensors, load_bn, load_conv, load_linear, InputNorm,
+    load_bn, load_conv, load_linear, visit_bn, visit_conv, visit_linear, InputNorm, TensorVisitor,
 };
 use super::IoShape;
-use crate::checkpoint::{NamedTensor, TensorSource};
+use crate::checkpoint::TensorSource;
 use crate::export::onnx::OnnxGraph;
 use crate::ModelError;
 
@@ -208,28 +208,28 @@ impl BcResNet {
         self.fc.forward(x.mean_dim(3).mean_dim(2).reshape([b, c]))
     }
 
-    pub(crate) fn tensors(&self, out: &mut Vec<NamedTensor>) -> Result<(), ModelError> {
-        self.input_norm.tensors("input_norm", out)?;
-        conv_tensors("conv1", &self.conv1, out)?;
-        bn_tensors("bn1", &self.bn1, out)?;
+    pub(crate) fn visit<V: TensorVisitor>(&self, v: &mut V) -> Result<(), ModelError> {
+        self.input_norm.visit("input_norm", v)?;
+        visit_conv("conv1", &self.conv1, v)?;
+        visit_bn("bn1", &self.bn1, v)?;
         for (s, stage) in self.stages.iter().enumerate() {
             for (i, blk) in stage.iter().enumerate() {
                 let p = format!("stages.{s}.{i}");
                 if let (Some(c), Some(bn)) = (&blk.trans, &blk.trans_bn) {
-                    conv_tensors(&format!("{p}.trans"), c, out)?;
-                    bn_tensors(&format!("{p}.trans_bn"), bn, out)?;
+                    visit_conv(&format!("{p}.trans"), c, v)?;
+                    visit_bn(&format!("{p}.trans_bn"), bn, v)?;
                 }
-                conv_tensors(&format!("{p}.freq_dw"), &blk.freq_dw, out)?;
-                bn_tensors(&format!("{p}.freq_bn"), &blk.freq_bn, out)?;
-                conv_tensors(&format!("{p}.time_dw"), &blk.time_dw, out)?;
-                bn_tensors(&format!("{p}.time_bn"), &blk.time_bn, out)?;
-                conv_tensors(&format!("{p}.pw"), &blk.pw, out)?;
+                visit_conv(&format!("{p}.freq_dw"), &blk.freq_dw, v)?;
+                visit_bn(&format!("{p}.freq_bn"), &blk.freq_bn, v)?;
+                visit_conv(&format!("{p}.time_dw"), &blk.time_dw, v)?;
+                visit_bn(&format!("{p}.time_bn"), &blk.time_bn, v)?;
+                visit_conv(&format!("{p}.pw"), &blk.pw, v)?;
             }
         }
-        conv_tensors("head_dw", &self.head_dw, out)?;
-        conv_tensors("head_pw", &self.head_pw, out)?;
-        bn_tensors("head_bn", &self.head_bn, out)?;
-        linear_tensors("fc", &self.fc, out)
+        visit_conv("head_dw", &self.head_dw, v)?;
+        visit_conv("head_pw", &self.head_pw, v)?;
+        visit_bn("head_bn", &self.head_bn, v)?;
+        visit_linear("fc", &self.fc, v)
     }
 
     pub(crate) fn load(mut self, src: &mut TensorSource) -> Result<Self, ModelError> {

@@ -22,10 +22,10 @@ use burn::tensor::{Device, Tensor};
 use serde::{Deserialize, Serialize};
 
 use super::layers::{
-    bn_tensors, conv_tensors, linear_tensors, load_bn, load_conv, load_linear, InputNorm,
+    load_bn, load_conv, load_linear, visit_bn, visit_conv, visit_linear, InputNorm, TensorVisitor,
 };
 use super::IoShape;
-use crate::checkpoint::{NamedTensor, TensorSource};
+use crate::checkpoint::TensorSource;
 use crate::export::onnx::OnnxGraph;
 use crate::ModelError;
 
@@ -154,17 +154,17 @@ impl DsCnn {
         self.fc.forward(self.dropout.forward(x))
     }
 
-    pub(crate) fn tensors(&self, out: &mut Vec<NamedTensor>) -> Result<(), ModelError> {
-        self.input_norm.tensors("input_norm", out)?;
-        conv_tensors("conv1", &self.conv1, out)?;
-        bn_tensors("bn1", &self.bn1, out)?;
+    pub(crate) fn visit<V: TensorVisitor>(&self, v: &mut V) -> Result<(), ModelError> {
+        self.input_norm.visit("input_norm", v)?;
+        visit_conv("conv1", &self.conv1, v)?;
+        visit_bn("bn1", &self.bn1, v)?;
         for (i, blk) in self.blocks.iter().enumerate() {
-            conv_tensors(&format!("blocks.{i}.dw"), &blk.dw, out)?;
-            bn_tensors(&format!("blocks.{i}.dw_bn"), &blk.dw_bn, out)?;
-            conv_tensors(&format!("blocks.{i}.pw"), &blk.pw, out)?;
-            bn_tensors(&format!("blocks.{i}.pw_bn"), &blk.pw_bn, out)?;
+            visit_conv(&format!("blocks.{i}.dw"), &blk.dw, v)?;
+            visit_bn(&format!("blocks.{i}.dw_bn"), &blk.dw_bn, v)?;
+            visit_conv(&format!("blocks.{i}.pw"), &blk.pw, v)?;
+            visit_bn(&format!("blocks.{i}.pw_bn"), &blk.pw_bn, v)?;
         }
-        linear_tensors("fc", &self.fc, out)
+        visit_linear("fc", &self.fc, v)
     }
 
     pub(crate) fn load(mut self, src: &mut TensorSource) -> Result<Self, ModelError> {

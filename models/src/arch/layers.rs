@@ -1,9 +1,11 @@
-//! Named layers: reading a layer's tensors out of burn under its per-layer name, and
-//! loading them back with shape checks. Each architecture lists its layers with these.
+//! Named layers: visiting a layer's tensors under its per-layer name ([`TensorVisitor`]:
+//! values, gradients), and loading them back with shape checks. Each architecture lists its
+//! layers once, in a `visit` traversal built from these.
 
 use burn::module::{Param, RunningState};
 use burn::nn::conv::Conv2d;
 use burn::nn::{BatchNorm, Linear};
+use burn::optim::GradientsParams;
 use burn::tensor::{Device, Tensor, TensorData};
 
 use crate::checkpoint::{NamedTensor, TensorSource};
@@ -50,16 +52,167 @@ fn load_running<const D: usize>(
     Ok(RunningState::new(tensor(t, &device)))
 }
 
+/// Visits a model's tensors by name, in layer order. Each architecture has one traversal
+/// (`visit`) over its layers; reading values ([`ValueReader`]), reading gradients
+/// ([`GradReader`]) and registering gradients ([`GradWriter`]) are visitors over it, so the
+/// names and order can never differ between weights and gradients.
+pub trait TensorVisitor {
+    /// A trainable parameter named `name`.
+    fn param<const D: usize>(&mut self, name: &str, p: &Param<Tensor<D>>)
+        -> Result<(), ModelError>;
+    /// A state tensor that is not trained (batch-norm running statistics, the input
+    /// normalisation), named `name`.
+    fn state<const D: usize>(
+        &mut self,
+        name: &str,
+        s: &RunningState<Tensor<D>>,
+    ) -> Result<(), ModelError>;
+}
+
+/// Reads every tensor's value (parameters and state), as `weights.safetensors` holds them.
+#[derive(Debug, Default)]
+pub struct ValueReader {
+    /// The tensors read so far, in visiting order.
+    pub out: Vec<NamedTensor>,
+}
+
+impl TensorVisitor for ValueReader {
+    fn param<const D: usize>(
+        &mut self,
+        name: &str,
+        p: &Param<Tensor<D>>,
+    ) -> Result<(), ModelError> {
+        self.out.push(named(name, p.val())?);
+        Ok(())
+    }
+    fn state<const D: usize>(
+        &mut self,
+        name: &str,
+        s: &RunningState<Tensor<D>>,
+    ) -> Result<(), ModelError> {
+        self.out.push(named(name, s.value())?);
+        Ok(())
+    }
+}
+
+/// Reads the gradient of every trainable parameter from burn's [`GradientsParams`]; a
+/// parameter without a gradient (not reached by the loss) reads as zeros.
+#[derive(Debug)]
+pub struct GradReader<'a> {
+    /// The gradients (from [`GradientsParams::from_grads`]).
+    pub grads: &'a GradientsParams,
+    /// The gradients read so far, in visiting order.
+    pub out: Vec<NamedTensor>,
+}
+
+impl TensorVisitor for GradReader<'_> {
+    fn param<const D: usize>(
+        &mut self,
+        name: &str,
+        p: &Param<Tensor<D>>,
+    ) -> Result<(), ModelError> {
+        let t = match self.grads.get::<D>(p.id) {
+            Some(g) => named(name, g)?,
+            None => {
+                let shape = p.shape().dims::<D>().to_vec();
+                let n = shape.iter().product();
+                NamedTensor::new(name, shape, vec![0.0; n])?
+            }
+        };
+        self.out.push(t);
+        Ok(())
+    }
+    fn state<const D: usize>(
+        &mut self,
+        _name: &str,
+        _s: &RunningState<Tensor<D>>,
+    ) -> Result<(), ModelError> {
+        Ok(())
+    }
+}
+
+/// Registers gradients given as [`NamedTensor`]s into a [`GradientsParams`] (for burn's
+/// optimizers). Tensors are taken by name; a parameter with no tensor gets no gradient (an
+/// optimizer leaves it unchanged); a name that matches no parameter is an error
+/// ([`GradWriter::finish`]).
+#[derive(Debug)]
+pub struct GradWriter<'a> {
+    grads: std::collections::BTreeMap<&'a str, &'a NamedTensor>,
+    /// The gradients registered so far.
+    pub out: GradientsParams,
+}
+
+impl<'a> GradWriter<'a> {
+    /// A writer of `grads`; each is built on its parameter's device without autodiff (where
+    /// burn's optimizers expect gradients).
+    pub fn new(grads: &'a [NamedTensor]) -> Result<Self, ModelError> {
+        let mut map = std::collections::BTreeMap::new();
+        for g in grads {
+            if map.insert(g.name.as_str(), g).is_some() {
+                return Err(ModelError::TensorData {
+                    name: g.name.clone(),
+                    reason: "gradient given twice".into(),
+                });
+            }
+        }
+        Ok(Self {
+            grads: map,
+            out: GradientsParams::new(),
+        })
+    }
+
+    /// The registered gradients; errors if a given tensor named no trainable parameter.
+    pub fn finish(self) -> Result<GradientsParams, ModelError> {
+        if let Some(name) = self.grads.keys().next() {
+            return Err(ModelError::TensorData {
+                name: (*name).to_string(),
+                reason: "gradient for a tensor that is not a trainable parameter".into(),
+            });
+        }
+        Ok(self.out)
+    }
+}
+
+impl TensorVisitor for GradWriter<'_> {
+    fn param<const D: usize>(
+        &mut self,
+        name: &str,
+        p: &Param<Tensor<D>>,
+    ) -> Result<(), ModelError> {
+        let Some(g) = self.grads.remove(name) else {
+            return Ok(());
+        };
+        let dims = p.shape().dims::<D>().to_vec();
+        if g.shape != dims {
+            return Err(ModelError::ShapeMismatch {
+                name: name.to_string(),
+                expected: dims,
+                got: g.shape.clone(),
+            });
+        }
+        let device = p.val().device().inner();
+        self.out.register::<D>(p.id, tensor(g.clone(), &device));
+        Ok(())
+    }
+    fn state<const D: usize>(
+        &mut self,
+        _name: &str,
+        _s: &RunningState<Tensor<D>>,
+    ) -> Result<(), ModelError> {
+        Ok(())
+    }
+}
+
 /// `{name}.weight` `[out, in/groups, kh, kw]` and, if present, `{name}.bias` `[out]`.
-pub fn conv_tensors(name: &str, c: &Conv2d, out: &mut Vec<NamedTensor>) -> Result<(), ModelError> {
-    out.push(named(&format!("{name}.weight"), c.weight.val())?);
+pub fn visit_conv<V: TensorVisitor>(name: &str, c: &Conv2d, v: &mut V) -> Result<(), ModelError> {
+    v.param(&format!("{name}.weight"), &c.weight)?;
     if let Some(b) = &c.bias {
-        out.push(named(&format!("{name}.bias"), b.val())?);
+        v.param(&format!("{name}.bias"), b)?;
     }
     Ok(())
 }
 
-/// Loads what [`conv_tensors`] writes.
+/// Loads what [`visit_conv`] visits.
 pub fn load_conv(mut c: Conv2d, name: &str, src: &mut TensorSource) -> Result<Conv2d, ModelError> {
     c.weight = load_param(c.weight, &format!("{name}.weight"), src)?;
     if let Some(b) = c.bias.take() {
@@ -68,22 +221,16 @@ pub fn load_conv(mut c: Conv2d, name: &str, src: &mut TensorSource) -> Result<Co
     Ok(c)
 }
 
-/// `{name}.gamma`, `{name}.beta`, `{name}.running_mean`, `{name}.running_var`, all `[C]`.
-pub fn bn_tensors(name: &str, b: &BatchNorm, out: &mut Vec<NamedTensor>) -> Result<(), ModelError> {
-    out.push(named(&format!("{name}.gamma"), b.gamma.val())?);
-    out.push(named(&format!("{name}.beta"), b.beta.val())?);
-    out.push(named(
-        &format!("{name}.running_mean"),
-        b.running_mean.value(),
-    )?);
-    out.push(named(
-        &format!("{name}.running_var"),
-        b.running_var.value(),
-    )?);
-    Ok(())
+/// `{name}.gamma`, `{name}.beta` (parameters), `{name}.running_mean`,
+/// `{name}.running_var` (state), all `[C]`.
+pub fn visit_bn<V: TensorVisitor>(name: &str, b: &BatchNorm, v: &mut V) -> Result<(), ModelError> {
+    v.param(&format!("{name}.gamma"), &b.gamma)?;
+    v.param(&format!("{name}.beta"), &b.beta)?;
+    v.state(&format!("{name}.running_mean"), &b.running_mean)?;
+    v.state(&format!("{name}.running_var"), &b.running_var)
 }
 
-/// Loads what [`bn_tensors`] writes.
+/// Loads what [`visit_bn`] visits.
 pub fn load_bn(
     mut b: BatchNorm,
     name: &str,
@@ -97,19 +244,15 @@ pub fn load_bn(
 }
 
 /// `{name}.weight` `[in, out]` (burn's layout: `y = x·W + b`) and `{name}.bias` `[out]`.
-pub fn linear_tensors(
-    name: &str,
-    l: &Linear,
-    out: &mut Vec<NamedTensor>,
-) -> Result<(), ModelError> {
-    out.push(named(&format!("{name}.weight"), l.weight.val())?);
+pub fn visit_linear<V: TensorVisitor>(name: &str, l: &Linear, v: &mut V) -> Result<(), ModelError> {
+    v.param(&format!("{name}.weight"), &l.weight)?;
     if let Some(b) = &l.bias {
-        out.push(named(&format!("{name}.bias"), b.val())?);
+        v.param(&format!("{name}.bias"), b)?;
     }
     Ok(())
 }
 
-/// Loads what [`linear_tensors`] writes.
+/// Loads what [`visit_linear`] visits.
 pub fn load_linear(
     mut l: Linear,
     name: &str,
@@ -163,10 +306,17 @@ impl InputNorm {
         (x - mean) * scale
     }
 
-    /// `{name}.mean`, `{name}.scale`.
+    /// `{name}.mean`, `{name}.scale` (state, never trained).
+    pub fn visit<V: TensorVisitor>(&self, name: &str, v: &mut V) -> Result<(), ModelError> {
+        v.state(&format!("{name}.mean"), &self.mean)?;
+        v.state(&format!("{name}.scale"), &self.scale)
+    }
+
+    /// The values of `{name}.mean`, `{name}.scale`.
     pub fn tensors(&self, name: &str, out: &mut Vec<NamedTensor>) -> Result<(), ModelError> {
-        out.push(named(&format!("{name}.mean"), self.mean.value())?);
-        out.push(named(&format!("{name}.scale"), self.scale.value())?);
+        let mut r = ValueReader::default();
+        self.visit(name, &mut r)?;
+        out.extend(r.out);
         Ok(())
     }
 

@@ -18,9 +18,9 @@ use burn::tensor::{Device, Tensor};
 use serde::{Deserialize, Serialize};
 
 use super::ds_cnn::input_norm_onnx;
-use super::layers::{conv_tensors, linear_tensors, load_conv, load_linear, InputNorm};
+use super::layers::{load_conv, load_linear, visit_conv, visit_linear, InputNorm, TensorVisitor};
 use super::IoShape;
-use crate::checkpoint::{NamedTensor, TensorSource};
+use crate::checkpoint::TensorSource;
 use crate::export::onnx::OnnxGraph;
 use crate::ModelError;
 
@@ -118,12 +118,12 @@ impl LeakCnn {
         self.fc2.forward(self.dropout.forward(x))
     }
 
-    pub(crate) fn tensors(&self, out: &mut Vec<NamedTensor>) -> Result<(), ModelError> {
-        self.input_norm.tensors("input_norm", out)?;
-        conv_tensors("conv1", &self.conv1, out)?;
-        conv_tensors("conv2", &self.conv2, out)?;
-        linear_tensors("fc1", &self.fc1, out)?;
-        linear_tensors("fc2", &self.fc2, out)
+    pub(crate) fn visit<V: TensorVisitor>(&self, v: &mut V) -> Result<(), ModelError> {
+        self.input_norm.visit("input_norm", v)?;
+        visit_conv("conv1", &self.conv1, v)?;
+        visit_conv("conv2", &self.conv2, v)?;
+        visit_linear("fc1", &self.fc1, v)?;
+        visit_linear("fc2", &self.fc2, v)
     }
 
     pub(crate) fn load(mut self, src: &mut TensorSource) -> Result<Self, ModelError> {

@@ -22,12 +22,15 @@ pub mod layers;
 pub mod leak_cnn;
 
 use burn::module::Module;
+use burn::nn::BatchNorm;
+use burn::optim::GradientsParams;
 use burn::tensor::{Device, Tensor};
 use serde::{Deserialize, Serialize};
 
 use crate::checkpoint::{NamedTensor, TensorSource};
 use crate::export::onnx::{OnnxGraph, INPUT};
 use crate::ModelError;
+use layers::{GradReader, GradWriter, TensorVisitor, ValueReader};
 
 pub use bc_resnet::{BcResNet, BcResNetConfig};
 pub use ds_cnn::{DsCnn, DsCnnConfig};
@@ -161,13 +164,91 @@ impl KwsModel {
     /// Every tensor (trainable parameters, batch-norm running statistics, the input
     /// normalisation), named per layer as in `weights.safetensors`, in layer order.
     pub fn named_tensors(&self) -> Result<Vec<NamedTensor>, ModelError> {
-        let mut out = Vec::new();
+        let mut r = ValueReader::default();
+        self.visit(&mut r)?;
+        Ok(r.out)
+    }
+
+    /// Runs `v` over every tensor, named and ordered as in `weights.safetensors`: the one
+    /// traversal behind [`KwsModel::named_tensors`], [`KwsModel::named_grads`] and
+    /// [`KwsModel::grads_params`].
+    pub fn visit<V: TensorVisitor>(&self, v: &mut V) -> Result<(), ModelError> {
         match self {
-            Self::DsCnn(m) => m.tensors(&mut out)?,
-            Self::BcResNet(m) => m.tensors(&mut out)?,
-            Self::LeakCnn(m) => m.tensors(&mut out)?,
+            Self::DsCnn(m) => m.visit(v),
+            Self::BcResNet(m) => m.visit(v),
+            Self::LeakCnn(m) => m.visit(v),
         }
-        Ok(out)
+    }
+
+    /// The gradient of every trainable tensor in `grads` (from
+    /// [`crate::step::loss_and_grads`]), named and ordered exactly like the trainable
+    /// entries of [`KwsModel::named_tensors`]. A parameter the loss did not reach reads as
+    /// zeros.
+    pub fn named_grads(&self, grads: &GradientsParams) -> Result<Vec<NamedTensor>, ModelError> {
+        let mut r = GradReader {
+            grads,
+            out: Vec::new(),
+        };
+        self.visit(&mut r)?;
+        Ok(r.out)
+    }
+
+    /// The inverse of [`KwsModel::named_grads`]: gradients given by name, as burn
+    /// [`GradientsParams`], ready for any burn optimizer (AdamW, SGD). Trainable tensors left
+    /// out get no gradient, so the optimizer leaves them unchanged (layer freezing); a name
+    /// that is no trainable tensor, or a wrong shape, is an error.
+    pub fn grads_params(&self, grads: &[NamedTensor]) -> Result<GradientsParams, ModelError> {
+        let mut w = GradWriter::new(grads)?;
+        self.visit(&mut w)?;
+        w.finish()
+    }
+
+    /// Switches every batch norm between batch statistics (`true`, the default when
+    /// training) and its stored running statistics (`false`). With `false` a batch norm is
+    /// a fixed per-channel affine map followed by its trainable `gamma`/`beta`: no example
+    /// influences another's output and the running statistics are no longer updated from
+    /// the data, which is what per-example gradients (DP-SGD) need. Dropout is unaffected.
+    pub fn with_batch_statistics(self, on: bool) -> Self {
+        fn set(mut b: BatchNorm, on: bool) -> BatchNorm {
+            b.training = b.training.with_value(on);
+            b
+        }
+        match self {
+            Self::DsCnn(mut m) => {
+                m.bn1 = set(m.bn1, on);
+                m.blocks = m
+                    .blocks
+                    .into_iter()
+                    .map(|mut blk| {
+                        blk.dw_bn = set(blk.dw_bn, on);
+                        blk.pw_bn = set(blk.pw_bn, on);
+                        blk
+                    })
+                    .collect();
+                Self::DsCnn(m)
+            }
+            Self::BcResNet(mut m) => {
+                m.bn1 = set(m.bn1, on);
+                m.head_bn = set(m.head_bn, on);
+                m.stages = m
+                    .stages
+                    .into_iter()
+                    .map(|stage| {
+                        stage
+                            .into_iter()
+                            .map(|mut blk| {
+                                blk.trans_bn = blk.trans_bn.map(|b| set(b, on));
+                                blk.freq_bn = set(blk.freq_bn, on);
+                                blk.time_bn = set(blk.time_bn, on);
+                                blk
+                            })
+                            .collect()
+                    })
+                    .collect();
+                Self::BcResNet(m)
+            }
+            Self::LeakCnn(m) => Self::LeakCnn(m),
+        }
     }
 
     /// Loads every tensor from `src` (names and shapes checked; nothing may be missing

@@ -78,8 +78,13 @@ fn global_norm(norms: &[f32]) -> f32 {
         .sqrt() as f32
 }
 
+/// Multiplies `t` by `factor`; a zero factor zeroes the tensor (also any NaN or ∞ in it).
 fn scale(t: &mut NamedTensor, factor: f32) {
-    t.data.iter_mut().for_each(|v| *v *= factor);
+    if factor == 0.0 {
+        t.data.iter_mut().for_each(|v| *v = 0.0);
+    } else {
+        t.data.iter_mut().for_each(|v| *v *= factor);
+    }
 }
 
 impl ClipBounds {
@@ -207,6 +212,8 @@ impl ClipBounds {
 
     /// The receiver's check: every layer (or the whole) within its bound times
     /// `1 + tolerance` (for float rounding). Errors name the first offending layer.
+    // `!(n <= bound)` on purpose: a NaN norm must fail the check.
+    #[allow(clippy::neg_cmp_op_on_partial_ord)]
     pub fn check(&self, t: &[NamedTensor], tolerance: f32) -> Result<(), DpError> {
         self.check_layout(t)?;
         let norms = layer_norms(t);
@@ -316,6 +323,9 @@ mod tests {
         let mut nan = tensors(0.0);
         nan[0].data[0] = f32::NAN;
         assert!(b.check(&nan, 1e-4).is_err());
+        // Clipping a non-finite contribution zeroes it rather than passing NaN on.
+        b.clip(&mut nan).unwrap();
+        assert!(nan.iter().all(|t| t.data.iter().all(|v| *v == 0.0)));
         assert!(matches!(
             b.check(&tensors(1.0)[..2], 0.0),
             Err(DpError::Layout { .. })

@@ -9,16 +9,22 @@
 //! | Poisson sampling from a CSPRNG | [`PoissonSampler::sample`] |
 //! | noise from a CSPRNG; discrete-Gaussian mode | [`NoiseSource`], [`NoiseKind::DiscreteGaussian`] |
 //! | a receiver re-checks norms | [`ClipBounds::check`] |
+//! | per-example gradients (no example mixing: batch norm on stored statistics) | [`per_example_grads`], [`clipped_grad_sum`] |
 //!
 //! Gradients and updates are lists of [`NamedTensor`](crate::checkpoint::NamedTensor)s
 //! (the trainable tensors, named as in `weights.safetensors`); a "layer" is one tensor.
 
 pub mod clip;
 pub mod noise;
+pub mod per_example;
 pub mod sampling;
 
 pub use clip::{l2_norm, layer_norms, ClipBounds, ClipStrategy};
 pub use noise::{ExpectedCount, GaussianMechanism, NoiseKind, NoiseSource};
+pub use per_example::{
+    apply_sgd, clipped_grad_sum, clipped_grad_sum_with, per_example_grads, per_example_model,
+    trainable_layout, Bounding, ClippedSum,
+};
 pub use sampling::PoissonSampler;
 
 /// Why a DP operation was refused.

@@ -10,6 +10,7 @@
 //! - [`checkpoint`]: `weights.safetensors`, tensors named per layer;
 //! - [`package`]: the model package (`model.json` + weights + `model.onnx`);
 //! - [`export`]: the ONNX writer;
+//! - [`optim`]: server optimizers for federated rounds (FedAvg, FedAdam, LAMB);
 //! - [`step`]: the loss and gradient step shared by every trainer.
 
 pub mod arch;
@@ -17,6 +18,7 @@ pub mod checkpoint;
 pub mod dp;
 mod error;
 pub mod export;
+pub mod optim;
 pub mod package;
 pub mod step;
 

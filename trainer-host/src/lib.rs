@@ -6,5 +6,6 @@
 pub mod accountant;
 pub mod corpus;
 pub mod demo;
+pub mod fl;
 pub mod ledger;
 pub mod train;

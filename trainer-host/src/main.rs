@@ -25,6 +25,8 @@ enum Command {
     Privacy(cli::privacy::PrivacyCommand),
     /// Train a model centrally (non-private) into a model package: `--task kws`.
     Train(cli::train::TrainArgs),
+    /// Run the federated round server (devices register, train, upload): `--config hush.toml`.
+    Serve(cli::serve::ServeArgs),
 }
 
 fn main() -> anyhow::Result<()> {
@@ -34,5 +36,6 @@ fn main() -> anyhow::Result<()> {
         Command::Corpus(cmd) => cli::corpus::run(cmd),
         Command::Privacy(cmd) => cli::privacy::run(cmd),
         Command::Train(args) => cli::train::run(args),
+        Command::Serve(args) => cli::serve::run(args),
     }
 }

@@ -4,4 +4,5 @@
 pub mod corpus;
 pub mod demo;
 pub mod privacy;
+pub mod serve;
 pub mod train;

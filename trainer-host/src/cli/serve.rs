@@ -1,0 +1,50 @@
+//! `hush-host serve --config hush.toml`: the federated round server until Ctrl-C.
+
+use std::path::PathBuf;
+
+use anyhow::Context;
+use hush_host::fl::{start_host, FlConfig};
+
+/// Arguments of `hush-host serve`.
+#[derive(clap::Args)]
+pub struct ServeArgs {
+    /// Configuration file (see trainer-host/hush.example.toml for every key and default).
+    #[arg(long, default_value = "hush.toml")]
+    pub config: PathBuf,
+    /// Override `server.listen`.
+    #[arg(long)]
+    pub listen: Option<String>,
+}
+
+/// Loads the config, starts the host and serves until Ctrl-C; an open round is left for
+/// the next start to abandon (no release, no ε).
+pub fn run(args: ServeArgs) -> anyhow::Result<()> {
+    let _ = tracing_subscriber::fmt()
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_default_env()
+                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info")),
+        )
+        .try_init();
+    let mut config = FlConfig::load(&args.config)
+        .with_context(|| format!("reading {}", args.config.display()))?;
+    if let Some(listen) = args.listen {
+        config.server.listen = listen;
+        config.validate()?;
+    }
+    let data_dir = config.server.data_dir.clone();
+    let host = start_host(config).context("starting the round server")?;
+    tracing::info!(
+        url = %host.url(),
+        data_dir = %data_dir.display(),
+        "serving; Ctrl-C to stop"
+    );
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .context("tokio runtime for the Ctrl-C handler")?;
+    rt.block_on(tokio::signal::ctrl_c())
+        .context("waiting for Ctrl-C")?;
+    tracing::info!("Ctrl-C: shutting down");
+    host.shutdown().context("shutting down")?;
+    Ok(())
+}

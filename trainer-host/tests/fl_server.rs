@@ -1,0 +1,813 @@
+//! The federated round server end to end: a real host on loopback (port 0), raw HTTP from
+//! ureq, a tiny leak-CNN package. Every refusal is checked for its status, its JSON code,
+//! and for having no effect on the model and the privacy ledger.
+#![allow(clippy::unwrap_used)]
+
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+use burn::tensor::Device;
+use hush_device::features::{FeatureConfig, FeatureKind};
+use hush_device::protocol::{
+    checksum_hex, encode_update, ApiError, Assignment, LayerDelta, RegisterResponse, StatusReport,
+    TrainTask, Update, UpdateHeader, UploadReceipt, CHECKSUM_HEADER, UPDATE_FORMAT_VERSION,
+};
+use hush_host::accountant::{Accountant, Adjacency, SubsampledGaussian};
+use hush_host::fl::store::RoundState;
+use hush_host::fl::{start_host, FlConfig, HostHandle};
+use hush_host::ledger::sqlite::SqliteLedgerStore;
+use hush_host::ledger::{LedgerStore, ReleaseRecord};
+use hush_models::arch::{is_trainable, ArchConfig, IoShape, LeakCnnConfig};
+use hush_models::checkpoint::NamedTensor;
+use hush_models::package::{load_package, write_package, ModelCard};
+
+// ---------------------------------------------------------------- helpers
+
+fn tiny_package(dir: &Path) -> PathBuf {
+    let io = IoShape {
+        frames: 10,
+        bins: 10,
+        classes: 2,
+    };
+    let mut cfg = LeakCnnConfig::new(io);
+    cfg.channels = [2, 2];
+    cfg.hidden = 4;
+    cfg.dropout = 0.0;
+    let arch = ArchConfig::LeakCnn(cfg);
+    let model = arch.init(&Device::flex()).unwrap();
+    let mut features = FeatureConfig::kaldi(FeatureKind::Fbank);
+    features.mel.num_bins = 10;
+    let card = ModelCard::new(
+        arch,
+        serde_json::to_value(&features).unwrap(),
+        vec!["yes".into(), "no".into()],
+        &model,
+    )
+    .unwrap();
+    let out = dir.join("initial");
+    write_package(&out, &card, &model).unwrap();
+    out
+}
+
+struct Fixture {
+    _tmp: tempfile::TempDir,
+    data: PathBuf,
+    model: PathBuf,
+}
+
+fn fixture() -> Fixture {
+    let tmp = tempfile::tempdir().unwrap();
+    let model = tiny_package(tmp.path());
+    let data = tmp.path().join("data");
+    Fixture {
+        _tmp: tmp,
+        data,
+        model,
+    }
+}
+
+/// q = 1 (every checked-in device is picked), `devices` devices per round, a seed.
+fn config(f: &Fixture, devices: u64) -> FlConfig {
+    let mut c = FlConfig::with_model(&f.model, &f.data);
+    c.server.listen = "127.0.0.1:0".into();
+    c.server.tick_ms = 20;
+    c.rounds.rounds = 3;
+    c.rounds.sampling_rate = 1.0;
+    c.rounds.min_devices = devices;
+    c.rounds.deadline_secs = 30.0;
+    c.rounds.min_reports = 1;
+    c.dp.noise_multiplier = 1.0;
+    c.dp.clip = 1.0;
+    c.budget.epsilon = 1000.0;
+    c.budget.delta = 1e-5;
+    c.seed = Some(7);
+    c
+}
+
+fn agent() -> ureq::Agent {
+    ureq::Agent::config_builder()
+        .http_status_as_error(false)
+        .build()
+        .into()
+}
+
+struct Reply {
+    status: u16,
+    body: Vec<u8>,
+}
+
+impl Reply {
+    fn json<T: serde::de::DeserializeOwned>(&self) -> T {
+        serde_json::from_slice(&self.body).unwrap_or_else(|e| {
+            panic!(
+                "status {}: body {:?} is not the expected JSON: {e}",
+                self.status,
+                String::from_utf8_lossy(&self.body)
+            )
+        })
+    }
+
+    fn error_code(&self) -> String {
+        self.json::<ApiError>().code
+    }
+}
+
+fn post(
+    host: &HostHandle,
+    path: &str,
+    token: Option<&str>,
+    headers: &[(&str, &str)],
+    body: Vec<u8>,
+) -> Reply {
+    let mut req = agent().post(format!("{}{path}", host.url()));
+    if let Some(t) = token {
+        req = req.header("Authorization", format!("Bearer {t}"));
+    }
+    for (k, v) in headers {
+        req = req.header(*k, *v);
+    }
+    let mut resp = req.send(&body[..]).unwrap();
+    Reply {
+        status: resp.status().as_u16(),
+        body: resp.body_mut().read_to_vec().unwrap(),
+    }
+}
+
+fn get(host: &HostHandle, path: &str, token: Option<&str>) -> Reply {
+    let mut req = agent().get(format!("{}{path}", host.url()));
+    if let Some(t) = token {
+        req = req.header("Authorization", format!("Bearer {t}"));
+    }
+    let mut resp = req.call().unwrap();
+    Reply {
+        status: resp.status().as_u16(),
+        body: resp.body_mut().read_to_vec().unwrap(),
+    }
+}
+
+fn register(host: &HostHandle, label: &str) -> RegisterResponse {
+    let r = post(
+        host,
+        "/v1/devices",
+        None,
+        &[("content-type", "application/json")],
+        serde_json::to_vec(&serde_json::json!({ "label": label })).unwrap(),
+    );
+    assert_eq!(r.status, 200);
+    r.json()
+}
+
+fn check_in(host: &HostHandle, token: &str) -> Assignment {
+    let r = post(
+        host,
+        "/v1/checkin",
+        Some(token),
+        &[("content-type", "application/json")],
+        br#"{"model_version": null, "examples": 10}"#.to_vec(),
+    );
+    assert_eq!(r.status, 200, "{}", String::from_utf8_lossy(&r.body));
+    r.json()
+}
+
+fn train_task(host: &HostHandle, token: &str) -> TrainTask {
+    match check_in(host, token) {
+        Assignment::Train(t) => t,
+        other => panic!("expected a training task, got {other:?}"),
+    }
+}
+
+fn status(host: &HostHandle) -> StatusReport {
+    let r = get(host, "/v1/status", None);
+    assert_eq!(r.status, 200);
+    r.json()
+}
+
+/// The trainable tensors of the latest published model, in the model's layer order.
+fn trainable(host: &HostHandle) -> Vec<NamedTensor> {
+    let (_, dir) = host.latest_model();
+    let (_, model) = load_package(&dir, &Device::flex()).unwrap();
+    model
+        .named_tensors()
+        .unwrap()
+        .into_iter()
+        .filter(|t| is_trainable(&t.name))
+        .collect()
+}
+
+/// An update whose every value is `value` (flat norm `|value|·√d`).
+fn update(layout: &[NamedTensor], task: &TrainTask, device: u64, value: f32) -> Update {
+    Update {
+        header: UpdateHeader {
+            format_version: UPDATE_FORMAT_VERSION,
+            model_version: task.model_version,
+            round: task.round,
+            device_id: device,
+            idempotency_key: Update::key(task.round, device),
+            layer_norms: vec![],
+        },
+        layers: layout
+            .iter()
+            .map(|t| LayerDelta {
+                name: t.name.clone(),
+                shape: t.shape.iter().map(|&d| d as u32).collect(),
+                data: vec![value; t.data.len()],
+            })
+            .collect(),
+    }
+}
+
+fn params(layout: &[NamedTensor]) -> usize {
+    layout.iter().map(|t| t.data.len()).sum()
+}
+
+/// A value whose constant update has flat norm `norm`.
+fn value_for_norm(layout: &[NamedTensor], norm: f32) -> f32 {
+    norm / (params(layout) as f32).sqrt()
+}
+
+fn upload_body(host: &HostHandle, token: &str, round: u64, body: Vec<u8>) -> Reply {
+    let sum = checksum_hex(&body);
+    post(
+        host,
+        &format!("/v1/rounds/{round}/update"),
+        Some(token),
+        &[
+            (CHECKSUM_HEADER, sum.as_str()),
+            ("content-type", "application/octet-stream"),
+        ],
+        body,
+    )
+}
+
+fn upload(host: &HostHandle, token: &str, u: &Update) -> Reply {
+    upload_body(host, token, u.header.round, encode_update(u).unwrap())
+}
+
+fn ledger(f: &Fixture) -> Vec<ReleaseRecord> {
+    SqliteLedgerStore::open(&f.data.join("hush.sqlite"))
+        .unwrap()
+        .records()
+        .unwrap()
+}
+
+fn wait_until(what: &str, mut cond: impl FnMut() -> bool) {
+    let start = Instant::now();
+    while !cond() {
+        assert!(
+            start.elapsed() < Duration::from_secs(30),
+            "timed out waiting for {what}"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+// ---------------------------------------------------------------- tests
+
+#[test]
+fn happy_path_releases_a_round_records_it_and_publishes_the_model() {
+    let f = fixture();
+    let host = start_host(config(&f, 2)).unwrap();
+    let a = register(&host, "a");
+    let b = register(&host, "b");
+    assert_ne!(a.token, b.token);
+    let before = trainable(&host);
+
+    let ta = train_task(&host, &a.token);
+    let tb = train_task(&host, &b.token);
+    assert_eq!((ta.round, ta.model_version), (1, 0));
+    assert_eq!(ta.clip.bounds, vec![1.0]);
+    // A second check-in does not re-draw: still the same task.
+    assert_eq!(train_task(&host, &a.token).round, 1);
+
+    // The model can be downloaded with the token, not without.
+    let w = get(&host, "/v1/models/0/weights.safetensors", Some(&a.token));
+    assert_eq!(w.status, 200);
+    assert!(w.body.len() > 100);
+    assert_eq!(get(&host, "/v1/models/0/model.json", None).status, 401);
+    let escape = get(&host, "/v1/models/0/..%2Fhush.sqlite", Some(&a.token));
+    assert!(matches!(escape.status, 400 | 404), "{}", escape.status);
+
+    let v = value_for_norm(&before, 0.5);
+    let r = upload(&host, &a.token, &update(&before, &ta, a.device_id, v));
+    assert_eq!(r.status, 200, "{}", String::from_utf8_lossy(&r.body));
+    assert_eq!(
+        r.json::<UploadReceipt>(),
+        UploadReceipt {
+            round: 1,
+            duplicate: false
+        }
+    );
+    assert_eq!(status(&host).open_round, Some(1));
+    let r = upload(&host, &b.token, &update(&before, &tb, b.device_id, v));
+    assert_eq!(r.status, 200);
+
+    // Everyone checked in and reported: the round closes without waiting for its deadline.
+    wait_until("model v1", || status(&host).model_version == 1);
+    let s = status(&host);
+    assert_eq!(s.rounds_done, 1);
+    assert_eq!(s.unit, "user");
+    assert_eq!(s.delta, 1e-5);
+    let expected = SubsampledGaussian::poisson(1.0, 1.0, 1)
+        .unwrap()
+        .epsilon(Accountant::Rdp, Adjacency::AddRemove, 1e-5)
+        .unwrap()
+        .epsilon;
+    let eps = s.epsilon_rdp.unwrap();
+    assert!((eps - expected).abs() < 1e-9, "{eps} vs {expected}");
+    assert!(s.epsilon_pld.unwrap() > 0.0);
+
+    let records = ledger(&f);
+    assert_eq!(records.len(), 1);
+    assert_eq!(records[0].release.event.sampling_rate, 1.0);
+    assert_eq!(records[0].release.event.noise_multiplier, 1.0);
+    assert_eq!(records[0].release.population, Some(2));
+
+    let log = host.round_log().unwrap();
+    assert_eq!(log.len(), 1);
+    assert_eq!(log[0].state, RoundState::Released);
+    assert_eq!(
+        (
+            log[0].realized_cohort,
+            log[0].reports_accepted,
+            log[0].reports_rejected
+        ),
+        (2, 2, 0)
+    );
+    assert_eq!(log[0].released_version, Some(1));
+    assert_eq!(log[0].epsilon_rdp, Some(eps));
+
+    let after = trainable(&host);
+    assert_ne!(before, after, "the published model moved");
+    // The ledger entry was committed no later than the model version was recorded.
+    let conn = rusqlite::Connection::open(f.data.join("hush.sqlite")).unwrap();
+    let published: i64 = conn
+        .query_row(
+            "SELECT published_at_ms FROM model_versions WHERE version = 1",
+            [],
+            |r| r.get(0),
+        )
+        .unwrap();
+    assert!(records[0].recorded_at_ms <= published);
+    // The next round trains the new version.
+    assert_eq!(train_task(&host, &a.token).model_version, 1);
+    host.shutdown().unwrap();
+}
+
+#[test]
+fn non_private_mean_is_applied_exactly_and_rounds_end_in_done() {
+    let f = fixture();
+    let mut c = config(&f, 1);
+    c.dp.enabled = false;
+    c.rounds.rounds = 1;
+    let host = start_host(c).unwrap();
+    let a = register(&host, "a");
+    let before = trainable(&host);
+    let t = train_task(&host, &a.token);
+    let v = value_for_norm(&before, 0.9);
+    assert_eq!(
+        upload(&host, &a.token, &update(&before, &t, a.device_id, v)).status,
+        200
+    );
+    wait_until("model v1", || status(&host).model_version == 1);
+    for (b, n) in before.iter().zip(trainable(&host)) {
+        for (x, y) in b.data.iter().zip(&n.data) {
+            assert!((x + v - y).abs() < 1e-5, "{x} + {v} != {y}");
+        }
+    }
+    assert!(matches!(check_in(&host, &a.token), Assignment::Done { .. }));
+    assert!(host.wait_finished_timeout(Duration::from_secs(5)));
+    assert!(ledger(&f).is_empty(), "a non-private run records nothing");
+    assert_eq!(status(&host).epsilon_rdp, None);
+    host.shutdown().unwrap();
+}
+
+#[test]
+fn duplicate_upload_is_counted_once() {
+    let f = fixture();
+    let host = start_host(config(&f, 2)).unwrap();
+    let a = register(&host, "a");
+    let _b = register(&host, "b");
+    let layout = trainable(&host);
+    let t = train_task(&host, &a.token);
+    let u = update(&layout, &t, a.device_id, value_for_norm(&layout, 0.5));
+    let first = upload(&host, &a.token, &u);
+    assert_eq!(first.json::<UploadReceipt>().duplicate, false);
+    let second = upload(&host, &a.token, &u);
+    assert_eq!(second.status, 200);
+    assert_eq!(
+        second.json::<UploadReceipt>(),
+        UploadReceipt {
+            round: 1,
+            duplicate: true
+        }
+    );
+    assert_eq!(status(&host).reports_in_round, 1);
+    assert_eq!(host.round_log().unwrap()[0].reports_accepted, 1);
+    host.shutdown().unwrap();
+}
+
+#[test]
+fn wrong_or_missing_token_is_401() {
+    let f = fixture();
+    let host = start_host(config(&f, 1)).unwrap();
+    let a = register(&host, "a");
+    let body = br#"{"model_version": null, "examples": 1}"#.to_vec();
+    for token in [None, Some("not-a-token"), Some("")] {
+        let r = post(&host, "/v1/checkin", token, &[], body.clone());
+        assert_eq!(r.status, 401);
+        assert_eq!(r.error_code(), "unauthorized");
+    }
+    let r = post(
+        &host,
+        "/v1/checkin",
+        None,
+        &[("Authorization", a.token.as_str())],
+        body,
+    );
+    assert_eq!(r.status, 401, "a token without `Bearer` is refused");
+    let r = upload_body(&host, "wrong", 1, vec![1, 2, 3]);
+    assert_eq!((r.status, r.error_code().as_str()), (401, "unauthorized"));
+    assert_eq!(
+        get(&host, "/v1/models/0/model.json", Some("wrong")).status,
+        401
+    );
+    assert_eq!(
+        status(&host).open_round,
+        None,
+        "no round opened for unauthenticated calls"
+    );
+    host.shutdown().unwrap();
+}
+
+#[test]
+fn oversized_malformed_and_corrupted_bodies_are_refused() {
+    let f = fixture();
+    let probe = {
+        let host = start_host(config(&f, 1)).unwrap();
+        let layout = trainable(&host);
+        host.shutdown().unwrap();
+        layout
+    };
+    let task0 = TrainTask {
+        round: 1,
+        model_version: 0,
+        deadline_ms: 0,
+        local: hush_device::protocol::LocalTraining {
+            epochs: 1,
+            batch_size: 1,
+            lr: 0.1,
+            example_clip: None,
+            seed: 0,
+        },
+        clip: hush_device::protocol::UpdateClip {
+            bounds: vec![1.0],
+            layers: vec![],
+            normalize_layers: false,
+            local_noise_std: 0.0,
+        },
+    };
+    let encoded = encode_update(&update(&probe, &task0, 1, 0.0))
+        .unwrap()
+        .len();
+    let mut c = config(&f, 1);
+    c.server.max_upload_bytes = Some(encoded + 100);
+    let host = start_host(c).unwrap();
+    let a = register(&host, "a");
+    let t = train_task(&host, &a.token);
+    let good = update(&probe, &t, a.device_id, value_for_norm(&probe, 0.5));
+    let body = encode_update(&good).unwrap();
+
+    let r = upload_body(&host, &a.token, 1, vec![0u8; encoded + 200]);
+    assert_eq!((r.status, r.error_code().as_str()), (413, "too_large"));
+    let r = upload_body(&host, &a.token, 1, vec![0xff; 64]);
+    assert_eq!((r.status, r.error_code().as_str()), (400, "malformed"));
+    let r = upload_body(&host, &a.token, 1, body[..body.len() / 2].to_vec());
+    assert_eq!((r.status, r.error_code().as_str()), (400, "malformed"));
+    let r = post(
+        &host,
+        "/v1/rounds/1/update",
+        Some(&a.token),
+        &[(CHECKSUM_HEADER, checksum_hex(b"something else").as_str())],
+        body.clone(),
+    );
+    assert_eq!((r.status, r.error_code().as_str()), (400, "bad_checksum"));
+    let r = post(
+        &host,
+        "/v1/rounds/1/update",
+        Some(&a.token),
+        &[],
+        body.clone(),
+    );
+    assert_eq!((r.status, r.error_code().as_str()), (400, "bad_checksum"));
+    let mut bad_shape = good.clone();
+    bad_shape.layers[0].shape.push(1);
+    let r = upload(&host, &a.token, &bad_shape);
+    assert_eq!((r.status, r.error_code().as_str()), (400, "invalid_update"));
+    let r = upload_body(&host, &a.token, 1, vec![]);
+    assert_eq!(r.status, 400);
+    let r = post(
+        &host,
+        "/v1/rounds/abc/update",
+        Some(&a.token),
+        &[],
+        body.clone(),
+    );
+    assert_eq!((r.status, r.error_code().as_str()), (400, "bad_path"));
+    let r = post(
+        &host,
+        "/v1/checkin",
+        Some(&a.token),
+        &[],
+        b"{not json".to_vec(),
+    );
+    assert_eq!((r.status, r.error_code().as_str()), (400, "malformed"));
+    let r = post(&host, "/v1/devices", None, &[], b"[]".to_vec());
+    assert_eq!((r.status, r.error_code().as_str()), (400, "malformed"));
+    let r = get(&host, "/v1/nothing", None);
+    assert_eq!((r.status, r.error_code().as_str()), (404, "not_found"));
+    let r = get(&host, "/v1/checkin", None);
+    assert_eq!(
+        (r.status, r.error_code().as_str()),
+        (405, "method_not_allowed")
+    );
+    // Header naming another device's round or identity.
+    let mut other = good.clone();
+    other.header.device_id = 99;
+    other.header.idempotency_key = Update::key(1, 99);
+    let r = upload(&host, &a.token, &other);
+    assert_eq!(
+        (r.status, r.error_code().as_str()),
+        (403, "device_mismatch")
+    );
+
+    // None of it counted; the good body still goes through afterwards.
+    assert_eq!(status(&host).reports_in_round, 0);
+    let r = upload_body(&host, &a.token, 1, body);
+    assert_eq!(r.status, 200, "{}", String::from_utf8_lossy(&r.body));
+    host.shutdown().unwrap();
+}
+
+#[test]
+fn update_over_the_norm_bound_is_rejected_with_no_effect() {
+    // Non-private, so the released model shows exactly which updates were summed.
+    let f = fixture();
+    let mut c = config(&f, 2);
+    c.dp.enabled = false;
+    let host = start_host(c).unwrap();
+    let a = register(&host, "a");
+    let b = register(&host, "b");
+    let before = trainable(&host);
+    let ta = train_task(&host, &a.token);
+    let tb = train_task(&host, &b.token);
+    let big = update(&before, &ta, a.device_id, value_for_norm(&before, 100.0));
+    let r = upload(&host, &a.token, &big);
+    assert_eq!(
+        (r.status, r.error_code().as_str()),
+        (422, "over_norm_bound")
+    );
+    assert_eq!(status(&host).reports_rejected, 1);
+    assert_eq!(status(&host).reports_in_round, 0);
+    let v = value_for_norm(&before, 0.5);
+    assert_eq!(
+        upload(&host, &b.token, &update(&before, &tb, b.device_id, v)).status,
+        200
+    );
+    wait_until("model v1", || status(&host).model_version == 1);
+    for (x, y) in before.iter().zip(trainable(&host)) {
+        for (p, q) in x.data.iter().zip(&y.data) {
+            assert!((p + v - q).abs() < 1e-5, "only b's update was applied");
+        }
+    }
+    let log = host.round_log().unwrap();
+    assert_eq!((log[0].reports_accepted, log[0].reports_rejected), (1, 1));
+    host.shutdown().unwrap();
+
+    // With DP: a round whose only update is over the bound releases nothing.
+    let f = fixture();
+    let host = start_host(config(&f, 1)).unwrap();
+    let a = register(&host, "a");
+    let layout = trainable(&host);
+    let t = train_task(&host, &a.token);
+    let mut over = update(&layout, &t, a.device_id, 0.0);
+    over.layers[0].data[0] = 1.5;
+    let r = upload(&host, &a.token, &over);
+    assert_eq!(
+        (r.status, r.error_code().as_str()),
+        (422, "over_norm_bound")
+    );
+    wait_until("round closed", || status(&host).open_round.is_none());
+    assert!(
+        ledger(&f).is_empty(),
+        "no ledger entry for a round with no accepted update"
+    );
+    assert_eq!(status(&host).model_version, 0);
+    assert_eq!(host.round_log().unwrap()[0].state, RoundState::Abandoned);
+    host.shutdown().unwrap();
+}
+
+#[test]
+fn late_upload_after_the_round_closed_is_refused() {
+    let f = fixture();
+    let mut c = config(&f, 2);
+    c.rounds.deadline_secs = 0.5;
+    let host = start_host(c).unwrap();
+    let a = register(&host, "a");
+    let b = register(&host, "b");
+    let layout = trainable(&host);
+    let ta = train_task(&host, &a.token);
+    let tb = train_task(&host, &b.token);
+    let v = value_for_norm(&layout, 0.5);
+    assert_eq!(
+        upload(&host, &a.token, &update(&layout, &ta, a.device_id, v)).status,
+        200
+    );
+    wait_until("deadline", || status(&host).model_version == 1);
+    let r = upload(&host, &b.token, &update(&layout, &tb, b.device_id, v));
+    assert_eq!((r.status, r.error_code().as_str()), (409, "round_closed"));
+    let log = host.round_log().unwrap();
+    assert_eq!(log[0].state, RoundState::Released);
+    assert_eq!(log[0].reports_accepted, 1);
+    assert_eq!(ledger(&f).len(), 1, "the late upload spent nothing");
+    host.shutdown().unwrap();
+}
+
+#[test]
+fn round_with_too_few_reports_is_abandoned_without_a_ledger_entry() {
+    let f = fixture();
+    let mut c = config(&f, 2);
+    c.rounds.deadline_secs = 0.5;
+    c.rounds.min_reports = 2;
+    let host = start_host(c).unwrap();
+    let a = register(&host, "a");
+    let b = register(&host, "b");
+    let layout = trainable(&host);
+    let ta = train_task(&host, &a.token);
+    let _ = train_task(&host, &b.token);
+    let v = value_for_norm(&layout, 0.5);
+    assert_eq!(
+        upload(&host, &a.token, &update(&layout, &ta, a.device_id, v)).status,
+        200
+    );
+    wait_until("deadline", || status(&host).open_round.is_none());
+    let log = host.round_log().unwrap();
+    assert_eq!(log[0].state, RoundState::Abandoned);
+    assert!(log[0]
+        .reason
+        .as_deref()
+        .unwrap_or("")
+        .contains("min_reports"));
+    assert!(ledger(&f).is_empty());
+    let s = status(&host);
+    assert_eq!((s.model_version, s.rounds_done), (0, 0));
+    assert_eq!(s.epsilon_rdp.unwrap_or(0.0), 0.0);
+    // The next check-in opens a fresh round on the same model.
+    let t = train_task(&host, &a.token);
+    assert_eq!((t.round, t.model_version), (2, 0));
+    host.shutdown().unwrap();
+}
+
+#[test]
+fn restart_mid_round_abandons_it_and_spends_no_epsilon_twice() {
+    let f = fixture();
+    let host = start_host(config(&f, 2)).unwrap();
+    let a = register(&host, "a");
+    let b = register(&host, "b");
+    let layout = trainable(&host);
+    let ta = train_task(&host, &a.token);
+    let _ = train_task(&host, &b.token);
+    let v = value_for_norm(&layout, 0.5);
+    assert_eq!(
+        upload(&host, &a.token, &update(&layout, &ta, a.device_id, v)).status,
+        200
+    );
+    // Stop mid-round (b never reported): the in-memory sum is gone.
+    host.shutdown().unwrap();
+    assert!(ledger(&f).is_empty());
+
+    let host = start_host(config(&f, 2)).unwrap();
+    let log = host.round_log().unwrap();
+    assert_eq!(log[0].state, RoundState::Abandoned);
+    assert!(log[0].reason.as_deref().unwrap_or("").contains("restarted"));
+    assert_eq!(status(&host).open_round, None);
+    // Tokens are still valid; a fresh round opens; the old round's upload is late.
+    let ta = train_task(&host, &a.token);
+    let tb = train_task(&host, &b.token);
+    assert_eq!((ta.round, ta.model_version), (2, 0));
+    let old = update(
+        &layout,
+        &TrainTask {
+            round: 1,
+            ..ta.clone()
+        },
+        a.device_id,
+        v,
+    );
+    let r = upload(&host, &a.token, &old);
+    assert_eq!(
+        r.status, 200,
+        "round 1's accepted upload is a duplicate, not a new report"
+    );
+    assert!(r.json::<UploadReceipt>().duplicate);
+    assert_eq!(
+        upload(&host, &a.token, &update(&layout, &ta, a.device_id, v)).status,
+        200
+    );
+    assert_eq!(
+        upload(&host, &b.token, &update(&layout, &tb, b.device_id, v)).status,
+        200
+    );
+    wait_until("model v1", || status(&host).model_version == 1);
+    let records = ledger(&f);
+    assert_eq!(
+        records.len(),
+        1,
+        "one release: the abandoned round spent nothing"
+    );
+    assert!(records[0].release.released.contains("round 2"));
+    host.shutdown().unwrap();
+
+    // A third start finds the release and the published model.
+    let host = start_host(config(&f, 2)).unwrap();
+    let s = status(&host);
+    assert_eq!((s.model_version, s.rounds_done), (1, 1));
+    assert!(s.epsilon_rdp.unwrap() > 0.0);
+    assert_eq!(ledger(&f).len(), 1);
+    host.shutdown().unwrap();
+}
+
+#[test]
+fn ledger_entry_is_written_before_the_model_is_published() {
+    // Make publishing v1 impossible: the ledger must already hold the release, and the
+    // model must not be served.
+    let f = fixture();
+    std::fs::create_dir_all(f.data.join("models")).unwrap();
+    std::fs::write(f.data.join("models").join("v1"), b"in the way").unwrap();
+    let host = start_host(config(&f, 1)).unwrap();
+    let a = register(&host, "a");
+    let layout = trainable(&host);
+    let t = train_task(&host, &a.token);
+    let v = value_for_norm(&layout, 0.5);
+    assert_eq!(
+        upload(&host, &a.token, &update(&layout, &t, a.device_id, v)).status,
+        200
+    );
+    wait_until("round closed", || status(&host).open_round.is_none());
+    assert_eq!(
+        ledger(&f).len(),
+        1,
+        "recorded before the publish was attempted"
+    );
+    let s = status(&host);
+    assert_eq!(s.model_version, 0, "nothing published");
+    assert!(s.finished, "training stops after a failed publish");
+    assert_eq!(
+        host.round_log().unwrap()[0].state,
+        RoundState::ReleaseFailed
+    );
+    assert!(matches!(check_in(&host, &a.token), Assignment::Done { .. }));
+    host.shutdown().unwrap();
+}
+
+#[test]
+fn budget_exhaustion_ends_training_before_a_round_opens() {
+    let f = fixture();
+    let mut c = config(&f, 1);
+    // One round at q = 1, z = 1 costs far more than this.
+    c.budget.epsilon = 0.1;
+    let host = start_host(c).unwrap();
+    let a = register(&host, "a");
+    match check_in(&host, &a.token) {
+        Assignment::Done { reason } => assert!(reason.contains("budget"), "{reason}"),
+        other => panic!("expected Done, got {other:?}"),
+    }
+    assert!(host.round_log().unwrap().is_empty(), "no round was opened");
+    assert!(ledger(&f).is_empty());
+    host.shutdown().unwrap();
+}
+
+#[test]
+fn noise_cohort_is_accounted_at_the_effective_multiplier() {
+    let f = fixture();
+    let mut c = config(&f, 2);
+    c.dp.noise_cohort_size = Some(8.0);
+    let host = start_host(c).unwrap();
+    let a = register(&host, "a");
+    let b = register(&host, "b");
+    let layout = trainable(&host);
+    let ta = train_task(&host, &a.token);
+    let tb = train_task(&host, &b.token);
+    let v = value_for_norm(&layout, 0.5);
+    assert_eq!(
+        upload(&host, &a.token, &update(&layout, &ta, a.device_id, v)).status,
+        200
+    );
+    assert_eq!(
+        upload(&host, &b.token, &update(&layout, &tb, b.device_id, v)).status,
+        200
+    );
+    wait_until("model v1", || status(&host).model_version == 1);
+    let records = ledger(&f);
+    // Expected cohort C = q·N = 2, M = 8: z_eff = z·C/M = 0.25.
+    assert!((records[0].release.event.noise_multiplier - 0.25).abs() < 1e-12);
+    host.shutdown().unwrap();
+}

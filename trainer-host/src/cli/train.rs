@@ -1,9 +1,10 @@
-//! `hush-host train --task kws …`: central (non-private) training into a model package.
+//! `hush-host train --task kws …`: central training into a model package, non-private or
+//! with DP-SGD (`--dp`, see [`hush_host::train::dp`]).
 
 use std::path::PathBuf;
 
 use anyhow::Context;
-use hush_host::train::{train_kws, Augment, KwsTrainConfig};
+use hush_host::train::{train_kws, train_kws_dp, Augment, DpConfig, KwsTrainConfig, NoiseTarget};
 
 /// What to train.
 #[derive(Clone, Copy, clap::ValueEnum)]
@@ -52,6 +53,72 @@ pub struct TrainArgs {
     /// Output model directory.
     #[arg(long)]
     pub out: PathBuf,
+    /// Train with DP-SGD (example-level differential privacy).
+    #[arg(long)]
+    pub dp: bool,
+    /// DP: target ε (the noise multiplier is calibrated for it).
+    #[arg(long, requires = "dp", conflicts_with = "noise_multiplier")]
+    pub target_epsilon: Option<f64>,
+    /// DP: a fixed noise multiplier instead of a target ε.
+    #[arg(long, requires = "dp")]
+    pub noise_multiplier: Option<f64>,
+    /// DP: δ (below 1/number of training examples).
+    #[arg(long, requires = "dp", default_value_t = 1e-5)]
+    pub delta: f64,
+    /// DP: total L2 clip bound C per example.
+    #[arg(long, requires = "dp", default_value_t = 1.0)]
+    pub clip: f32,
+    /// DP: flat, per-layer-uniform or per-layer-dim.
+    #[arg(long, requires = "dp", default_value = "flat")]
+    pub clipping: String,
+    /// DP: scale every layer to exactly its bound (layer-wise normalisation).
+    #[arg(long, requires = "dp")]
+    pub normalize_layers: bool,
+    /// DP: Poisson sampling rate q (default: batch size / private examples).
+    #[arg(long, requires = "dp")]
+    pub sampling_rate: Option<f64>,
+    /// DP: fraction of layers to freeze after the public warm start, in [0, 1).
+    #[arg(long, requires = "dp", default_value_t = 0.0)]
+    pub freeze_fraction: f64,
+    /// DP: fraction of training speakers that are public (noise-free warm start), in [0, 1).
+    #[arg(long, requires = "dp", default_value_t = 0.0)]
+    pub warm_start_public: f64,
+    /// DP: epochs of the public warm start.
+    #[arg(long, requires = "dp", default_value_t = 3)]
+    pub warm_start_epochs: usize,
+    /// DP: discrete-Gaussian noise on an integer grid.
+    #[arg(long, requires = "dp")]
+    pub discrete_noise: bool,
+    /// DP: the privacy ledger (SQLite; created if missing).
+    #[arg(long, requires = "dp", default_value = "hush-ledger.sqlite")]
+    pub ledger: PathBuf,
+    /// DP: the ledger's total ε budget (default: the target ε).
+    #[arg(long, requires = "dp")]
+    pub budget_epsilon: Option<f64>,
+    /// DP: seed noise and sampling from --seed (reproducible; never for real releases).
+    #[arg(long, requires = "dp")]
+    pub reproducible_noise: bool,
+}
+
+fn dp_config(args: &TrainArgs) -> anyhow::Result<DpConfig> {
+    let noise = match (args.target_epsilon, args.noise_multiplier) {
+        (Some(e), None) => NoiseTarget::Epsilon(e),
+        (None, Some(z)) => NoiseTarget::NoiseMultiplier(z),
+        _ => anyhow::bail!("--dp needs --target-epsilon E (or --noise-multiplier Z)"),
+    };
+    let mut dp = DpConfig::new(1.0, args.delta, args.clip);
+    dp.noise = noise;
+    dp.clipping = args.clipping.parse()?;
+    dp.normalize_layers = args.normalize_layers;
+    dp.sampling_rate = args.sampling_rate;
+    dp.freeze_fraction = args.freeze_fraction;
+    dp.warm_start_public = args.warm_start_public;
+    dp.warm_start_epochs = args.warm_start_epochs;
+    dp.discrete_noise = args.discrete_noise;
+    dp.ledger = args.ledger.clone();
+    dp.budget_epsilon = args.budget_epsilon;
+    dp.reproducible = args.reproducible_noise;
+    Ok(dp)
 }
 
 /// Trains, prints a progress line per epoch and the test report, writes the package.
@@ -76,7 +143,7 @@ pub fn run(args: TrainArgs) -> anyhow::Result<()> {
     };
     let command = std::env::args().collect::<Vec<_>>().join(" ");
     let epochs = cfg.epochs;
-    let report = train_kws(&cfg, &args.out, &command, &mut |e| {
+    let mut progress = |e: &hush_host::train::EpochReport| {
         eprintln!(
             "epoch {:>3}/{epochs}  loss {:.4}  val acc {:.3}  lr {:.2e}{}",
             e.epoch,
@@ -85,9 +152,33 @@ pub fn run(args: TrainArgs) -> anyhow::Result<()> {
             e.lr,
             if e.best { "  *" } else { "" }
         );
-    })
-    .with_context(|| format!("training on {}", args.data.display()))?;
-    let card = &report.card;
+    };
+    let card = if args.dp {
+        let dp = dp_config(&args)?;
+        let report = train_kws_dp(&cfg, &dp, &args.out, &command, &mut progress)
+            .with_context(|| format!("DP training on {}", args.data.display()))?;
+        let p = &report.privacy;
+        println!(
+            "DP-SGD: noise multiplier {:.4}, q {:.4}, {} steps, clip {} ({}), {} private examples",
+            p.noise_multiplier, p.sampling_rate, p.steps, p.clip, p.clipping, p.population
+        );
+        println!("{}", p.epsilon_rdp);
+        if let Some(pld) = &p.epsilon_pld {
+            println!("{pld}");
+        }
+        println!(
+            "ledger {} record {}; privacy report {}",
+            p.ledger,
+            p.ledger_record,
+            args.out.join("privacy.json").display()
+        );
+        report.card
+    } else {
+        train_kws(&cfg, &args.out, &command, &mut progress)
+            .with_context(|| format!("training on {}", args.data.display()))?
+            .card
+    };
+    let card = &card;
     println!(
         "{} ({} trainable parameters) → {}",
         card.arch.name(),

@@ -8,10 +8,12 @@
 //! the function the device runs before inference.
 //!
 //! Modules: [`data`] (decoded clips and noises), [`augment`] (waveform, SpecAugment,
-//! mixup), [`metrics`] (accuracy, balanced keyword accuracy, confusion), [`schedule`].
+//! mixup), [`metrics`] (accuracy, balanced keyword accuracy, confusion), [`schedule`],
+//! [`dp`] (DP-SGD: `hush-host train --dp`).
 
 pub mod augment;
 pub mod data;
+pub mod dp;
 pub mod metrics;
 pub mod schedule;
 
@@ -34,6 +36,7 @@ use serde::{Deserialize, Serialize};
 
 pub use augment::Augment;
 use data::{load_kws, Clip, KwsData};
+pub use dp::{train_kws_dp, DpConfig, DpTrainReport, NoiseTarget, PrivacyReport};
 use schedule::WarmupCosine;
 
 /// Why training failed.
@@ -80,6 +83,12 @@ pub enum TrainError {
     /// The model failed (configuration, step, export).
     #[error(transparent)]
     Model(#[from] hush_models::ModelError),
+    /// The privacy ledger refused or failed (DP training).
+    #[error(transparent)]
+    Ledger(#[from] crate::ledger::LedgerError),
+    /// A privacy computation failed (DP training).
+    #[error("privacy: {0}")]
+    Privacy(String),
 }
 
 /// Everything `hush-host train --task kws` decides.

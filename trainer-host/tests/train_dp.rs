@@ -1,0 +1,233 @@
+//! DP-SGD end to end on the bundled corpus (tiny 2-conv + 2-FC CNN): it trains, writes a
+//! model package with `privacy.json`, records the release in the ledger before publishing,
+//! and beats chance at a generous ε; bad configurations fail before any training.
+
+// Test helpers panic on failure, like the tests that call them.
+#![allow(clippy::unwrap_used)]
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use hush_host::accountant::{Accountant, Adjacency, PrivacyUnit};
+use hush_host::demo::small_kws_config;
+use hush_host::ledger::sqlite::SqliteLedgerStore;
+use hush_host::ledger::{LedgerStore, Mechanism};
+use hush_host::train::dp::is_public_speaker;
+use hush_host::train::{train_kws_dp, DpConfig, NoiseTarget, PrivacyReport};
+use hush_models::dp::ClipStrategy;
+
+fn data() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../data/corpus/kws")
+}
+
+#[test]
+fn dp_sgd_trains_records_the_release_and_beats_chance() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("model");
+    let ledger = dir.path().join("ledger.sqlite");
+    let mut cfg = small_kws_config(&data(), 8, 2);
+    cfg.patience = 100;
+    let mut dp = DpConfig::new(30.0, 1e-3, 1.0);
+    dp.clipping = ClipStrategy::PerLayerDim;
+    dp.warm_start_public = 0.3;
+    dp.warm_start_epochs = 10;
+    dp.freeze_fraction = 0.25;
+    dp.ledger = ledger.clone();
+    dp.reproducible = true;
+    let report = train_kws_dp(&cfg, &dp, &out, "test", &mut |e| {
+        eprintln!(
+            "epoch {} loss {:.3} val {:.3}",
+            e.epoch, e.train_loss, e.val_accuracy
+        )
+    })
+    .unwrap();
+    let p = &report.privacy;
+    eprintln!(
+        "σ {:.3}, q {:.4}, {} steps, n {}, public {} speakers / {} clips, frozen {:?}",
+        p.noise_multiplier,
+        p.sampling_rate,
+        p.steps,
+        p.population,
+        p.public_speakers,
+        p.public_examples,
+        p.frozen_layers
+    );
+    eprintln!("{}", p.epsilon_rdp);
+    // The claim names δ, unit, adjacency and accountant, and meets the target.
+    assert!(p.epsilon_rdp.epsilon <= 30.0 + 1e-6);
+    assert_eq!(p.epsilon_rdp.accountant, Accountant::Rdp);
+    assert_eq!(p.epsilon_rdp.unit, PrivacyUnit::Example);
+    assert_eq!(p.epsilon_rdp.adjacency, Adjacency::AddRemove);
+    let pld = p.epsilon_pld.unwrap();
+    assert_eq!(pld.accountant, Accountant::Pld);
+    assert!(pld.epsilon <= p.epsilon_rdp.epsilon * 1.05);
+    assert!(p.public_examples > 0 && p.population > 0);
+    // 8 trainable tensors, a quarter frozen; clip bounds cover the rest only.
+    assert_eq!(p.frozen_layers.len(), 2);
+    // The package, privacy.json and the card's copy of it.
+    assert!(out.join("model.json").is_file());
+    assert!(out.join("model.onnx").is_file());
+    let written: PrivacyReport =
+        serde_json::from_str(&std::fs::read_to_string(out.join("privacy.json")).unwrap()).unwrap();
+    assert_eq!(&written, p);
+    let options = &report.card.provenance.as_ref().unwrap().options;
+    assert!(options["privacy"]["epsilon_rdp"]["epsilon"].is_number());
+    // The ledger holds the release.
+    let records = SqliteLedgerStore::open(&ledger).unwrap().records().unwrap();
+    assert_eq!(records.len(), 1);
+    assert_eq!(records[0].release.mechanism, Mechanism::DpSgd);
+    assert_eq!(records[0].release.event.steps, p.steps);
+    assert_eq!(records[0].id, p.ledger_record);
+    // Better than chance (1/12) on held-out speakers
+    let test = &report.card.metrics.as_ref().unwrap().splits["test"];
+    eprintln!("test accuracy {:.3} over {}", test.accuracy, test.examples);
+    // (and above the majority class, `_unknown_`, at 4/15 of a speaker's clips).
+    assert!(test.accuracy > 0.3, "test accuracy {}", test.accuracy);
+}
+
+fn refused(dp: &DpConfig, option: &str) {
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("model");
+    let mut dp = dp.clone();
+    dp.ledger = dir.path().join("ledger.sqlite");
+    let cfg = small_kws_config(&data(), 3, 1);
+    let mut epochs = 0;
+    let err = train_kws_dp(&cfg, &dp, &out, "test", &mut |_| epochs += 1).unwrap_err();
+    let msg = err.to_string();
+    eprintln!("{msg}");
+    assert!(msg.contains(option), "{option}: {msg}");
+    assert_eq!(epochs, 0, "{option}: trained before refusing");
+    assert!(!out.exists(), "{option}: wrote a model");
+    if dp.ledger.exists() {
+        let n = SqliteLedgerStore::open(&dp.ledger)
+            .unwrap()
+            .records()
+            .unwrap()
+            .len();
+        assert_eq!(n, 0);
+    }
+}
+
+#[test]
+fn bad_configurations_fail_before_training() {
+    let ok = DpConfig::new(8.0, 1e-4, 1.0);
+    refused(
+        &DpConfig {
+            clip: 0.0,
+            ..ok.clone()
+        },
+        "--clip",
+    );
+    refused(
+        &DpConfig {
+            clip: -1.0,
+            ..ok.clone()
+        },
+        "--clip",
+    );
+    refused(
+        &DpConfig {
+            sampling_rate: Some(0.0),
+            ..ok.clone()
+        },
+        "--sampling-rate",
+    );
+    refused(
+        &DpConfig {
+            sampling_rate: Some(1.5),
+            ..ok.clone()
+        },
+        "--sampling-rate",
+    );
+    refused(
+        &DpConfig {
+            freeze_fraction: 1.0,
+            warm_start_public: 0.3,
+            ..ok.clone()
+        },
+        "--freeze-fraction",
+    );
+    // Without a warm start there is nothing to rank layers on.
+    refused(
+        &DpConfig {
+            freeze_fraction: 0.5,
+            ..ok.clone()
+        },
+        "--freeze-fraction",
+    );
+    refused(
+        &DpConfig {
+            noise: NoiseTarget::Epsilon(-1.0),
+            ..ok.clone()
+        },
+        "--target-epsilon",
+    );
+    // ε = 0.01 over 3 epochs at q = 16/n needs σ ≈ 65, over the expected batch of 16.
+    refused(
+        &DpConfig {
+            noise: NoiseTarget::Epsilon(0.01),
+            ..ok.clone()
+        },
+        "--target-epsilon",
+    );
+    // δ must be below 1/n.
+    refused(
+        &DpConfig {
+            delta: 0.1,
+            ..ok.clone()
+        },
+        "--delta",
+    );
+    // A budget below the planned release is refused up front by the ledger.
+    refused(
+        &DpConfig {
+            budget_epsilon: Some(1.0),
+            ..ok.clone()
+        },
+        "budget exceeded",
+    );
+}
+
+#[test]
+fn public_speakers_are_a_deterministic_fraction() {
+    let ids: Vec<String> = (0..4000).map(|i| format!("{i:08x}")).collect();
+    let public = ids.iter().filter(|s| is_public_speaker(s, 0.25)).count();
+    assert!((900..1100).contains(&public), "{public}");
+    assert!(ids.iter().all(|s| !is_public_speaker(s, 0.0)));
+    let again = ids.iter().filter(|s| is_public_speaker(s, 0.25)).count();
+    assert_eq!(public, again);
+    // Nested: a speaker public at 0.1 is public at 0.25.
+    assert!(ids
+        .iter()
+        .filter(|s| is_public_speaker(s, 0.1))
+        .all(|s| is_public_speaker(s, 0.25)));
+}
+
+#[test]
+fn cli_refuses_bad_dp_flags() {
+    let dir = tempfile::tempdir().unwrap();
+    let run = |extra: &[&str]| {
+        let mut args = vec!["train", "--data"];
+        let d = data();
+        let d = d.to_str().unwrap().to_string();
+        args.push(&d);
+        let out = dir.path().join("m");
+        let out = out.to_str().unwrap().to_string();
+        args.extend(["--out", &out]);
+        args.extend(extra);
+        Command::new(env!("CARGO_BIN_EXE_hush-host"))
+            .args(&args)
+            .output()
+            .unwrap()
+    };
+    let o = run(&["--dp", "--clip", "1"]);
+    assert!(!o.status.success());
+    assert!(String::from_utf8_lossy(&o.stderr).contains("--target-epsilon"));
+    let o = run(&["--dp", "--target-epsilon", "8", "--clipping", "sideways"]);
+    assert!(!o.status.success());
+    assert!(String::from_utf8_lossy(&o.stderr).contains("clipping"));
+    // DP flags without --dp.
+    let o = run(&["--target-epsilon", "8"]);
+    assert!(!o.status.success());
+    assert!(!dir.path().join("m").exists());
+}

@@ -391,7 +391,7 @@ fn duplicate_upload_is_counted_once() {
     let t = train_task(&host, &a.token);
     let u = update(&layout, &t, a.device_id, value_for_norm(&layout, 0.5));
     let first = upload(&host, &a.token, &u);
-    assert_eq!(first.json::<UploadReceipt>().duplicate, false);
+    assert!(!first.json::<UploadReceipt>().duplicate);
     let second = upload(&host, &a.token, &u);
     assert_eq!(second.status, 200);
     assert_eq!(

@@ -8,4 +8,6 @@ pub mod corpus;
 pub mod demo;
 pub mod fl;
 pub mod ledger;
+pub mod plot;
+pub mod simulate;
 pub mod train;

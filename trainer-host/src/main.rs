@@ -23,6 +23,9 @@ enum Command {
     /// Privacy accounting: epsilon, noise calibration, PATE analysis, the release ledger.
     #[command(subcommand)]
     Privacy(cli::privacy::PrivacyCommand),
+    /// Fleet simulation: a real host on loopback and one device client per training
+    /// speaker; federated training with user-level DP, accuracy per round, ε.
+    Simulate(cli::simulate::SimulateArgs),
     /// Train a model centrally (non-private) into a model package: `--task kws`.
     Train(cli::train::TrainArgs),
     /// Run the federated round server (devices register, train, upload): `--config hush.toml`.
@@ -37,5 +40,6 @@ fn main() -> anyhow::Result<()> {
         Command::Privacy(cmd) => cli::privacy::run(cmd),
         Command::Train(args) => cli::train::run(args),
         Command::Serve(args) => cli::serve::run(args),
+        Command::Simulate(args) => cli::simulate::run(args),
     }
 }

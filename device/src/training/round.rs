@@ -7,7 +7,10 @@ use burn::optim::SgdConfig;
 use burn::tensor::Device;
 use hush_models::arch::is_trainable;
 use hush_models::checkpoint::NamedTensor;
-use hush_models::dp::{layer_norms, ClipBounds, NoiseSource};
+use hush_models::dp::per_example::{
+    apply_sgd, clipped_grad_sum, per_example_model, trainable_layout,
+};
+use hush_models::dp::{layer_norms, ClipBounds, ClipStrategy, NoiseSource};
 use hush_models::package::load_package;
 use hush_models::step::{apply_grads, loss_and_grads, Batch};
 use rand::seq::SliceRandom;
@@ -82,6 +85,19 @@ pub fn local_update(
         )));
     }
 
+    let example_bounds = match local.example_clip {
+        Some(c) => Some(ClipBounds::new(
+            ClipStrategy::Flat,
+            c,
+            &trainable_layout(&model)?,
+        )?),
+        None => None,
+    };
+    if example_bounds.is_some() {
+        // Per-example gradients need each example's output to be its own (batch norm on
+        // stored statistics; see hush_models::dp::per_example).
+        model = per_example_model(&model);
+    }
     let per = data.frames * data.bins;
     let k = io.classes;
     let mut optimizer = SgdConfig::new().init();
@@ -105,9 +121,29 @@ pub fn local_update(
                 bins: data.bins,
                 classes: k,
             };
-            let (loss, grads) = loss_and_grads(&model, &batch, &device)?;
-            model = apply_grads(&mut optimizer, f64::from(local.lr), model, grads);
-            loss_sum += f64::from(loss);
+            match &example_bounds {
+                // Per-example clipping: each example's gradient bounded, the mean of the
+                // clipped gradients stepped (no noise here; the update is noised centrally).
+                Some(eb) => {
+                    let c = clipped_grad_sum(&model, &batch, eb, &device)?;
+                    let scale = 1.0 / c.examples.max(1) as f32;
+                    let mean: Vec<NamedTensor> = c
+                        .sum
+                        .into_iter()
+                        .map(|mut t| {
+                            t.data.iter_mut().for_each(|v| *v *= scale);
+                            t
+                        })
+                        .collect();
+                    model = apply_sgd(model, &mean, local.lr)?;
+                    loss_sum += f64::from(c.loss_sum * scale);
+                }
+                None => {
+                    let (loss, grads) = loss_and_grads(&model, &batch, &device)?;
+                    model = apply_grads(&mut optimizer, f64::from(local.lr), model, grads);
+                    loss_sum += f64::from(loss);
+                }
+            }
             steps += 1;
         }
     }

@@ -5,4 +5,5 @@ pub mod corpus;
 pub mod demo;
 pub mod privacy;
 pub mod serve;
+pub mod simulate;
 pub mod train;

@@ -1,0 +1,218 @@
+//! `hush-host simulate`: a real host on loopback and one device client per training
+//! speaker, federated training with user-level DP, per-round accuracy, ε, results.json
+//! and a plot.
+
+use std::path::PathBuf;
+
+use anyhow::Context;
+use hush_host::fl::config::OptimizerKind;
+use hush_host::fl::FlConfig;
+use hush_host::simulate::{simulate, SimulateConfig, SimulateReport};
+use hush_models::dp::ClipStrategy;
+use indicatif::{ProgressBar, ProgressStyle};
+
+/// Arguments of `hush-host simulate`.
+#[derive(clap::Args)]
+pub struct SimulateArgs {
+    /// Keyword corpus (Speech Commands layout); one device per training speaker.
+    #[arg(long, default_value = "data/corpus/kws")]
+    pub data: PathBuf,
+    /// Output folder (results.json, accuracy.png, model/, host/, devices/).
+    #[arg(long, default_value = "out/simulate")]
+    pub out: PathBuf,
+    /// Start from this hush.toml instead of the simulation defaults (flags still override).
+    #[arg(long)]
+    pub config: Option<PathBuf>,
+    /// Use at most this many devices (training speakers).
+    #[arg(long)]
+    pub devices: Option<usize>,
+    /// Rounds to release.
+    #[arg(long)]
+    pub rounds: Option<u64>,
+    /// Probability q that a device joins a round's cohort.
+    #[arg(long)]
+    pub sampling_rate: Option<f64>,
+    /// Noise multiplier z (noise std on the sum = z × sensitivity).
+    #[arg(long)]
+    pub noise_multiplier: Option<f64>,
+    /// Simulate the noise of cohorts of this size (ε is then also extrapolated to
+    /// --population devices with cohorts of this size).
+    #[arg(long)]
+    pub noise_cohort_size: Option<f64>,
+    /// Population the guarantee is extrapolated to.
+    #[arg(long)]
+    pub population: Option<u64>,
+    /// User-level clip bound on each update.
+    #[arg(long)]
+    pub clip: Option<f32>,
+    /// flat, per-layer-uniform or per-layer-dim.
+    #[arg(long)]
+    pub clipping: Option<ClipStrategy>,
+    /// Scale every layer of every update to exactly its bound.
+    #[arg(long)]
+    pub normalize_layers: bool,
+    /// Non-private federated averaging (no noise, no ledger): a baseline.
+    #[arg(long)]
+    pub no_dp: bool,
+    /// Server optimizer: fedavg, fedadam or lamb.
+    #[arg(long, value_parser = parse_optimizer)]
+    pub optimizer: Option<OptimizerKind>,
+    /// Server learning rate.
+    #[arg(long)]
+    pub server_lr: Option<f64>,
+    /// Local epochs per round.
+    #[arg(long)]
+    pub local_epochs: Option<u32>,
+    /// Local learning rate.
+    #[arg(long)]
+    pub local_lr: Option<f32>,
+    /// Seed of sampling and noise (reproducible runs); omitted with a --config: OS entropy.
+    #[arg(long)]
+    pub seed: Option<u64>,
+}
+
+fn parse_optimizer(s: &str) -> Result<OptimizerKind, String> {
+    match s {
+        "fedavg" => Ok(OptimizerKind::Fedavg),
+        "fedadam" => Ok(OptimizerKind::Fedadam),
+        "lamb" => Ok(OptimizerKind::Lamb),
+        _ => Err(format!("{s:?}: expected fedavg, fedadam or lamb")),
+    }
+}
+
+impl SimulateArgs {
+    /// The simulation these flags describe.
+    pub fn to_config(&self) -> anyhow::Result<SimulateConfig> {
+        let mut cfg = SimulateConfig::small_kws(&self.data, &self.out);
+        if let Some(path) = &self.config {
+            cfg.host =
+                FlConfig::load(path).with_context(|| format!("reading {}", path.display()))?;
+        }
+        let h = &mut cfg.host;
+        cfg.devices = self.devices.or(cfg.devices);
+        if let Some(v) = self.rounds {
+            h.rounds.rounds = v;
+        }
+        if let Some(v) = self.sampling_rate {
+            h.rounds.sampling_rate = v;
+        }
+        if let Some(v) = self.noise_multiplier {
+            h.dp.noise_multiplier = v;
+        }
+        if let Some(v) = self.noise_cohort_size {
+            h.dp.noise_cohort_size = Some(v);
+        }
+        if let Some(v) = self.clip {
+            h.dp.clip = v;
+        }
+        if let Some(v) = self.clipping {
+            h.dp.clipping = v;
+        }
+        if self.normalize_layers {
+            h.dp.normalize_layers = true;
+        }
+        if self.no_dp {
+            h.dp.enabled = false;
+        }
+        if let Some(v) = self.optimizer {
+            if v != h.optimizer.kind {
+                h.optimizer = Default::default();
+                h.optimizer.kind = v;
+            }
+        }
+        if let Some(v) = self.server_lr {
+            h.optimizer.lr = Some(v);
+        }
+        if let Some(v) = self.local_epochs {
+            h.local.epochs = v;
+        }
+        if let Some(v) = self.local_lr {
+            h.local.lr = v;
+        }
+        if self.seed.is_some() {
+            h.seed = self.seed;
+        }
+        if let Some(v) = self.population {
+            cfg.deployment_population = v;
+        }
+        Ok(cfg)
+    }
+}
+
+/// Runs a simulation with a progress bar; returns its report.
+pub fn run_with(cfg: &SimulateConfig, prefix: &str) -> anyhow::Result<SimulateReport> {
+    let bar = ProgressBar::new(cfg.host.rounds.rounds);
+    bar.set_style(
+        ProgressStyle::with_template(
+            "{prefix} [{elapsed_precise}] {bar:30} round {pos}/{len} {msg}",
+        )
+        .unwrap_or_else(|_| ProgressStyle::default_bar()),
+    );
+    bar.set_prefix(prefix.to_string());
+    let report = simulate(
+        cfg,
+        &mut |line| say(&bar, format!("{prefix}: {line}")),
+        &mut |point, _| {
+            bar.set_position(point.version);
+            bar.set_message(format!("test accuracy {:.3}", point.accuracy));
+        },
+    )
+    .context("simulation")?;
+    bar.finish_and_clear();
+    Ok(report)
+}
+
+/// Prints a line above the progress bar, or plainly when the bar is hidden (output not
+/// a terminal), so logs keep every line.
+pub fn say(bar: &ProgressBar, line: String) {
+    if bar.is_hidden() {
+        println!("{line}");
+    } else {
+        bar.println(line);
+    }
+}
+
+/// Runs `hush-host simulate` and prints the outcome.
+pub fn run(args: SimulateArgs) -> anyhow::Result<()> {
+    let cfg = args.to_config()?;
+    let report = run_with(&cfg, "simulate")?;
+    print_summary("simulate", &report);
+    Ok(())
+}
+
+/// Prints the lines a user needs: accuracy, ε with δ/unit/accountant, where things are.
+pub fn print_summary(prefix: &str, r: &SimulateReport) {
+    println!(
+        "{prefix}: {} devices, {} rounds released, {} updates accepted, {} refused, {:.0} s",
+        r.devices,
+        r.rounds
+            .iter()
+            .filter(|x| x.released_version.is_some())
+            .count(),
+        r.uploads_accepted,
+        r.uploads_refused,
+        r.seconds
+    );
+    if let (Some(first), Some(last)) = (r.curve.first(), r.curve.last()) {
+        println!(
+            "{prefix}: test-speaker accuracy {:.3} → {:.3} (balanced keyword accuracy {:.3}; chance 1/12)",
+            first.accuracy, last.accuracy, r.test.balanced_keyword_accuracy
+        );
+    }
+    for e in &r.ledger_epsilon {
+        println!("{prefix}: privacy spent, as simulated (ledger): {e}");
+    }
+    for e in &r.deployment_epsilon {
+        println!(
+            "{prefix}: privacy extrapolated to {} devices with cohorts of {}: {e}",
+            r.config.deployment_population,
+            r.config.host.dp.noise_cohort_size.unwrap_or_default()
+        );
+    }
+    println!("{prefix}: model: {}", r.model.display());
+    println!(
+        "{prefix}: results: {}, plot: {}",
+        r.config.out.join("results.json").display(),
+        r.config.out.join("accuracy.png").display()
+    );
+}

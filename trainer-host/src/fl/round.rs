@@ -190,9 +190,8 @@ impl RoundManager {
             Some(v) => v,
             None => {
                 let init = &cfg.server.initial_model;
-                load_package(init, &Device::flex()).map_err(|e| {
-                    FlError::config("server.initial_model", &format!("{}: {e}", init.display()))
-                })?;
+                load_package(init, &Device::flex())
+                    .map_err(|e| FlError::config("server.initial_model", &e.to_string()))?;
                 let v0 = models_dir.join("v0");
                 copy_package(init, &v0)?;
                 store.add_model_version(0, None, &v0)?;

@@ -1,0 +1,177 @@
+//! DP-SGD step throughput (bench binary, `harness = false`): examples per second of one
+//! DP-SGD step (per-example gradients, clipping, noise, AdamW) against the non-private step
+//! (batch gradient, AdamW) on the same model and batch (flat clipping, C = 1, σ = 1), for the DS-CNN-S and the leak-CNN
+//! over `[98, 40]` features, 12 classes, batch 64, on the CPU (`flex`). When
+//! `HUSH_BENCH_PYTHON` names a Python interpreter with `torch` and `opacus` installed (or
+//! `python3` has them), `dp_sgd_opacus.py` times Opacus on the same architectures, batch and
+//! clipping in the same run and the ratio is printed.
+//!
+//! ```text
+//! cargo bench -p hush-host --bench dp_sgd
+//! HUSH_BENCH_PYTHON=/path/to/python cargo bench -p hush-host --bench dp_sgd
+//! ```
+//!
+//! Record results in BENCHMARKS.md with the command and the machine.
+
+// A bench binary: failures should stop it loudly.
+#![allow(clippy::unwrap_used)]
+
+use std::hint::black_box;
+use std::path::Path;
+use std::process::Command;
+use std::time::Instant;
+
+use burn::optim::AdamWConfig;
+use burn::tensor::Device;
+use hush_models::arch::{ArchConfig, IoShape, KwsModel};
+use hush_models::dp::{
+    clipped_grad_sum, per_example_model, trainable_layout, ClipBounds, ClipStrategy, ExpectedCount,
+    GaussianMechanism, NoiseKind, NoiseSource,
+};
+use hush_models::step::{apply_grads, loss_and_grads, Batch};
+
+const IO: IoShape = IoShape {
+    frames: 98,
+    bins: 40,
+    classes: 12,
+};
+const BATCH: usize = 64;
+const STEPS: usize = 5;
+
+fn batch() -> Batch {
+    let mut s = 7u64;
+    let mut next = || {
+        s = s
+            .wrapping_mul(6364136223846793005)
+            .wrapping_add(1442695040888963407);
+        ((s >> 40) as f32 / (1u64 << 24) as f32) * 2.0 - 1.0
+    };
+    let features = (0..BATCH * IO.frames * IO.bins).map(|_| next()).collect();
+    let mut targets = vec![0f32; BATCH * IO.classes];
+    for i in 0..BATCH {
+        targets[i * IO.classes + i % IO.classes] = 1.0;
+    }
+    Batch {
+        features,
+        targets,
+        batch: BATCH,
+        frames: IO.frames,
+        bins: IO.bins,
+        classes: IO.classes,
+    }
+}
+
+/// Examples per second of `STEPS` steps after one warm-up step.
+fn throughput(mut step: impl FnMut()) -> f64 {
+    step();
+    let t = Instant::now();
+    for _ in 0..STEPS {
+        step();
+    }
+    (STEPS * BATCH) as f64 / t.elapsed().as_secs_f64()
+}
+
+fn bench_arch(name: &str) -> (f64, f64) {
+    let device = Device::flex().autodiff();
+    device.seed(1);
+    let cfg = ArchConfig::default_for(name, IO).unwrap();
+    let b = batch();
+
+    // Non-private: batch gradient (batch norms on stored statistics, as in DP, so the two
+    // steps run the same model).
+    let mut model: Option<KwsModel> = Some(per_example_model(&cfg.init(&device).unwrap()));
+    let mut opt = AdamWConfig::new().init();
+    let plain = throughput(|| {
+        let m = model.take().unwrap();
+        let (loss, grads) = loss_and_grads(&m, &b, &device).unwrap();
+        black_box(loss);
+        model = Some(apply_grads(&mut opt, 1e-3, m, grads));
+    });
+
+    // DP-SGD: per-example clipped sum, noise over the expected batch, AdamW.
+    let m0 = per_example_model(&cfg.init(&device).unwrap());
+    let layout = trainable_layout(&m0).unwrap();
+    // Flat clipping, as Opacus does by default.
+    let bounds = ClipBounds::new(ClipStrategy::Flat, 1.0, &layout).unwrap();
+    let mech = GaussianMechanism::new(
+        1.0,
+        bounds.sensitivity(),
+        ExpectedCount::poisson(BATCH as f64 / 10_000.0, 10_000).unwrap(),
+        NoiseKind::Gaussian,
+    )
+    .unwrap();
+    let mut noise = NoiseSource::from_seed(3);
+    let mut model = Some(m0);
+    let mut opt = AdamWConfig::new().init();
+    let private = throughput(|| {
+        let m = model.take().unwrap();
+        let mut sum = clipped_grad_sum(&m, &b, &bounds, &device).unwrap();
+        mech.privatize(&mut sum.sum, &mut noise).unwrap();
+        let grads = m.grads_params(&sum.sum).unwrap();
+        model = Some(apply_grads(&mut opt, 1e-3, m, grads));
+    });
+    (plain, private)
+}
+
+fn opacus(python: &str, arch: &str) -> Option<f64> {
+    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("benches/dp_sgd_opacus.py");
+    let out = Command::new(python)
+        .arg(&script)
+        .args([
+            "--arch",
+            arch,
+            "--batch",
+            &BATCH.to_string(),
+            "--steps",
+            &STEPS.to_string(),
+        ])
+        .output()
+        .ok()?;
+    if !out.status.success() {
+        eprintln!(
+            "opacus run failed: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        return None;
+    }
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).ok()?;
+    v["examples_per_s"].as_f64()
+}
+
+fn python_with_opacus() -> Option<String> {
+    let candidates = std::env::var("HUSH_BENCH_PYTHON")
+        .ok()
+        .into_iter()
+        .chain(["python3".to_string()]);
+    for py in candidates {
+        let ok = Command::new(&py)
+            .args(["-c", "import torch, opacus"])
+            .output()
+            .is_ok_and(|o| o.status.success());
+        if ok {
+            return Some(py);
+        }
+    }
+    None
+}
+
+fn main() {
+    let python = python_with_opacus();
+    if python.is_none() {
+        println!("(no Python with torch + opacus: set HUSH_BENCH_PYTHON to compare with Opacus)");
+    }
+    println!(
+        "{:<10} {:>16} {:>16} {:>8} {:>16} {:>10}",
+        "arch", "non-private ex/s", "DP-SGD ex/s", "DP/np", "Opacus ex/s", "hush/Opacus"
+    );
+    for arch in ["ds-cnn-s", "leak-cnn"] {
+        let (plain, private) = bench_arch(arch);
+        let op = python.as_deref().and_then(|py| opacus(py, arch));
+        println!(
+            "{arch:<10} {plain:>16.1} {private:>16.1} {:>8.3} {:>16} {:>10}",
+            private / plain,
+            op.map_or("-".into(), |o| format!("{o:.1}")),
+            op.map_or("-".into(), |o| format!("{:.2}", private / o)),
+        );
+    }
+}

@@ -391,7 +391,7 @@ pub fn simulate(
     let status = host.status()?;
     let (version, final_dir) = host.latest_model();
     host.shutdown()?;
-    if !curve.last().is_some_and(|p| p.version == version) {
+    if curve.last().is_none_or(|p| p.version != version) {
         let m = evaluate(&final_dir, &test, &labels)?;
         curve.push(RoundPoint {
             version,

@@ -1,0 +1,112 @@
+//! End to end: `hush-host simulate`'s library path with a real host on loopback and real
+//! device clients (each training on its own speaker's clips), plus a device that dies
+//! mid-upload.
+#![allow(clippy::unwrap_used)]
+
+use std::io::Write;
+use std::net::TcpStream;
+use std::time::Duration;
+
+use hush_host::simulate::{simulate, SimulateConfig};
+use hush_tests::bundled_corpus;
+
+#[test]
+fn a_small_fleet_trains_privately_and_accounts_every_round() {
+    let out = tempfile::tempdir().unwrap();
+    let mut cfg = SimulateConfig::small_kws(&bundled_corpus().join("kws"), out.path());
+    cfg.devices = Some(8);
+    cfg.host.rounds.rounds = 20;
+    cfg.host.rounds.sampling_rate = 0.5;
+    let report = simulate(&cfg, &mut |_| {}, &mut |_, _| {}).unwrap();
+
+    let released: Vec<_> = report
+        .rounds
+        .iter()
+        .filter(|r| r.released_version.is_some())
+        .collect();
+    assert_eq!(released.len(), 20);
+    // Versions 1..=20 were published in order, one per released round.
+    let versions: Vec<u64> = released
+        .iter()
+        .map(|r| r.released_version.unwrap())
+        .collect();
+    assert_eq!(versions, (1..=20).collect::<Vec<_>>());
+    // Every accepted report was an upload a device saw accepted, and none was refused.
+    let reports: u64 = report.rounds.iter().map(|r| r.reports_accepted).sum();
+    assert_eq!(reports, report.uploads_accepted);
+    assert_eq!(report.uploads_refused, 0);
+    // ε by RDP, user level, growing round by round. (The effective noise multiplier of this
+    // noise-cohort simulation, 2 × 4/1000, is below the PLD accountant's floor, so the ledger
+    // holds no PLD value for it; the extrapolated deployment has both.)
+    assert_eq!(report.ledger_epsilon.len(), 1);
+    assert_eq!(
+        report.ledger_epsilon[0].accountant,
+        hush_host::accountant::Accountant::Rdp
+    );
+    let eps: Vec<f64> = released.iter().map(|r| r.epsilon_rdp.unwrap()).collect();
+    assert!(eps.windows(2).all(|w| w[1] > w[0]), "{eps:?}");
+    assert!(report
+        .ledger_epsilon
+        .iter()
+        .all(|e| e.epsilon > 0.0 && e.delta == cfg.host.budget.delta));
+    assert_eq!(report.deployment_epsilon.len(), 2);
+    // The model learned keywords from the devices' updates: well above the initial weights
+    // and above the one-class plateau (which scores 0 balanced keyword accuracy).
+    let first = report.curve.first().unwrap().accuracy;
+    let last = report.curve.last().unwrap().accuracy;
+    eprintln!(
+        "accuracy {first} → {last}, balanced {}",
+        report.test.balanced_keyword_accuracy
+    );
+    assert!(last > first + 0.15, "accuracy {first} → {last}");
+    assert!(
+        report.test.balanced_keyword_accuracy > 0.2,
+        "{:?}",
+        report.test
+    );
+    for f in [
+        "results.json",
+        "accuracy.png",
+        "model/model.onnx",
+        "model/model.json",
+    ] {
+        assert!(out.path().join(f).is_file(), "{f} missing");
+    }
+}
+
+#[test]
+fn a_device_dying_mid_upload_leaves_the_host_serving() {
+    use hush_device::client::HostClient;
+    use hush_host::fl::{start_host, FlConfig};
+    let dir = tempfile::tempdir().unwrap();
+    let package = hush_tests::tiny_kws_package(&dir.path().join("initial"));
+    let mut cfg = FlConfig::with_model(&package, &dir.path().join("host"));
+    cfg.server.listen = "127.0.0.1:0".into();
+    cfg.seed = Some(3);
+    let host = start_host(cfg).unwrap();
+    let client = HostClient::new(&host.url(), Duration::from_secs(10)).unwrap();
+    let reg = client.register("dies").unwrap();
+    // Claim a 10 MB body, send 1 KB, vanish.
+    let mut s = TcpStream::connect(host.addr).unwrap();
+    write!(
+        s,
+        "POST /v1/rounds/1/update HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer {}\r\n\
+         Content-Type: application/octet-stream\r\nContent-Length: 10000000\r\n\r\n",
+        reg.token
+    )
+    .unwrap();
+    s.write_all(&[7u8; 1024]).unwrap();
+    drop(s);
+    // The host still answers, the device's token still works, nothing was counted.
+    let status = client.status().unwrap();
+    assert_eq!(status.reports_in_round, 0);
+    assert_eq!(status.reports_rejected, 0);
+    let again = client.with_token(&reg.token);
+    again
+        .check_in(&hush_device::protocol::CheckInRequest {
+            model_version: None,
+            examples: 1,
+        })
+        .unwrap();
+    host.shutdown().unwrap();
+}

@@ -11,7 +11,7 @@
 //! | POST | `/v1/rounds/{round}/update` | postcard [`Update`], header [`CHECKSUM_HEADER`] → [`UploadReceipt`] (token required) |
 //! | GET | `/v1/status` | → [`StatusReport`] |
 //!
-//! The token goes in `Authorization: Bearer <token>`. Updates carry a SHA-256 of the body
+//! The token goes in `Authorization: Bearer <token>`. Updates carry a CRC-32 of the body
 //! in [`CHECKSUM_HEADER`] (hex), so a truncated or corrupted body is refused before it is
 //! decoded. [`decode_update`] checks the size before decoding and every name, shape and
 //! value after: it returns an error for any input and never panics.

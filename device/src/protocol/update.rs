@@ -6,15 +6,18 @@
 //! and finiteness. The unit tests feed it truncated, corrupted and random bodies.
 
 use serde::{Deserialize, Serialize};
-use sha2::{Digest, Sha256};
 
 use super::ProtocolError;
 
 /// Version of the update encoding; bumped on any incompatible change.
 pub const UPDATE_FORMAT_VERSION: u16 = 1;
 
-/// HTTP header carrying the hex SHA-256 of an update body.
-pub const CHECKSUM_HEADER: &str = "x-hush-sha256";
+/// HTTP header carrying the CRC-32 (IEEE) of an update body, as 8 hex digits. It catches
+/// truncated and corrupted bodies; it is not an authenticator (the bearer token and TLS
+/// are). SHA-256 was the first choice and cost 31 ms per 4 MB update on a 2.5 GHz Xeon
+/// without SHA extensions, 80 % of the host's aggregation time; CRC-32 with PCLMULQDQ
+/// costs well under a millisecond.
+pub const CHECKSUM_HEADER: &str = "x-hush-crc32";
 
 /// Header of an update.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -93,12 +96,9 @@ pub fn encode_update(update: &Update) -> Result<Vec<u8>, ProtocolError> {
     })
 }
 
-/// Hex SHA-256 of a body (the value of [`CHECKSUM_HEADER`]).
+/// CRC-32 of a body as 8 lower-case hex digits (the value of [`CHECKSUM_HEADER`]).
 pub fn checksum_hex(body: &[u8]) -> String {
-    Sha256::digest(body)
-        .iter()
-        .map(|b| format!("{b:02x}"))
-        .collect()
+    format!("{:08x}", crc32fast::hash(body))
 }
 
 /// Decodes and validates an update body against `limits` and, when given, the body's

@@ -14,8 +14,8 @@ use hush_tests::bundled_corpus;
 fn a_small_fleet_trains_privately_and_accounts_every_round() {
     let out = tempfile::tempdir().unwrap();
     let mut cfg = SimulateConfig::small_kws(&bundled_corpus().join("kws"), out.path());
-    cfg.devices = Some(8);
-    cfg.host.rounds.rounds = 20;
+    cfg.devices = Some(10);
+    cfg.host.rounds.rounds = 24;
     cfg.host.rounds.sampling_rate = 0.5;
     let report = simulate(&cfg, &mut |_| {}, &mut |_, _| {}).unwrap();
 
@@ -24,13 +24,13 @@ fn a_small_fleet_trains_privately_and_accounts_every_round() {
         .iter()
         .filter(|r| r.released_version.is_some())
         .collect();
-    assert_eq!(released.len(), 20);
-    // Versions 1..=20 were published in order, one per released round.
+    assert_eq!(released.len(), 24);
+    // Versions 1..=24 were published in order, one per released round.
     let versions: Vec<u64> = released
         .iter()
         .map(|r| r.released_version.unwrap())
         .collect();
-    assert_eq!(versions, (1..=20).collect::<Vec<_>>());
+    assert_eq!(versions, (1..=24).collect::<Vec<_>>());
     // Every accepted report was an upload a device saw accepted, and none was refused.
     let reports: u64 = report.rounds.iter().map(|r| r.reports_accepted).sum();
     assert_eq!(reports, report.uploads_accepted);

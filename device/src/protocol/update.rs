@@ -71,7 +71,7 @@ mod f32_bytes {
         }
 
         fn visit_bytes<E: Error>(self, b: &[u8]) -> Result<Vec<f32>, E> {
-            if b.len() % 4 != 0 {
+            if !b.chunks_exact(4).remainder().is_empty() {
                 return Err(E::custom(format!(
                     "{} bytes is not a whole number of f32 values",
                     b.len()

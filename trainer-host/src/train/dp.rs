@@ -41,9 +41,8 @@ use std::path::{Path, PathBuf};
 use burn::module::Module;
 use burn::optim::AdamWConfig;
 use burn::tensor::Device;
-use hush_device::dataset::KwsLabels;
 use hush_device::infer::clip_samples;
-use hush_models::arch::{ArchConfig, IoShape};
+
 use hush_models::checkpoint::{NamedTensor, TensorSource};
 use hush_models::dp::{
     clipped_grad_sum_with, trainable_layout, Bounding, ClipBounds, ClipStrategy, ExpectedCount,
@@ -327,23 +326,8 @@ pub fn train_kws_dp(
 ) -> Result<DpTrainReport, TrainError> {
     cfg.check()?;
     dp.check()?;
-    let labels = KwsLabels::new(&cfg.keywords);
-    let bins = cfg.features.dim();
-    let io = IoShape {
-        frames: cfg.frames,
-        bins,
-        classes: labels.classes.len(),
-    };
-    let arch = match &cfg.arch {
-        Some(a) if a.io() != io => {
-            return Err(TrainError::Option {
-                option: "arch",
-                reason: format!("its io {:?} does not match the data's {io:?}", a.io()),
-            })
-        }
-        Some(a) => a.clone(),
-        None => ArchConfig::default_for(&cfg.arch_name, io)?,
-    };
+    let (labels, io, arch) = cfg.resolve_arch()?;
+    let bins = io.bins;
     let plain = Device::flex();
     let layers = trainable_layout(&arch.init(&plain)?)?;
     let n_frozen = (dp.freeze_fraction * layers.len() as f64).floor() as usize;

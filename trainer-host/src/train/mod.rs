@@ -151,6 +151,28 @@ impl KwsTrainConfig {
         }
     }
 
+    /// The class set, the model's input/output shape and the architecture (the configured
+    /// one, checked against the data's shape, or the named default).
+    pub(crate) fn resolve_arch(&self) -> Result<(KwsLabels, IoShape, ArchConfig), TrainError> {
+        let labels = KwsLabels::new(&self.keywords);
+        let io = IoShape {
+            frames: self.frames,
+            bins: self.features.dim(),
+            classes: labels.classes.len(),
+        };
+        let arch = match &self.arch {
+            Some(a) if a.io() != io => {
+                return Err(TrainError::Option {
+                    option: "arch",
+                    reason: format!("its io {:?} does not match the data's {io:?}", a.io()),
+                })
+            }
+            Some(a) => a.clone(),
+            None => ArchConfig::default_for(&self.arch_name, io)?,
+        };
+        Ok((labels, io, arch))
+    }
+
     fn check(&self) -> Result<(), TrainError> {
         let bad = |option, reason: &str| {
             Err(TrainError::Option {
@@ -282,23 +304,8 @@ pub fn train_kws(
     progress: &mut dyn FnMut(&EpochReport),
 ) -> Result<KwsTrainReport, TrainError> {
     cfg.check()?;
-    let labels = KwsLabels::new(&cfg.keywords);
-    let bins = cfg.features.dim();
-    let io = IoShape {
-        frames: cfg.frames,
-        bins,
-        classes: labels.classes.len(),
-    };
-    let arch = match &cfg.arch {
-        Some(a) if a.io() != io => {
-            return Err(TrainError::Option {
-                option: "arch",
-                reason: format!("its io {:?} does not match the data's {io:?}", a.io()),
-            })
-        }
-        Some(a) => a.clone(),
-        None => ArchConfig::default_for(&cfg.arch_name, io)?,
-    };
+    let (labels, io, arch) = cfg.resolve_arch()?;
+    let bins = io.bins;
     let sr = cfg.features.frame.sample_rate;
     let clip_len = clip_samples(&cfg.features, cfg.frames);
     let data: KwsData = load_kws(&cfg.data, &labels, sr, clip_len)?;

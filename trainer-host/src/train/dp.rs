@@ -43,7 +43,7 @@ use burn::optim::AdamWConfig;
 use burn::tensor::Device;
 use hush_device::infer::clip_samples;
 
-use hush_models::checkpoint::{NamedTensor, TensorSource};
+use hush_models::checkpoint::TensorSource;
 use hush_models::dp::{
     clipped_grad_sum_with, trainable_layout, Bounding, ClipBounds, ClipStrategy, ExpectedCount,
     GaussianMechanism, NoiseKind, NoiseSource, PoissonSampler,
@@ -59,7 +59,8 @@ use sha2::{Digest, Sha256};
 use super::data::{load_kws, Clip};
 use super::schedule::WarmupCosine;
 use super::{
-    evaluate, features_of, input_stats, EpochReport, KwsTrainConfig, Prepared, TrainError,
+    evaluate, features_of, input_stats, BestEpoch, EpochReport, KwsTrainConfig, Prepared,
+    TrainError,
 };
 use crate::accountant::calibrate::{calibrate_noise_multiplier, DEFAULT_TOLERANCE};
 use crate::accountant::{Accountant, Adjacency, EpsilonReport, PrivacyUnit, SubsampledGaussian};
@@ -560,8 +561,7 @@ pub fn train_kws_dp(
         min_ratio: 0.01,
     };
     let mut step = 0usize;
-    let mut best: Option<(f64, usize, Vec<NamedTensor>)> = None;
-    let mut reports = Vec::new();
+    let mut tracker = BestEpoch::new(cfg.patience);
     for epoch in 1..=cfg.epochs {
         let (mut loss_sum, mut seen) = (0f64, 0usize);
         let mut lr = schedule.lr(step);
@@ -579,32 +579,20 @@ pub fn train_kws_dp(
             seen += sum.examples;
             step += 1;
         }
-        let snapshot = model.valid();
-        let v = evaluate(&snapshot, &val, cfg.frames, bins, &labels.classes, &plain)?;
-        let improved = best.as_ref().is_none_or(|(acc, _, _)| v.accuracy > *acc);
-        if improved {
-            best = Some((v.accuracy, epoch, snapshot.named_tensors()?));
-        }
-        let report = EpochReport {
-            epoch,
-            train_loss: loss_sum / seen.max(1) as f64,
-            val_accuracy: v.accuracy,
-            lr,
-            best: improved,
-        };
-        progress(&report);
-        reports.push(report);
-        let best_epoch = best.as_ref().map_or(epoch, |b| b.1);
-        if epoch - best_epoch >= cfg.patience {
+        let stop = tracker.end_epoch(
+            &model,
+            &val,
+            (cfg.frames, bins),
+            &labels.classes,
+            &plain,
+            (epoch, loss_sum / seen.max(1) as f64, lr),
+            progress,
+        )?;
+        if stop {
             break;
         }
     }
-    let Some((_, best_epoch, tensors)) = best else {
-        return Err(TrainError::Option {
-            option: "--epochs",
-            reason: "no epoch ran".into(),
-        });
-    };
+    let (best_epoch, tensors, reports) = tracker.finish()?;
 
     // Record the release (the steps actually run) before anything is published.
     let steps_run = step as u64;

@@ -226,6 +226,70 @@ pub struct KwsTrainReport {
     pub epochs: Vec<EpochReport>,
 }
 
+/// Per-epoch validation, best-epoch keeping and early stopping, shared by the central and
+/// the DP trainer.
+struct BestEpoch {
+    best: Option<(f64, usize, Vec<NamedTensor>)>,
+    reports: Vec<EpochReport>,
+    patience: usize,
+}
+
+impl BestEpoch {
+    fn new(patience: usize) -> Self {
+        Self {
+            best: None,
+            reports: Vec::new(),
+            patience,
+        }
+    }
+
+    /// Scores `model` on `val`, keeps its weights if it is the best so far, reports the
+    /// epoch (`(epoch, train loss, lr)`); returns whether patience has run out.
+    #[allow(clippy::too_many_arguments)]
+    fn end_epoch(
+        &mut self,
+        model: &KwsModel,
+        val: &Prepared,
+        (frames, bins): (usize, usize),
+        labels: &[String],
+        plain: &Device,
+        (epoch, train_loss, lr): (usize, f64, f64),
+        progress: &mut dyn FnMut(&EpochReport),
+    ) -> Result<bool, TrainError> {
+        let snapshot = model.valid();
+        let v = evaluate(&snapshot, val, frames, bins, labels, plain)?;
+        let improved = self
+            .best
+            .as_ref()
+            .is_none_or(|(acc, _, _)| v.accuracy > *acc);
+        if improved {
+            self.best = Some((v.accuracy, epoch, snapshot.named_tensors()?));
+        }
+        let report = EpochReport {
+            epoch,
+            train_loss,
+            val_accuracy: v.accuracy,
+            lr,
+            best: improved,
+        };
+        progress(&report);
+        self.reports.push(report);
+        let best_epoch = self.best.as_ref().map_or(epoch, |b| b.1);
+        Ok(epoch - best_epoch >= self.patience)
+    }
+
+    /// The best epoch, its weights, and every epoch's report.
+    fn finish(self) -> Result<(usize, Vec<NamedTensor>, Vec<EpochReport>), TrainError> {
+        let Some((_, best_epoch, tensors)) = self.best else {
+            return Err(TrainError::Option {
+                option: "--epochs",
+                reason: "no epoch ran".into(),
+            });
+        };
+        Ok((best_epoch, tensors, self.reports))
+    }
+}
+
 struct Prepared {
     feats: Vec<f32>,
     classes: Vec<usize>,
@@ -332,8 +396,7 @@ pub fn train_kws(
     let mut rng = ChaCha8Rng::seed_from_u64(cfg.seed);
     let mut order: Vec<usize> = (0..data.train.len()).collect();
     let mut step = 0usize;
-    let mut best: Option<(f64, usize, Vec<NamedTensor>)> = None;
-    let mut reports = Vec::new();
+    let mut tracker = BestEpoch::new(cfg.patience);
     let per = cfg.frames * bins;
     let k = io.classes;
     for epoch in 1..=cfg.epochs {
@@ -374,32 +437,20 @@ pub fn train_kws(
             loss_sum += f64::from(loss) * b as f64;
             step += 1;
         }
-        let snapshot = model.valid();
-        let v = evaluate(&snapshot, &val, cfg.frames, bins, &labels.classes, &plain)?;
-        let improved = best.as_ref().is_none_or(|(acc, _, _)| v.accuracy > *acc);
-        if improved {
-            best = Some((v.accuracy, epoch, snapshot.named_tensors()?));
-        }
-        let report = EpochReport {
-            epoch,
-            train_loss: loss_sum / data.train.len() as f64,
-            val_accuracy: v.accuracy,
-            lr,
-            best: improved,
-        };
-        progress(&report);
-        reports.push(report);
-        let best_epoch = best.as_ref().map_or(epoch, |b| b.1);
-        if epoch - best_epoch >= cfg.patience {
+        let stop = tracker.end_epoch(
+            &model,
+            &val,
+            (cfg.frames, bins),
+            &labels.classes,
+            &plain,
+            (epoch, loss_sum / data.train.len() as f64, lr),
+            progress,
+        )?;
+        if stop {
             break;
         }
     }
-    let Some((_, best_epoch, tensors)) = best else {
-        return Err(TrainError::Option {
-            option: "--epochs",
-            reason: "no epoch ran".into(),
-        });
-    };
+    let (best_epoch, tensors, reports) = tracker.finish()?;
     let model = arch.init(&plain)?.load_tensors(
         TensorSource::new(Path::new("<best epoch>"), tensors),
         arch.name(),

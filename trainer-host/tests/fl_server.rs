@@ -7,12 +7,15 @@ use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 use burn::tensor::Device;
+use hush_device::client::HostClient;
 use hush_device::features::{FeatureConfig, FeatureKind};
 use hush_device::protocol::{
-    checksum_hex, encode_update, ApiError, Assignment, LayerDelta, RegisterResponse, StatusReport,
-    TrainTask, Update, UpdateHeader, UploadReceipt, CHECKSUM_HEADER, UPDATE_FORMAT_VERSION,
+    checksum_hex, encode_update, ApiError, Assignment, CheckInRequest, LayerDelta,
+    RegisterResponse, StatusReport, TrainTask, Update, UpdateHeader, UploadReceipt,
+    CHECKSUM_HEADER, UPDATE_FORMAT_VERSION,
 };
 use hush_host::accountant::{Accountant, Adjacency, SubsampledGaussian};
+use hush_host::fl::config::TlsSection;
 use hush_host::fl::store::RoundState;
 use hush_host::fl::{start_host, FlConfig, HostHandle};
 use hush_host::ledger::sqlite::SqliteLedgerStore;
@@ -736,6 +739,56 @@ fn restart_mid_round_abandons_it_and_spends_no_epsilon_twice() {
 }
 
 #[test]
+fn restart_between_rounds_keeps_the_server_optimizer_momentum() {
+    // FedAvg with momentum 0.9, non-private, the same update v each round:
+    // w1 = w0 + v, then m = 0.9·(−v) + (−v) so w2 = w1 + 1.9·v — but w1 + v if the
+    // momentum were lost in the restart.
+    let f = fixture();
+    let momentum_config = |f: &Fixture| {
+        let mut c = config(f, 1);
+        c.dp.enabled = false;
+        c.rounds.rounds = 2;
+        c.optimizer.momentum = Some(0.9);
+        c
+    };
+    let host = start_host(momentum_config(&f)).unwrap();
+    let a = register(&host, "a");
+    let w0 = trainable(&host);
+    let v = value_for_norm(&w0, 0.5);
+    let t = train_task(&host, &a.token);
+    assert_eq!(
+        upload(&host, &a.token, &update(&w0, &t, a.device_id, v)).status,
+        200
+    );
+    wait_until("model v1", || status(&host).model_version == 1);
+    host.shutdown().unwrap();
+
+    let host = start_host(momentum_config(&f)).unwrap();
+    let w1 = trainable(&host);
+    let t = train_task(&host, &a.token);
+    assert_eq!(t.model_version, 1);
+    assert_eq!(
+        upload(&host, &a.token, &update(&w1, &t, a.device_id, v)).status,
+        200
+    );
+    wait_until("model v2", || status(&host).model_version == 2);
+    for (b, n) in w1.iter().zip(trainable(&host)) {
+        for (x, y) in b.data.iter().zip(&n.data) {
+            assert!((x + 1.9 * v - y).abs() < 1e-5, "{x} + 1.9·{v} != {y}");
+        }
+    }
+    host.shutdown().unwrap();
+
+    // Changing the optimizer under a saved state is refused, naming the section.
+    let mut changed = momentum_config(&f);
+    changed.optimizer.momentum = Some(0.5);
+    let err = start_host(changed)
+        .err()
+        .expect("a changed optimizer must not resume");
+    assert!(err.to_string().contains("optimizer"), "{err}");
+}
+
+#[test]
 fn ledger_entry_is_written_before_the_model_is_published() {
     // Make publishing v1 impossible: the ledger must already hold the release, and the
     // model must not be served.
@@ -810,4 +863,95 @@ fn noise_cohort_is_accounted_at_the_effective_multiplier() {
     // Expected cohort C = q·N = 2, M = 8: z_eff = z·C/M = 0.25.
     assert!((records[0].release.event.noise_multiplier - 0.25).abs() < 1e-12);
     host.shutdown().unwrap();
+}
+
+// ---------------------------------------------------------------- TLS
+
+fn tls_fixture(name: &str) -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/fixtures/tls")
+        .join(name)
+}
+
+fn tls_config(f: &Fixture) -> FlConfig {
+    let mut c = config(f, 1);
+    c.dp.enabled = false;
+    c.rounds.rounds = 1;
+    c.server.tls = Some(TlsSection {
+        cert: tls_fixture("localhost.pem"),
+        key: tls_fixture("localhost.key"),
+    });
+    c
+}
+
+#[test]
+fn tls_host_runs_a_round_for_a_device_that_trusts_its_ca() {
+    let f = fixture();
+    let host = start_host(tls_config(&f)).unwrap();
+    let url = host.url();
+    assert!(url.starts_with("https://localhost:"), "{url}");
+    let ca = std::fs::read(tls_fixture("ca.pem")).unwrap();
+    let anon = HostClient::with_ca_pem(&url, Duration::from_secs(10), &ca).unwrap();
+    let reg = anon.register("over-tls").unwrap();
+    let device = anon.with_token(&reg.token);
+    let req = CheckInRequest {
+        model_version: None,
+        examples: 10,
+    };
+    let task = match device.check_in(&req).unwrap() {
+        Assignment::Train(t) => t,
+        other => panic!("expected a training task, got {other:?}"),
+    };
+    let onnx = device.download(task.model_version, "model.onnx").unwrap();
+    assert!(!onnx.is_empty());
+    let before = trainable(&host);
+    let v = value_for_norm(&before, 0.5);
+    let body = encode_update(&update(&before, &task, reg.device_id, v)).unwrap();
+    let receipt = device.upload(task.round, &body).unwrap();
+    assert!(!receipt.duplicate);
+    wait_until("model v1", || device.status().unwrap().model_version == 1);
+    for (b, n) in before.iter().zip(trainable(&host)) {
+        assert!((b.data[0] + v - n.data[0]).abs() < 1e-5);
+    }
+    host.shutdown().unwrap();
+}
+
+#[test]
+fn tls_host_is_refused_by_clients_that_do_not_trust_it_and_refuses_plain_http() {
+    let f = fixture();
+    let host = start_host(tls_config(&f)).unwrap();
+    // Mozilla's roots do not include the test CA: the handshake fails, nothing is sent.
+    let public_roots = HostClient::new(&host.url(), Duration::from_secs(10)).unwrap();
+    let err = public_roots.register("untrusted").unwrap_err().to_string();
+    assert!(err.to_lowercase().contains("certificate"), "{err}");
+    // A CA file without certificates is refused before any connection.
+    let key = std::fs::read(tls_fixture("localhost.key")).unwrap();
+    let err = HostClient::with_ca_pem(&host.url(), Duration::from_secs(10), &key).unwrap_err();
+    assert!(err.to_string().contains("no CERTIFICATE"), "{err}");
+    // Plain HTTP to the TLS port gets no protocol answer.
+    let plain = HostClient::new(&format!("http://{}", host.addr), Duration::from_secs(10)).unwrap();
+    assert!(plain.status().is_err());
+    assert_eq!(status_over_tls(&host).devices, 0, "nobody registered");
+    host.shutdown().unwrap();
+}
+
+fn status_over_tls(host: &HostHandle) -> StatusReport {
+    let ca = std::fs::read(tls_fixture("ca.pem")).unwrap();
+    HostClient::with_ca_pem(&host.url(), Duration::from_secs(10), &ca)
+        .unwrap()
+        .status()
+        .unwrap()
+}
+
+#[test]
+fn tls_config_with_a_mismatched_key_fails_at_start_naming_the_key() {
+    let f = fixture();
+    let mut c = tls_config(&f);
+    if let Some(t) = c.server.tls.as_mut() {
+        t.key = tls_fixture("other.key");
+    }
+    let err = start_host(c)
+        .err()
+        .expect("a mismatched key must not start");
+    assert!(err.to_string().contains("server.tls"), "{err}");
 }

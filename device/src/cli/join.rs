@@ -1,4 +1,4 @@
-//! `hush-device join --server URL --data DIR [--state DIR]`: take part in federated
+//! `hush-device join --server URL --data DIR [--state DIR] [--ca-cert PEM]`: take part in federated
 //! training until the host says it is done (or Ctrl-C).
 
 use std::path::PathBuf;
@@ -30,6 +30,10 @@ pub struct JoinArgs {
     /// Timeout of each HTTP call, in seconds.
     #[arg(long, default_value_t = 30)]
     pub timeout_s: u64,
+    /// For an https:// host with a self-signed or private-CA certificate: trust only the
+    /// CA certificates in this PEM file (default: Mozilla's root certificates).
+    #[arg(long)]
+    pub ca_cert: Option<PathBuf>,
 }
 
 /// Runs the device loop, printing one line per event.
@@ -42,6 +46,7 @@ pub fn run(args: JoinArgs) -> anyhow::Result<()> {
     cfg.speaker = args.speaker;
     cfg.label = args.label;
     cfg.timeout = Duration::from_secs(args.timeout_s.max(1));
+    cfg.ca_cert = args.ca_cert;
     let summary = join(&cfg, &stop, &mut |e| match e {
         JoinEvent::Joined { device_id, new } => {
             let how = if new { "registered as" } else { "resuming as" };

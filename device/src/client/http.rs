@@ -6,6 +6,7 @@ use std::time::Duration;
 
 use serde::de::DeserializeOwned;
 use serde::Serialize;
+use ureq::tls::{RootCerts, TlsConfig, TlsProvider};
 
 use crate::protocol::{
     checksum_hex, ApiError, Assignment, CheckInRequest, RegisterRequest, RegisterResponse,
@@ -27,17 +28,52 @@ pub struct HostClient {
 
 impl HostClient {
     /// A client for the host at `server` (e.g. `http://127.0.0.1:7878`), with a
-    /// per-request timeout.
+    /// per-request timeout. An `https://` host's certificate is checked against
+    /// Mozilla's root certificates (webpki-roots).
     pub fn new(server: &str, timeout: Duration) -> Result<Self, ClientError> {
+        Self::build(server, timeout, RootCerts::WebPki)
+    }
+
+    /// A client that trusts only the CA certificates in `ca_pem` (PEM, one or more
+    /// certificates) for an `https://` host: a self-signed host or a private CA.
+    pub fn with_ca_pem(
+        server: &str,
+        timeout: Duration,
+        ca_pem: &[u8],
+    ) -> Result<Self, ClientError> {
+        let certs = ureq::tls::parse_pem(ca_pem)
+            .filter_map(|item| match item {
+                Ok(ureq::tls::PemItem::Certificate(c)) => Some(Ok(c)),
+                Ok(_) => None,
+                Err(e) => Some(Err(e)),
+            })
+            .collect::<Result<Vec<_>, _>>()
+            .map_err(|e| ClientError::BadCa {
+                reason: format!("not PEM: {e}"),
+            })?;
+        if certs.is_empty() {
+            return Err(ClientError::BadCa {
+                reason: "no CERTIFICATE block".into(),
+            });
+        }
+        Self::build(server, timeout, RootCerts::new_with_certs(&certs))
+    }
+
+    fn build(server: &str, timeout: Duration, roots: RootCerts) -> Result<Self, ClientError> {
         let base = server.trim_end_matches('/').to_string();
         if !(base.starts_with("http://") || base.starts_with("https://")) {
             return Err(ClientError::BadServer {
                 server: server.to_string(),
             });
         }
+        let tls = TlsConfig::builder()
+            .provider(TlsProvider::Rustls)
+            .root_certs(roots)
+            .build();
         let config = ureq::Agent::config_builder()
             .timeout_global(Some(timeout))
             .http_status_as_error(false)
+            .tls_config(tls)
             .build();
         Ok(Self {
             agent: ureq::Agent::new_with_config(config),

@@ -36,6 +36,9 @@ pub struct JoinConfig {
     pub max_backoff: Duration,
     /// Upload attempts before giving up on a round.
     pub upload_attempts: u32,
+    /// Trust only the CA certificates in this PEM file for an `https://` host (default:
+    /// Mozilla's roots).
+    pub ca_cert: Option<PathBuf>,
 }
 
 impl JoinConfig {
@@ -51,6 +54,7 @@ impl JoinConfig {
             timeout: Duration::from_secs(30),
             max_backoff: Duration::from_secs(10),
             upload_attempts: 5,
+            ca_cert: None,
         }
     }
 }
@@ -168,7 +172,21 @@ pub fn join(
     events: &mut dyn FnMut(JoinEvent<'_>),
 ) -> Result<JoinSummary, ClientError> {
     let state = DeviceState::open(&cfg.state)?;
-    let anonymous = HostClient::new(&cfg.server, cfg.timeout)?;
+    let anonymous = match &cfg.ca_cert {
+        None => HostClient::new(&cfg.server, cfg.timeout)?,
+        Some(path) => {
+            let pem = std::fs::read(path).map_err(|e| ClientError::State {
+                path: path.clone(),
+                reason: format!("cannot read the CA certificate: {e}"),
+            })?;
+            HostClient::with_ca_pem(&cfg.server, cfg.timeout, &pem).map_err(|e| {
+                ClientError::State {
+                    path: path.clone(),
+                    reason: e.to_string(),
+                }
+            })?
+        }
+    };
     let mut backoff = Duration::from_millis(100);
     let identity = loop {
         match state.identity(&cfg.server)? {

@@ -25,6 +25,12 @@ pub enum ClientError {
         /// What was given.
         server: String,
     },
+    /// The CA certificate file given to trust the host does not hold a certificate.
+    #[error("CA certificate: {reason}; expected PEM certificates (-----BEGIN CERTIFICATE-----)")]
+    BadCa {
+        /// What is wrong.
+        reason: String,
+    },
     /// The host could not be reached or the connection broke.
     #[error("{what}: {reason}")]
     Transport {

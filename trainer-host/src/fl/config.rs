@@ -57,6 +57,19 @@ pub struct ServerSection {
     pub max_upload_bytes: Option<usize>,
     /// How often the deadline timer runs, in milliseconds (default 100).
     pub tick_ms: u64,
+    /// `[server.tls]`: serve HTTPS with this certificate and key (default: plain HTTP).
+    pub tls: Option<TlsSection>,
+}
+
+/// `[server.tls]`: PEM files for HTTPS (rustls). Devices trust the certificate through
+/// the public roots or `hush-device join --ca-cert`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct TlsSection {
+    /// Certificate chain, leaf first (PEM).
+    pub cert: PathBuf,
+    /// The certificate's private key (PEM: PKCS#8, PKCS#1 or SEC1).
+    pub key: PathBuf,
 }
 
 impl Default for ServerSection {
@@ -67,6 +80,7 @@ impl Default for ServerSection {
             initial_model: PathBuf::new(),
             max_upload_bytes: None,
             tick_ms: 100,
+            tls: None,
         }
     }
 }
@@ -371,7 +385,15 @@ impl FlConfig {
             other => other,
         })?;
         if let Some(base) = path.parent() {
-            for p in [&mut cfg.server.data_dir, &mut cfg.server.initial_model] {
+            let tls = cfg
+                .server
+                .tls
+                .iter_mut()
+                .flat_map(|t| [&mut t.cert, &mut t.key]);
+            for p in [&mut cfg.server.data_dir, &mut cfg.server.initial_model]
+                .into_iter()
+                .chain(tls)
+            {
                 if p.is_relative() && !p.as_os_str().is_empty() {
                     *p = base.join(&*p);
                 }
@@ -557,5 +579,28 @@ mod tests {
         let text = include_str!("../../hush.example.toml");
         let cfg = FlConfig::from_toml(text).unwrap();
         assert!(cfg.dp.enabled);
+        assert_eq!(
+            cfg.server.tls, None,
+            "plain HTTP unless [server.tls] is given"
+        );
+    }
+
+    #[test]
+    fn tls_paths_are_relative_to_the_config_file() {
+        let dir = tempfile::tempdir().unwrap();
+        let file = dir.path().join("hush.toml");
+        std::fs::write(
+            &file,
+            "[server]\ninitial_model = \"m\"\n[server.tls]\ncert = \"c.pem\"\nkey = \"/abs/k.pem\"\n",
+        )
+        .unwrap();
+        let tls = FlConfig::load(&file).unwrap().server.tls.unwrap();
+        assert_eq!(tls.cert, dir.path().join("c.pem"));
+        assert_eq!(tls.key, PathBuf::from("/abs/k.pem"));
+        let e =
+            FlConfig::from_toml("[server]\ninitial_model = \"m\"\n[server.tls]\ncert = \"c\"\n")
+                .unwrap_err()
+                .to_string();
+        assert!(e.contains("key"), "{e}");
     }
 }

@@ -7,7 +7,8 @@
 //! - [`store`]: durable state behind [`store::FlStore`] (SQLite today; schema in its doc);
 //! - [`round`]: the round state machine ([`round::RoundManager`]);
 //! - [`aggregate`]: the streaming sum and the per-upload checks;
-//! - [`server`]: the axum router and [`start_host`] / [`HostHandle`].
+//! - [`server`]: the axum router and [`start_host`] / [`HostHandle`];
+//! - [`tls`]: HTTPS from `[server.tls]` (rustls).
 //!
 //! The wire contract is [`hush_device::protocol`]. Privacy invariants are enforced where
 //! DESIGN.md says: the host re-checks every norm ([`hush_models::dp::ClipBounds::check`]),
@@ -21,6 +22,7 @@ pub mod config;
 pub mod round;
 pub mod server;
 pub mod store;
+pub mod tls;
 
 use std::path::PathBuf;
 

@@ -19,8 +19,9 @@
 //!   `release_failed` (ε counted) and stops training.
 //! - **Restart.** A round still open in the store when the host starts lost its in-memory
 //!   sum: it is marked abandoned (no release, no ε) and the next check-in opens a fresh
-//!   one. Tokens, draws and reports are in SQLite. The server optimizer's moments are kept
-//!   in memory only and restart from zero.
+//!   one. Tokens, draws and reports are in SQLite. The server optimizer's state is
+//!   written into each published model version ([`OPTIMIZER_STATE`]), so a restarted
+//!   host goes on with the same moments.
 
 use std::collections::HashSet;
 use std::path::{Path, PathBuf};
@@ -33,7 +34,7 @@ use hush_device::protocol::{
 use hush_models::arch::is_trainable;
 use hush_models::checkpoint::{NamedTensor, TensorSource};
 use hush_models::dp::{ClipBounds, ExpectedCount, GaussianMechanism, NoiseSource, PoissonSampler};
-use hush_models::optim::ServerOptimizer;
+use hush_models::optim::{ServerOptimizer, ServerOptimizerConfig, ServerOptimizerState};
 use hush_models::package::{load_package, write_package, ModelCard, MODEL_JSON, ONNX, WEIGHTS};
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha20Rng;
@@ -215,7 +216,8 @@ impl RoundManager {
         if let Some(b) = cfg.server.max_upload_bytes {
             limits.max_bytes = b;
         }
-        let optimizer = ServerOptimizer::new(cfg.optimizer.resolve()?)?;
+        let optimizer =
+            read_optimizer_state(&model_dir.join(OPTIMIZER_STATE), cfg.optimizer.resolve()?)?;
         let q = cfg.rounds.sampling_rate;
         let (noise, sampler, tokens) = match cfg.seed {
             Some(s) => (
@@ -684,11 +686,9 @@ impl RoundManager {
             .filter(|t| is_trainable(&t.name))
             .cloned()
             .collect();
-        let step = step.and_then(|()| {
-            self.optimizer
-                .step(&mut trainable, &mean)
-                .map_err(FlError::from)
-        });
+        // The optimizer steps a copy, adopted only when the model it made is published.
+        let mut optimizer = self.optimizer.clone();
+        let step = step.and_then(|()| optimizer.step(&mut trainable, &mean).map_err(FlError::from));
         if let Err(e) = step {
             outcome.reason = Some(format!("aggregation failed: {e}; no release"));
             warn!(round = id, "round abandoned: {e}");
@@ -711,7 +711,7 @@ impl RoundManager {
             outcome.epsilon_pld = self.epsilon.1;
         }
         self.released += 1;
-        match self.publish(version, id, trainable) {
+        match self.publish(version, id, trainable, optimizer) {
             Ok(dir) => {
                 outcome.state = RoundState::Released;
                 outcome.released_version = Some(version);
@@ -748,6 +748,7 @@ impl RoundManager {
         version: u64,
         round: u64,
         trainable: Vec<NamedTensor>,
+        optimizer: ServerOptimizer,
     ) -> Result<PathBuf, FlError> {
         let mut all = self.weights.clone();
         for t in trainable {
@@ -767,8 +768,17 @@ impl RoundManager {
         let mut card = self.card.clone();
         card.metrics = None;
         write_package(&tmp, &card, &model)?;
+        write_optimizer_state(&tmp.join(OPTIMIZER_STATE), &optimizer)?;
         std::fs::rename(&tmp, &dir).map_err(FlError::io(&dir))?;
         self.store.add_model_version(version, Some(round), &dir)?;
+        // Only the newest state is ever read back; older ones are dead weight.
+        let stale = self.model_dir.join(OPTIMIZER_STATE);
+        if stale.exists() {
+            if let Err(e) = std::fs::remove_file(&stale) {
+                warn!(path = %stale.display(), "could not remove an old optimizer state: {e}");
+            }
+        }
+        self.optimizer = optimizer;
         self.weights = all;
         self.model_version = version;
         self.model_dir = dir.clone();
@@ -831,4 +841,69 @@ impl RoundManager {
         let p = self.models_dir.join(format!("v{version}")).join(file);
         p.is_file().then_some(p)
     }
+}
+
+/// File in a published model version holding the server optimizer's state after the step
+/// that made it (postcard; host-only, never served to devices).
+pub const OPTIMIZER_STATE: &str = "server-optimizer.postcard";
+
+/// [`ServerOptimizerState`] as stored: postcard cannot carry the config's tagged enum,
+/// so the config travels as its JSON text.
+#[derive(serde::Serialize, serde::Deserialize)]
+struct StoredOptimizerState {
+    config_json: String,
+    steps: u64,
+    m: Vec<Vec<f64>>,
+    v: Vec<Vec<f64>>,
+}
+
+fn write_optimizer_state(path: &Path, optimizer: &ServerOptimizer) -> Result<(), FlError> {
+    let state = optimizer.state();
+    let stored = StoredOptimizerState {
+        config_json: serde_json::to_string(&state.config)
+            .map_err(|e| FlError::Corrupt(format!("encoding the optimizer config: {e}")))?,
+        steps: state.steps,
+        m: state.m,
+        v: state.v,
+    };
+    let bytes = postcard::to_stdvec(&stored)
+        .map_err(|e| FlError::Corrupt(format!("encoding the optimizer state: {e}")))?;
+    std::fs::write(path, bytes).map_err(FlError::io(path))
+}
+
+/// The optimizer for `config`, resumed from `path` when the latest model version has a
+/// state (fresh otherwise: v0, or a model published before states were kept).
+fn read_optimizer_state(
+    path: &Path,
+    config: ServerOptimizerConfig,
+) -> Result<ServerOptimizer, FlError> {
+    if !path.exists() {
+        return Ok(ServerOptimizer::new(config)?);
+    }
+    let bytes = std::fs::read(path).map_err(FlError::io(path))?;
+    let corrupt = |e: String| {
+        FlError::Corrupt(format!(
+            "{}: the server optimizer state does not decode ({e}); delete it to restart \
+             the optimizer from zero",
+            path.display()
+        ))
+    };
+    let stored: StoredOptimizerState =
+        postcard::from_bytes(&bytes).map_err(|e| corrupt(e.to_string()))?;
+    let state = ServerOptimizerState {
+        config: serde_json::from_str(&stored.config_json).map_err(|e| corrupt(e.to_string()))?,
+        steps: stored.steps,
+        m: stored.m,
+        v: stored.v,
+    };
+    ServerOptimizer::resume(config, state).map_err(|e| {
+        FlError::config(
+            "optimizer",
+            &format!(
+                "{e} ({}); restore the previous [optimizer] settings, or delete that file to \
+                 restart the optimizer from zero",
+                path.display()
+            ),
+        )
+    })
 }

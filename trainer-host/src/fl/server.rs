@@ -351,10 +351,46 @@ fn router(state: AppState) -> Router {
         .with_state(state)
 }
 
+/// Serves `app` on `listener` until `shutdown` resolves: plain HTTP with axum, or HTTPS
+/// through rustls when `tls` is set. In-flight requests finish either way.
+async fn serve(
+    listener: std::net::TcpListener,
+    app: Router,
+    tls: Option<Arc<rustls::ServerConfig>>,
+    shutdown: impl std::future::Future<Output = ()> + Send + 'static,
+) -> Result<(), FlError> {
+    let failed = |e: std::io::Error| FlError::Server(format!("serve: {e}"));
+    match tls {
+        None => {
+            let listener = tokio::net::TcpListener::from_std(listener).map_err(failed)?;
+            axum::serve(listener, app)
+                .with_graceful_shutdown(shutdown)
+                .await
+                .map_err(failed)
+        }
+        Some(config) => {
+            let handle = axum_server::Handle::new();
+            let stopper = handle.clone();
+            tokio::spawn(async move {
+                shutdown.await;
+                stopper.graceful_shutdown(Some(Duration::from_secs(5)));
+            });
+            let config = axum_server::tls_rustls::RustlsConfig::from_config(config);
+            axum_server::tls_rustls::from_tcp_rustls(listener, config)
+                .map_err(failed)?
+                .handle(handle)
+                .serve(app.into_make_service())
+                .await
+                .map_err(failed)
+        }
+    }
+}
+
 /// A running host: its address and handles to stop it and to read its state.
 pub struct HostHandle {
     /// The bound address (the real port when the config asked for port 0).
     pub addr: SocketAddr,
+    https: bool,
     shared: AppState,
     shutdown: Option<tokio::sync::oneshot::Sender<()>>,
     thread: Option<std::thread::JoinHandle<Result<(), FlError>>>,
@@ -365,6 +401,12 @@ pub struct HostHandle {
 /// bound.
 pub fn start_host(config: FlConfig) -> Result<HostHandle, FlError> {
     let addr = config.listen_addr()?;
+    let tls = config
+        .server
+        .tls
+        .as_ref()
+        .map(super::tls::server_config)
+        .transpose()?;
     let tick = Duration::from_millis(config.server.tick_ms);
     let mgr = RoundManager::open(config)?;
     let limits = mgr.limits().clone();
@@ -386,14 +428,13 @@ pub fn start_host(config: FlConfig) -> Result<HostHandle, FlError> {
         .thread_name("hush-host")
         .build()
         .map_err(|e| FlError::Server(format!("tokio runtime: {e}")))?;
+    let https = tls.is_some();
     let (tx, rx) = tokio::sync::oneshot::channel::<()>();
     let state = shared.clone();
     let thread = std::thread::Builder::new()
         .name("hush-host-server".into())
         .spawn(move || -> Result<(), FlError> {
             rt.block_on(async move {
-                let listener = tokio::net::TcpListener::from_std(listener)
-                    .map_err(|e| FlError::Server(format!("listener: {e}")))?;
                 let ticker_state = state.clone();
                 let ticker = tokio::spawn(async move {
                     let mut every = tokio::time::interval(tick);
@@ -404,12 +445,11 @@ pub fn start_host(config: FlConfig) -> Result<HostHandle, FlError> {
                         }
                     }
                 });
-                info!(addr = %local, "hush host listening");
-                let served = axum::serve(listener, router(state))
-                    .with_graceful_shutdown(async {
-                        let _ = rx.await;
-                    })
-                    .await;
+                info!(addr = %local, tls = tls.is_some(), "hush host listening");
+                let served = serve(listener, router(state), tls, async {
+                    let _ = rx.await;
+                })
+                .await;
                 ticker.abort();
                 served.map_err(|e| FlError::Server(format!("serve: {e}")))
             })?;
@@ -419,6 +459,7 @@ pub fn start_host(config: FlConfig) -> Result<HostHandle, FlError> {
         .map_err(|e| FlError::Server(format!("thread: {e}")))?;
     Ok(HostHandle {
         addr: local,
+        https,
         shared,
         shutdown: Some(tx),
         thread: Some(thread),
@@ -426,9 +467,14 @@ pub fn start_host(config: FlConfig) -> Result<HostHandle, FlError> {
 }
 
 impl HostHandle {
-    /// `http://{addr}`.
+    /// `http://{addr}`, or `https://localhost:{port}` when serving TLS (certificates
+    /// name hosts, so a loopback client must ask for a name the certificate carries).
     pub fn url(&self) -> String {
-        format!("http://{}", self.addr)
+        if self.https {
+            format!("https://localhost:{}", self.addr.port())
+        } else {
+            format!("http://{}", self.addr)
+        }
     }
 
     /// Stops serving (in-flight requests finish) and waits for the server thread. An open

@@ -102,10 +102,7 @@ impl HostClient {
         result: Result<ureq::http::Response<ureq::Body>, ureq::Error>,
         limit: u64,
     ) -> Result<Vec<u8>, ClientError> {
-        let mut resp = result.map_err(|e| ClientError::Transport {
-            what: what.to_string(),
-            reason: e.to_string(),
-        })?;
+        let mut resp = result.map_err(|e| transport_error(what, &e))?;
         let status = resp.status().as_u16();
         let body = resp
             .body_mut()
@@ -210,5 +207,23 @@ impl HostClient {
             1 << 20,
         )?;
         Self::json("status", &reply)
+    }
+}
+
+/// A failed call as a [`ClientError`]: a certificate the client does not trust is
+/// [`ClientError::UntrustedHost`] (retrying cannot help), anything else is a transport
+/// failure worth retrying.
+fn transport_error(what: &str, e: &ureq::Error) -> ClientError {
+    let reason = e.to_string();
+    if reason.contains("invalid peer certificate") {
+        ClientError::UntrustedHost {
+            what: what.to_string(),
+            reason,
+        }
+    } else {
+        ClientError::Transport {
+            what: what.to_string(),
+            reason,
+        }
     }
 }

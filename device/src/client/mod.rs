@@ -31,6 +31,17 @@ pub enum ClientError {
         /// What is wrong.
         reason: String,
     },
+    /// The host's TLS certificate did not verify against the trusted roots.
+    #[error(
+        "{what}: the host's TLS certificate is not trusted ({reason}); for a self-signed or \
+         private-CA host, pass its CA certificate with --ca-cert"
+    )]
+    UntrustedHost {
+        /// The call.
+        what: String,
+        /// The TLS error.
+        reason: String,
+    },
     /// The host could not be reached or the connection broke.
     #[error("{what}: {reason}")]
     Transport {

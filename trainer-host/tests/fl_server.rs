@@ -8,7 +8,6 @@ use std::time::{Duration, Instant};
 
 use burn::tensor::Device;
 use hush_device::client::HostClient;
-use hush_device::features::{FeatureConfig, FeatureKind};
 use hush_device::protocol::{
     checksum_hex, encode_update, ApiError, Assignment, CheckInRequest, LayerDelta,
     RegisterResponse, StatusReport, TrainTask, Update, UpdateHeader, UploadReceipt,
@@ -20,9 +19,9 @@ use hush_host::fl::store::RoundState;
 use hush_host::fl::{start_host, FlConfig, HostHandle};
 use hush_host::ledger::sqlite::SqliteLedgerStore;
 use hush_host::ledger::{LedgerStore, ReleaseRecord};
-use hush_models::arch::{is_trainable, ArchConfig, IoShape, LeakCnnConfig};
+use hush_models::arch::is_trainable;
 use hush_models::checkpoint::NamedTensor;
-use hush_models::package::{load_package, write_package, ModelCard};
+use hush_models::package::load_package;
 
 mod common;
 use common::tiny_package;

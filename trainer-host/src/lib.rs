@@ -4,6 +4,7 @@
 //! accounting and the ledger, central DP training, PATE, audits, and corpus tools.
 
 pub mod accountant;
+pub mod audit;
 pub mod corpus;
 pub mod demo;
 pub mod fl;

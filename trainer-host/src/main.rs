@@ -30,6 +30,9 @@ enum Command {
     Train(cli::train::TrainArgs),
     /// Run the federated round server (devices register, train, upload): `--config hush.toml`.
     Serve(cli::serve::ServeArgs),
+    /// Privacy audits: speech-quality metrics of reconstructed audio (`audit metrics`).
+    #[command(subcommand)]
+    Audit(cli::audit::AuditCommand),
 }
 
 fn main() -> anyhow::Result<()> {
@@ -41,5 +44,6 @@ fn main() -> anyhow::Result<()> {
         Command::Train(args) => cli::train::run(args),
         Command::Serve(args) => cli::serve::run(args),
         Command::Simulate(args) => cli::simulate::run(args),
+        Command::Audit(cmd) => cli::audit::run(cmd),
     }
 }

@@ -1,6 +1,7 @@
 //! One module per subcommand group: parse flags into a typed config, call the library,
 //! print or write results.
 
+pub mod audit;
 pub mod corpus;
 pub mod demo;
 pub mod privacy;

@@ -98,6 +98,10 @@ pub struct TrainArgs {
     /// DP: seed noise and sampling from --seed (reproducible; never for real releases).
     #[arg(long, requires = "dp")]
     pub reproducible_noise: bool,
+    /// DP: most MiB of per-example weight copies and gradients at once (larger steps run
+    /// as several physical batches with gradient accumulation).
+    #[arg(long, requires = "dp", default_value_t = 256)]
+    pub max_grad_memory_mb: usize,
 }
 
 fn dp_config(args: &TrainArgs) -> anyhow::Result<DpConfig> {
@@ -118,6 +122,7 @@ fn dp_config(args: &TrainArgs) -> anyhow::Result<DpConfig> {
     dp.ledger = args.ledger.clone();
     dp.budget_epsilon = args.budget_epsilon;
     dp.reproducible = args.reproducible_noise;
+    dp.max_grad_memory_mb = args.max_grad_memory_mb;
     Ok(dp)
 }
 

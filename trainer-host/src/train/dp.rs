@@ -22,7 +22,8 @@
 //!    bounds (hence the sensitivity) cover only the rest.
 //! 4. **DP-SGD** on the private speakers: each step Poisson-samples examples with rate `q`
 //!    ([`PoissonSampler`], ChaCha20), sums per-example clipped (or layer-normalised)
-//!    gradients ([`clipped_grad_sum_with`]; batch norms on stored statistics, see
+//!    gradients ([`clipped_grad_sum_with`]: vectorised per-example gradients in physical
+//!    batches within [`DpConfig::max_grad_memory_mb`]; batch norms on stored statistics, see
 //!    [`hush_models::dp::per_example`]), adds Gaussian noise `σ·sensitivity` to the sum
 //!    and divides by the expected count `q·n` ([`GaussianMechanism::privatize`]), then
 //!    takes an AdamW step on the noisy mean (post-processing).
@@ -32,8 +33,7 @@
 //!    the model and copied into the card's provenance options.
 //!
 //! Not done yet: speaker-level (user) privacy in central DP-SGD (the unit is one example),
-//! data augmentation during the DP phase (clean features are used), adaptive clipping, and
-//! the vectorised per-example fast path.
+//! data augmentation during the DP phase (clean features are used), and adaptive clipping.
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -46,7 +46,7 @@ use hush_device::infer::clip_samples;
 use hush_models::checkpoint::TensorSource;
 use hush_models::dp::{
     clipped_grad_sum_with, trainable_layout, Bounding, ClipBounds, ClipStrategy, ExpectedCount,
-    GaussianMechanism, NoiseKind, NoiseSource, PoissonSampler,
+    GaussianMechanism, NoiseKind, NoiseSource, PerExampleConfig, PerExampleMethod, PoissonSampler,
 };
 use hush_models::package::{write_package, Metrics, ModelCard, Provenance};
 use hush_models::step::{apply_grads, loss_and_grads, Batch};
@@ -114,6 +114,14 @@ pub struct DpConfig {
     /// Seed noise and sampling from the training seed (reproducible runs and tests only:
     /// the noise is then predictable). Off: both come from the operating system.
     pub reproducible: bool,
+    /// Most MiB of per-example weight copies and gradients held at once: larger steps are
+    /// split into physical batches with gradient accumulation ([`PerExampleConfig`]).
+    #[serde(default = "default_max_grad_memory_mb")]
+    pub max_grad_memory_mb: usize,
+}
+
+fn default_max_grad_memory_mb() -> usize {
+    256
 }
 
 impl DpConfig {
@@ -137,6 +145,7 @@ impl DpConfig {
             ledger: PathBuf::from("hush-ledger.sqlite"),
             budget_epsilon: None,
             reproducible: false,
+            max_grad_memory_mb: default_max_grad_memory_mb(),
         }
     }
 
@@ -203,6 +212,9 @@ impl DpConfig {
                     format!("{m}: must be finite and > 0"),
                 );
             }
+        }
+        if self.max_grad_memory_mb == 0 {
+            return bad("--max-grad-memory-mb", "0: must be at least 1 (MiB)".into());
         }
         if let Some(b) = self.budget_epsilon {
             if !(b.is_finite() && b > 0.0) {
@@ -543,6 +555,10 @@ pub fn train_kws_dp(
             NoiseSource::from_os(),
         )
     };
+    let per_example = PerExampleConfig {
+        method: PerExampleMethod::Vectorized,
+        max_grad_memory: dp.max_grad_memory_mb << 20,
+    };
     let bounding = if dp.normalize_layers {
         Bounding::Normalize
     } else {
@@ -568,7 +584,8 @@ pub fn train_kws_dp(
         for _ in 0..steps_per_epoch {
             let idx = sampler.sample(n);
             let batch = make_batch(&private_feats, &idx, per, dims);
-            let mut sum = clipped_grad_sum_with(&model, &batch, &bounds, bounding, &device)?;
+            let mut sum =
+                clipped_grad_sum_with(&model, &batch, &bounds, bounding, &per_example, &device)?;
             mechanism
                 .privatize(&mut sum.sum, &mut noise)
                 .map_err(privacy_err)?;

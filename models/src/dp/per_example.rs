@@ -38,8 +38,8 @@
 use burn::optim::{GradientsParams, SgdConfig};
 use burn::tensor::Device;
 
-use super::vectorized::{grads_and_loss_sum, PerExampleWeights};
-use super::{l2_norm, ClipBounds};
+use super::vectorized::{clipped_sum, grads_and_loss_sum, PerExampleWeights};
+use super::ClipBounds;
 use crate::arch::{is_trainable, KwsModel};
 use crate::checkpoint::NamedTensor;
 use crate::step::{loss_and_grads, Batch};
@@ -155,22 +155,18 @@ fn examples(batch: &Batch, range: std::ops::Range<usize>) -> Batch {
     }
 }
 
-/// Per-example gradients of the tensors named in `only` (all trainable when `None`; a
-/// superset is fine, callers pick by name) and the per-example loss sum, physical batch by
-/// physical batch: `each` sees every physical batch's gradients `[example][tensor]` and
-/// loss sum, in example order.
-fn for_each_physical_batch(
+/// The physical batches `per` runs `batch` as, each with whether it is vectorised: the loop
+/// (or a budget below one example) gives batches of one, not vectorised. `only` names the
+/// tensors with per-example gradients (all trainable ones when `None`).
+fn physical_batches(
     model: &KwsModel,
     batch: &Batch,
     only: Option<&[String]>,
     per: &PerExampleConfig,
-    device: &Device,
-    mut each: impl FnMut(Vec<Vec<NamedTensor>>, f32) -> Result<(), ModelError>,
-) -> Result<(), ModelError> {
+) -> Result<Vec<(Batch, bool)>, ModelError> {
     check_sizes(batch)?;
-    let model = per_example_model(model);
     let numel: usize = match only {
-        Some(names) => trainable_layout(&model)?
+        Some(names) => trainable_layout(model)?
             .iter()
             .filter(|(n, _)| names.contains(n))
             .map(|(_, d)| d)
@@ -178,24 +174,34 @@ fn for_each_physical_batch(
         None => model.num_trainable()?,
     };
     let physical = per.physical_batch(numel);
-    if per.method == PerExampleMethod::Loop || physical == 0 {
-        for i in 0..batch.batch {
-            let (loss, grads) = loss_and_grads(&model, &examples(batch, i..i + 1), device)?;
-            let all = model.named_grads(&grads)?;
-            drop(grads);
-            each(vec![all], loss)?;
-        }
-        return Ok(());
+    let (size, vectorized) = if per.method == PerExampleMethod::Loop || physical == 0 {
+        (1, false)
+    } else {
+        (physical, true)
+    };
+    Ok((0..batch.batch)
+        .step_by(size)
+        .map(|start| {
+            let end = (start + size).min(batch.batch);
+            (examples(batch, start..end), vectorized)
+        })
+        .collect())
+}
+
+/// Per-example gradients `[example][tensor]` (of the tensors in `only`, or all trainable)
+/// and the loss sum of one physical batch.
+fn physical_grads(
+    model: &KwsModel,
+    batch: &Batch,
+    vectorized: bool,
+    only: Option<&[String]>,
+    device: &Device,
+) -> Result<(Vec<Vec<NamedTensor>>, f32), ModelError> {
+    if vectorized {
+        return grads_and_loss_sum(model, batch, only, device);
     }
-    let mut start = 0;
-    while start < batch.batch {
-        let end = (start + physical).min(batch.batch);
-        let (grads, loss_sum) =
-            grads_and_loss_sum(&model, &examples(batch, start..end), only, device)?;
-        each(grads, loss_sum)?;
-        start = end;
-    }
-    Ok(())
+    let (loss, grads) = loss_and_grads(model, batch, device)?;
+    Ok((vec![model.named_grads(&grads)?], loss))
 }
 
 fn check_sizes(batch: &Batch) -> Result<(), ModelError> {
@@ -249,11 +255,11 @@ pub fn per_example_grads_with(
     per: &PerExampleConfig,
     device: &Device,
 ) -> Result<Vec<Vec<NamedTensor>>, ModelError> {
+    let model = per_example_model(model);
     let mut out = Vec::with_capacity(batch.batch);
-    for_each_physical_batch(model, batch, None, per, device, |g, _| {
-        out.extend(g);
-        Ok(())
-    })?;
+    for (b, vectorized) in physical_batches(&model, batch, None, per)? {
+        out.extend(physical_grads(&model, &b, vectorized, None, device)?.0);
+    }
     Ok(out)
 }
 
@@ -312,53 +318,68 @@ pub fn clipped_grad_sum_with(
         examples: 0,
         clipped: 0,
     };
-    let dp_err = |e: super::DpError| ModelError::TensorData {
-        name: "per-example gradient".into(),
-        reason: e.to_string(),
-    };
-    for_each_physical_batch(
-        model,
-        batch,
-        Some(bounds.layers()),
-        per,
-        device,
-        |grads, loss_sum| {
-            for all in grads {
-                let mut all: Vec<Option<NamedTensor>> = all.into_iter().map(Some).collect();
-                let mut picked = Vec::with_capacity(bounds.layers().len());
-                for name in bounds.layers() {
-                    let t = all
-                        .iter_mut()
-                        .find(|t| t.as_ref().is_some_and(|t| &t.name == name))
-                        .and_then(Option::take)
-                        .ok_or_else(|| ModelError::TensorData {
-                            name: name.clone(),
-                            reason: "no gradient".into(),
-                        })?;
-                    picked.push(t);
+    let model = per_example_model(model);
+    let only = Some(bounds.layers());
+    for (b, vectorized) in physical_batches(&model, batch, only, per)? {
+        if vectorized {
+            let exact = bounding == Bounding::Normalize;
+            if let Some(p) = clipped_sum(&model, &b, bounds, exact, device)? {
+                for (s, g) in sum.iter_mut().zip(&p.sum) {
+                    s.data.iter_mut().zip(g).for_each(|(s, g)| *s += g);
                 }
-                let norms = match bounding {
-                    Bounding::Clip => bounds.clip(&mut picked),
-                    Bounding::Normalize => bounds.normalize(&mut picked),
-                }
-                .map_err(dp_err)?;
-                let over = if bounds.is_flat() {
-                    l2_norm(&norms) > bounds.bounds()[0]
-                } else {
-                    norms.iter().zip(bounds.bounds()).any(|(n, b)| n > b)
-                };
-                out.clipped += usize::from(over);
-                for (s, g) in sum.iter_mut().zip(&picked) {
-                    s.data.iter_mut().zip(&g.data).for_each(|(s, g)| *s += g);
-                }
-                out.examples += 1;
+                out.loss_sum += p.loss_sum;
+                out.clipped += p.clipped;
+                out.examples += b.batch;
+                continue;
             }
-            out.loss_sum += loss_sum;
-            Ok(())
-        },
-    )?;
+        }
+        // The loop, or a physical batch with a non-finite gradient: clip on the host.
+        let (grads, loss_sum) = physical_grads(&model, &b, vectorized, only, device)?;
+        for all in grads {
+            add_clipped(&mut out, &mut sum, all, bounds, bounding)?;
+        }
+        out.loss_sum += loss_sum;
+    }
     out.sum = sum;
     Ok(out)
+}
+
+/// Clips (or normalises) one example's gradients `all` (a superset of the bounded layers,
+/// picked by name) and adds them to `sum`, counting the example in `out`.
+fn add_clipped(
+    out: &mut ClippedSum,
+    sum: &mut [NamedTensor],
+    all: Vec<NamedTensor>,
+    bounds: &ClipBounds,
+    bounding: Bounding,
+) -> Result<(), ModelError> {
+    let mut all: Vec<Option<NamedTensor>> = all.into_iter().map(Some).collect();
+    let mut picked = Vec::with_capacity(bounds.layers().len());
+    for name in bounds.layers() {
+        let t = all
+            .iter_mut()
+            .find(|t| t.as_ref().is_some_and(|t| &t.name == name))
+            .and_then(Option::take)
+            .ok_or_else(|| ModelError::TensorData {
+                name: name.clone(),
+                reason: "no gradient".into(),
+            })?;
+        picked.push(t);
+    }
+    let norms = match bounding {
+        Bounding::Clip => bounds.clip(&mut picked),
+        Bounding::Normalize => bounds.normalize(&mut picked),
+    }
+    .map_err(|e| ModelError::TensorData {
+        name: "per-example gradient".into(),
+        reason: e.to_string(),
+    })?;
+    out.clipped += usize::from(bounds.is_over(&norms));
+    for (s, g) in sum.iter_mut().zip(&picked) {
+        s.data.iter_mut().zip(&g.data).for_each(|(s, g)| *s += g);
+    }
+    out.examples += 1;
+    Ok(())
 }
 
 /// Plain SGD on named gradients: `w ← w − lr·g` for every tensor in `grads` (names as in

@@ -8,7 +8,8 @@
 //! | layer | rule |
 //! |---|---|
 //! | linear `[in, out]` | batched matmul: `[B, 1, in] × [B, in, out]` |
-//! | conv (groups `g`) | grouped conv with `groups = B·g`: the batch folded into channels, `[1, B·C_in, H, W]`, weights `[B·C_out, C_in/g, kh, kw]` |
+//! | dense conv (`groups = 1`) | batched matmul over the unfolded input: `[B, C_out, C_in·k] × [B, C_in·k, H'·W']` |
+//! | grouped conv (`g`, depthwise included) | grouped conv with `groups = B·g`: the batch folded into channels, `[1, B·C_in, H, W]`, weights `[B·C_out, C_in/g, kh, kw]` |
 //! | batch norm (stored statistics) | per-channel affine with per-example `gamma`/`beta` `[B, C, 1, 1]` |
 //!
 //! The loss is the **sum** of the per-example losses, so the gradient of copy `b` is the
@@ -26,6 +27,11 @@
 //! Memory: the copies and their gradients take `2 × 4 × B × numel` bytes (for the
 //! 1.5 M-parameter leak-CNN, 12 MB per example); [`super::PerExampleConfig`] splits a
 //! logical batch into physical batches that fit a budget.
+//!
+//! [`clipped_sum`] clips on the tensors: per-example layer norms are reduced from the
+//! `[B, numel]` gradients, the per-example factors come from [`ClipBounds::factors`] (the
+//! one definition of clipping), and the sum is a weighted reduction over the batch, so
+//! per-example gradients never leave the backend.
 
 use std::collections::{BTreeSet, HashMap};
 
@@ -33,9 +39,10 @@ use burn::module::{Param, ParamId, RunningState};
 use burn::nn::conv::Conv2d;
 use burn::nn::{BatchNorm, Linear, PaddingConfig2d};
 use burn::tensor::module::conv2d;
-use burn::tensor::ops::ConvOptions;
-use burn::tensor::{Device, Gradients, Tensor, TensorData};
+use burn::tensor::ops::{ConvOptions, PadMode};
+use burn::tensor::{Device, Gradients, Slice, Tensor, TensorData};
 
+use super::ClipBounds;
 use crate::arch::layers::{named, LayerRunner, TensorVisitor};
 use crate::arch::KwsModel;
 use crate::checkpoint::NamedTensor;
@@ -131,6 +138,18 @@ impl PerExampleWeights {
         }
     }
 
+    /// The `[B, numel]` gradient of the copy of the tensor named `name` (zeros if the loss
+    /// did not reach it); `None` if it has no copy.
+    fn grad_rows(&self, name: &str, grads: &Gradients) -> Option<Tensor<2>> {
+        let (_, shape, id) = self.order.iter().find(|(n, _, _)| n == name)?;
+        let copy = self.copies.get(id)?;
+        Some(
+            copy.grad(grads).unwrap_or_else(|| {
+                Tensor::zeros([self.batch, shape.iter().product()], &copy.device())
+            }),
+        )
+    }
+
     /// Every copied tensor's per-example gradient: `[example][tensor]`, tensors named and
     /// shaped like the model's and in its order. A tensor the loss did not reach reads as
     /// zeros.
@@ -175,21 +194,90 @@ fn padding_pairs(c: &Conv2d, h: usize, w: usize) -> [(usize, usize); 2] {
     }
 }
 
+/// The input of a conv with `c`'s kernel, stride, dilation and padding, unfolded: for each
+/// kernel tap `(i, j)` (in that order) the shifted, strided window of `x` `[B, C, H, W]`
+/// that the tap multiplies, stacked as `[B, C, kh·kw, H', W']`.
+fn unfold(c: &Conv2d, x: Tensor<4>) -> Tensor<5> {
+    let [_, _, h, w] = x.dims();
+    let [kh, kw] = c.kernel_size;
+    let [sh, sw] = c.stride;
+    let [dh, dw] = c.dilation;
+    let [(top, bottom), (left, right)] = padding_pairs(c, h, w);
+    let x = if top + bottom + left + right > 0 {
+        x.pad([(top, bottom), (left, right)], PadMode::Constant(0.0))
+    } else {
+        x
+    };
+    let (hp, wp) = (h + top + bottom, w + left + right);
+    let ho = (hp - dh * (kh - 1) - 1) / sh + 1;
+    let wo = (wp - dw * (kw - 1) - 1) / sw + 1;
+    let span = |start: usize, n: usize, step: usize| {
+        Slice::new(
+            start as isize,
+            Some((start + (n - 1) * step + 1) as isize),
+            step as isize,
+        )
+    };
+    let mut taps = Vec::with_capacity(kh * kw);
+    for i in 0..kh {
+        for j in 0..kw {
+            taps.push(x.clone().slice([
+                Slice::full(),
+                Slice::full(),
+                span(i * dh, ho, sh),
+                span(j * dw, wo, sw),
+            ]));
+        }
+    }
+    Tensor::stack(taps, 2)
+}
+
 impl LayerRunner for PerExampleWeights {
+    /// Dense convs (`groups = 1`): a batched matmul of each example's weights
+    /// `[C_out, C_in·k]` with its unfolded input `[C_in·k, H'·W']` (a 1×1 unstrided,
+    /// unpadded conv needs no unfolding). Grouped convs (depthwise included): one conv with
+    /// `groups = B·g`.
+    ///
+    /// Why two rules: burn 0.22.1 computes a grouped conv's weight gradient group by group
+    /// (`conv2d_weight_grad_groups` in burn-backend: a slice, a conv and a slice-assign per
+    /// group), so a dense conv run as `B` groups pays `B` of those per step; the matmul rule
+    /// avoids that. For depthwise convs the same unfold-and-multiply (one `[B, C, k, H', W']`
+    /// product summed over taps) measured slower than the grouped conv on the flex backend
+    /// (BENCHMARKS.md), so depthwise convs stay grouped.
     fn conv(&self, c: &Conv2d, x: Tensor<4>) -> Tensor<4> {
         let [b, cin, h, w] = x.dims();
         let [cout, per_group, kh, kw] = c.weight.shape().dims::<4>();
-        let options = ConvOptions::new_with_padding(
-            c.stride,
-            padding_pairs(c, h, w),
-            c.dilation,
-            c.groups * b,
-        );
-        let weight = self.rows(&c.weight).reshape([b * cout, per_group, kh, kw]);
-        let bias = c.bias.as_ref().map(|p| self.rows(p).reshape([b * cout]));
-        let y = conv2d(x.reshape([1, b * cin, h, w]), weight, bias, options);
-        let [_, _, ho, wo] = y.dims();
-        y.reshape([b, cout, ho, wo])
+        let k = kh * kw;
+        let weight = self.rows(&c.weight);
+        let pointwise = k == 1 && c.stride == [1, 1] && padding_pairs(c, h, w) == [(0, 0), (0, 0)];
+        let y = if c.groups == 1 && pointwise {
+            weight
+                .reshape([b, cout, cin])
+                .matmul(x.reshape([b, cin, h * w]))
+                .reshape([b, cout, h, w])
+        } else if c.groups == 1 {
+            let cols = unfold(c, x);
+            let [_, _, _, ho, wo] = cols.dims();
+            weight
+                .reshape([b, cout, cin * k])
+                .matmul(cols.reshape([b, cin * k, ho * wo]))
+                .reshape([b, cout, ho, wo])
+        } else {
+            let options = ConvOptions::new_with_padding(
+                c.stride,
+                padding_pairs(c, h, w),
+                c.dilation,
+                c.groups * b,
+            );
+            let weight = weight.reshape([b * cout, per_group, kh, kw]);
+            let y = conv2d(x.reshape([1, b * cin, h, w]), weight, None, options);
+            let [_, _, ho, wo] = y.dims();
+            y.reshape([b, cout, ho, wo])
+        };
+        match &c.bias {
+            Some(p) => y + self.rows(p).reshape([b, cout, 1, 1]),
+            None => y,
+        }
     }
 
     fn batch_norm(&self, bn: &BatchNorm, x: Tensor<4>) -> Tensor<4> {
@@ -243,4 +331,205 @@ pub(crate) fn grads_and_loss_sum(
     let grads = loss.backward();
     let per = weights.grads(&grads)?;
     Ok((per, scalar(loss)?))
+}
+
+/// What [`clipped_sum`] returns for one physical batch.
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) struct PhysicalSum {
+    /// Sum of the clipped gradients, one flat vector per bounded layer, in bound order.
+    pub sum: Vec<Vec<f32>>,
+    /// Sum of the per-example losses.
+    pub loss_sum: f32,
+    /// Examples over their bound.
+    pub clipped: usize,
+}
+
+/// The sum over `batch` (at least one example) of each example's gradient clipped
+/// (`exact = false`) or normalised (`exact = true`) to `bounds`, computed on the tensors
+/// (see the module documentation). `None` when some example's gradient is not finite: the
+/// caller then clips on the host, which drops such an example exactly.
+pub(crate) fn clipped_sum(
+    model: &KwsModel,
+    batch: &Batch,
+    bounds: &ClipBounds,
+    exact: bool,
+    device: &Device,
+) -> Result<Option<PhysicalSum>, ModelError> {
+    let b = batch.batch;
+    let weights = PerExampleWeights::new(model, b, Some(bounds.layers()), device)?;
+    let logits = model.forward_with(batch.features_tensor(device), &weights);
+    let loss = soft_cross_entropy(logits, batch.targets_tensor(device)).mul_scalar(b as f64);
+    let grads = loss.backward();
+    let loss_sum = scalar(loss)?;
+    let rows: Vec<Tensor<2>> = bounds
+        .layers()
+        .iter()
+        .map(|name| {
+            weights
+                .grad_rows(name, &grads)
+                .ok_or_else(|| ModelError::TensorData {
+                    name: name.clone(),
+                    reason: "clip bounds name a tensor that is not a trainable parameter".into(),
+                })
+        })
+        .collect::<Result<_, _>>()?;
+    drop(grads);
+    // norms[layer][example]
+    let norms: Vec<Vec<f32>> = rows
+        .iter()
+        .map(|g| {
+            let sq = (g.clone() * g.clone()).sum_dim(1);
+            Ok(named("per-example norms", sq)?
+                .data
+                .into_iter()
+                .map(f32::sqrt)
+                .collect())
+        })
+        .collect::<Result<_, ModelError>>()?;
+    let mut factors = vec![Vec::with_capacity(b); rows.len()];
+    let mut clipped = 0;
+    for ex in 0..b {
+        let n: Vec<f32> = norms.iter().map(|l| l[ex]).collect();
+        let f = bounds.factors(&n, exact);
+        if f.contains(&0.0) {
+            return Ok(None);
+        }
+        clipped += usize::from(bounds.is_over(&n));
+        for (col, v) in factors.iter_mut().zip(f) {
+            col.push(v);
+        }
+    }
+    let device = rows.first().map(Tensor::device);
+    let mut sum = Vec::with_capacity(rows.len());
+    for (g, f) in rows.into_iter().zip(factors) {
+        let Some(device) = &device else { break };
+        let f = Tensor::<2>::from_data(TensorData::new(f, [b, 1]), device);
+        sum.push(named("clipped sum", (g * f).sum_dim(0))?.data);
+    }
+    Ok(Some(PhysicalSum {
+        sum,
+        loss_sum,
+        clipped,
+    }))
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+
+    use burn::nn::conv::Conv2dConfig;
+
+    use super::*;
+    use crate::arch::layers::visit_conv;
+
+    /// Each conv rule (dense, pointwise, depthwise, other groups; strides, padding,
+    /// dilation) against burn's own conv, one example at a time: outputs and the gradients
+    /// of `Σ y·r` (r fixed, different per example).
+    #[test]
+    fn every_conv_rule_matches_burns_conv_per_example() {
+        let device = Device::flex().autodiff();
+        device.seed(3);
+        let cases = [
+            // (in, out, kernel, groups, stride, dilation, padding, bias)
+            (
+                3,
+                5,
+                [3, 2],
+                1,
+                [2, 1],
+                [1, 1],
+                PaddingConfig2d::Explicit(1, 0, 2, 1),
+                true,
+            ),
+            (
+                4,
+                6,
+                [1, 1],
+                1,
+                [1, 1],
+                [1, 1],
+                PaddingConfig2d::Valid,
+                false,
+            ),
+            (
+                4,
+                6,
+                [1, 1],
+                1,
+                [2, 2],
+                [1, 1],
+                PaddingConfig2d::Valid,
+                true,
+            ),
+            (
+                4,
+                4,
+                [3, 3],
+                4,
+                [1, 2],
+                [2, 1],
+                PaddingConfig2d::Explicit(2, 1, 2, 1),
+                false,
+            ),
+            (4, 6, [3, 3], 2, [1, 1], [1, 1], PaddingConfig2d::Same, true),
+        ];
+        let b = 3;
+        for (cin, cout, kernel, groups, stride, dilation, padding, bias) in cases {
+            let conv = Conv2dConfig::new([cin, cout], kernel)
+                .with_groups(groups)
+                .with_stride(stride)
+                .with_dilation(dilation)
+                .with_padding(padding)
+                .with_bias(bias)
+                .init(&device);
+            let x: Tensor<4> = Tensor::random(
+                [b, cin, 9, 7],
+                burn::tensor::Distribution::Normal(0.0, 1.0),
+                &device,
+            );
+            let mut maker = CopyMaker {
+                batch: b,
+                device: &device,
+                only: None,
+                out: PerExampleWeights {
+                    batch: b,
+                    copies: HashMap::new(),
+                    order: Vec::new(),
+                },
+            };
+            visit_conv("c", &conv, &mut maker).unwrap();
+            let weights = maker.out;
+            let y = weights.conv(&conv, x.clone());
+            let [_, _, ho, wo] = y.dims();
+            let r: Tensor<4> = Tensor::random(
+                [b, cout, ho, wo],
+                burn::tensor::Distribution::Normal(0.0, 1.0),
+                &device,
+            );
+            let per = weights
+                .grads(&(y.clone() * r.clone()).sum().backward())
+                .unwrap();
+            for i in 0..b {
+                let xi = x.clone().slice([i..i + 1]).detach();
+                let yi = conv.forward(xi);
+                let want = named("y", yi.clone()).unwrap().data;
+                let got = named("y", y.clone().slice([i..i + 1])).unwrap().data;
+                for (u, v) in want.iter().zip(&got) {
+                    assert!((u - v).abs() < 1e-5, "{kernel:?} g{groups}: y {u} vs {v}");
+                }
+                let ri = r.clone().slice([i..i + 1]);
+                let g = (yi * ri).sum().backward();
+                let want = named("w", conv.weight.val().grad(&g).unwrap()).unwrap();
+                for (u, v) in want.data.iter().zip(&per[i][0].data) {
+                    assert!((u - v).abs() < 1e-4, "{kernel:?} g{groups}: dw {u} vs {v}");
+                }
+                if let Some(bp) = &conv.bias {
+                    let want = named("b", bp.val().grad(&g).unwrap()).unwrap();
+                    for (u, v) in want.data.iter().zip(&per[i][1].data) {
+                        assert!((u - v).abs() < 1e-4, "db {u} vs {v}");
+                    }
+                }
+            }
+        }
+    }
 }

@@ -509,23 +509,23 @@ mod tests {
             let per = weights
                 .grads(&(y.clone() * r.clone()).sum().backward())
                 .unwrap();
-            for i in 0..b {
-                let xi = x.clone().slice([i..i + 1]).detach();
+            for (i, per_i) in per.iter().enumerate() {
+                let xi = x.clone().slice_dim(0, i..i + 1).detach();
                 let yi = conv.forward(xi);
                 let want = named("y", yi.clone()).unwrap().data;
-                let got = named("y", y.clone().slice([i..i + 1])).unwrap().data;
+                let got = named("y", y.clone().slice_dim(0, i..i + 1)).unwrap().data;
                 for (u, v) in want.iter().zip(&got) {
                     assert!((u - v).abs() < 1e-5, "{kernel:?} g{groups}: y {u} vs {v}");
                 }
-                let ri = r.clone().slice([i..i + 1]);
+                let ri = r.clone().slice_dim(0, i..i + 1);
                 let g = (yi * ri).sum().backward();
                 let want = named("w", conv.weight.val().grad(&g).unwrap()).unwrap();
-                for (u, v) in want.data.iter().zip(&per[i][0].data) {
+                for (u, v) in want.data.iter().zip(&per_i[0].data) {
                     assert!((u - v).abs() < 1e-4, "{kernel:?} g{groups}: dw {u} vs {v}");
                 }
                 if let Some(bp) = &conv.bias {
                     let want = named("b", bp.val().grad(&g).unwrap()).unwrap();
-                    for (u, v) in want.data.iter().zip(&per[i][1].data) {
+                    for (u, v) in want.data.iter().zip(&per_i[1].data) {
                         assert!((u - v).abs() < 1e-4, "db {u} vs {v}");
                     }
                 }

@@ -158,7 +158,7 @@ fn values<const D: usize>(t: Tensor<D>, name: &str) -> Result<Vec<f32>, ModelErr
         })
 }
 
-fn scalar(t: Tensor<1>) -> Result<f32, ModelError> {
+pub(crate) fn scalar(t: Tensor<1>) -> Result<f32, ModelError> {
     values(t, "loss")?
         .first()
         .copied()

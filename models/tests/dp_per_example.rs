@@ -1,6 +1,7 @@
-//! Per-example gradients for every architecture: their mean equals the batch gradient,
-//! clipped norms stay within their bounds, names match `named_tensors()`, and named
-//! gradients go back into burn losslessly.
+//! Per-example gradients for every architecture: the vectorised fast path equals the
+//! per-example loop, their mean equals the batch gradient, memory-aware physical batches
+//! add up to one big batch, clipped norms stay within their bounds, names match
+//! `named_tensors()`, and named gradients go back into burn losslessly.
 //!
 //! Comparability with the batch gradient: batch norms run on stored statistics
 //! (`per_example_model`, what DP training uses; the statistics are first moved off their
@@ -16,9 +17,11 @@ use hush_models::arch::{
     is_trainable, ArchConfig, BcResNetConfig, DsCnnConfig, IoShape, KwsModel, LeakCnnConfig,
 };
 use hush_models::checkpoint::NamedTensor;
+use hush_models::dp::vectorized::PerExampleWeights;
 use hush_models::dp::{
     apply_sgd, clipped_grad_sum, clipped_grad_sum_with, l2_norm, layer_norms, per_example_grads,
-    per_example_model, trainable_layout, Bounding, ClipBounds, ClipStrategy,
+    per_example_grads_vectorized, per_example_grads_with, per_example_model, trainable_layout,
+    Bounding, ClipBounds, ClipStrategy, PerExampleConfig, PerExampleMethod,
 };
 use hush_models::step::{loss_and_grads, Batch};
 
@@ -234,11 +237,13 @@ fn normalized_layers_hit_their_bounds_and_frozen_layers_are_left_out() {
         .filter(|(n, _)| n.starts_with("fc"))
         .collect();
     let bounds = ClipBounds::new(ClipStrategy::PerLayerUniform, 2.0, &layout).unwrap();
-    let s = clipped_grad_sum_with(&m, &b, &bounds, Bounding::Normalize, &device).unwrap();
-    let names: Vec<&str> = s.sum.iter().map(|t| t.name.as_str()).collect();
-    assert_eq!(names, ["fc1.weight", "fc1.bias", "fc2.weight", "fc2.bias"]);
-    for (n, b) in layer_norms(&s.sum).iter().zip(bounds.bounds()) {
-        assert!((n - b).abs() < 1e-4 * b, "{n} vs {b}");
+    for per in [PerExampleConfig::default(), PerExampleConfig::looped()] {
+        let s = clipped_grad_sum_with(&m, &b, &bounds, Bounding::Normalize, &per, &device).unwrap();
+        let names: Vec<&str> = s.sum.iter().map(|t| t.name.as_str()).collect();
+        assert_eq!(names, ["fc1.weight", "fc1.bias", "fc2.weight", "fc2.bias"]);
+        for (n, b) in layer_norms(&s.sum).iter().zip(bounds.bounds()) {
+            assert!((n - b).abs() < 1e-4 * b, "{n} vs {b}");
+        }
     }
 }
 
@@ -295,5 +300,80 @@ fn named_grads_go_back_into_burn_and_sgd_applies_them() {
             }
         }
         assert_eq!(changed, named.len() - 1);
+    }
+}
+
+#[test]
+fn vectorized_per_example_grads_equal_the_loop_for_every_arch() {
+    let device = Device::flex().autodiff();
+    for cfg in archs() {
+        let m = model(&cfg, &device);
+        let b = batch(6, 17);
+        let looped = per_example_grads(&m, &b, &device).unwrap();
+        let fast = per_example_grads_vectorized(&m, &b, &device).unwrap();
+        assert_eq!(fast.len(), looped.len());
+        let mut worst = (0f32, 0f32);
+        for (f, l) in fast.iter().zip(&looped) {
+            let (diff, scale) = max_abs_diff(l, f);
+            worst = (worst.0.max(diff), worst.1.max(scale));
+        }
+        eprintln!(
+            "{}: max |vectorised − loop| = {:e} (largest gradient value {:e})",
+            cfg.name(),
+            worst.0,
+            worst.1
+        );
+        assert!(worst.0 <= 1e-5, "{}: {}", cfg.name(), worst.0);
+        assert!(worst.1 > 1e-3, "{}: gradients are all ~0", cfg.name());
+    }
+}
+
+#[test]
+fn memory_aware_physical_batches_add_up_to_one_big_batch() {
+    let device = Device::flex().autodiff();
+    for cfg in archs() {
+        let m = model(&cfg, &device);
+        let b = batch(7, 23);
+        let layout = trainable_layout(&m).unwrap();
+        let numel: usize = layout.iter().map(|(_, d)| d).sum();
+        // A bound that clips some examples and not others.
+        let bounds = ClipBounds::new(ClipStrategy::PerLayerDim, 0.5, &layout).unwrap();
+        let big = PerExampleConfig {
+            method: PerExampleMethod::Vectorized,
+            max_grad_memory: usize::MAX,
+        };
+        // Room for 3 examples' copies and gradients: physical batches of 3, 3, 1.
+        let small = PerExampleConfig {
+            max_grad_memory: PerExampleWeights::bytes(3, numel),
+            ..big
+        };
+        assert_eq!(small.physical_batch(numel), 3);
+        // Room for none: the loop runs.
+        let none = PerExampleConfig {
+            max_grad_memory: PerExampleWeights::bytes(1, numel) - 1,
+            ..big
+        };
+        assert_eq!(none.physical_batch(numel), 0);
+        let one = clipped_grad_sum_with(&m, &b, &bounds, Bounding::Clip, &big, &device).unwrap();
+        assert_eq!(one.examples, 7);
+        for per in [small, none, PerExampleConfig::looped()] {
+            let acc =
+                clipped_grad_sum_with(&m, &b, &bounds, Bounding::Clip, &per, &device).unwrap();
+            assert_eq!(acc.examples, one.examples, "{}", cfg.name());
+            assert_eq!(acc.clipped, one.clipped, "{}", cfg.name());
+            let (diff, scale) = max_abs_diff(&one.sum, &acc.sum);
+            assert!(
+                diff <= 1e-5 * scale.max(1.0),
+                "{} {per:?}: {diff}",
+                cfg.name()
+            );
+            assert!((acc.loss_sum - one.loss_sum).abs() <= 1e-4 * one.loss_sum.abs());
+        }
+        // The per-example gradients themselves, split into physical batches.
+        let split = per_example_grads_with(&m, &b, &small, &device).unwrap();
+        let whole = per_example_grads_vectorized(&m, &b, &device).unwrap();
+        for (s, w) in split.iter().zip(&whole) {
+            assert!(max_abs_diff(w, s).0 <= 1e-6, "{}", cfg.name());
+        }
     }
 }

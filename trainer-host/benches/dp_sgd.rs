@@ -1,14 +1,17 @@
 //! DP-SGD step throughput (bench binary, `harness = false`): examples per second of one
-//! DP-SGD step (per-example gradients, clipping, noise, AdamW) against the non-private step
-//! (batch gradient, AdamW) on the same model and batch (flat clipping, C = 1, σ = 1), for the DS-CNN-S and the leak-CNN
-//! over `[98, 40]` features, 12 classes, batch 64, on the CPU (`flex`). When
+//! DP-SGD step (per-example gradients, flat clipping at C = 1, noise σ = 1, AdamW) against
+//! the non-private step (batch gradient, AdamW) on the same model and batch, for the
+//! DS-CNN-S and the leak-CNN over `[98, 40]` features, 12 classes, batch 64, on the CPU
+//! (`flex`). The DP step runs both ways: vectorised per-example gradients (the default,
+//! within the default 256 MiB per-example memory budget) and the per-example loop. When
 //! `HUSH_BENCH_PYTHON` names a Python interpreter with `torch` and `opacus` installed (or
 //! `python3` has them), `dp_sgd_opacus.py` times Opacus on the same architectures, batch and
 //! clipping in the same run and the ratio is printed.
 //!
 //! ```text
-//! cargo bench -p hush-host --bench dp_sgd
-//! HUSH_BENCH_PYTHON=/path/to/python cargo bench -p hush-host --bench dp_sgd
+//! cargo bench --workspace --profile dev --bench dp_sgd
+//! HUSH_BENCH_PYTHON=/path/to/python cargo bench --workspace --profile dev --bench dp_sgd
+//! HUSH_BENCH_ARCHS=leak-cnn HUSH_BENCH_STEPS=3 cargo bench … --bench dp_sgd
 //! ```
 //!
 //! Record results in BENCHMARKS.md with the command and the machine.
@@ -25,8 +28,8 @@ use burn::optim::AdamWConfig;
 use burn::tensor::Device;
 use hush_models::arch::{ArchConfig, IoShape, KwsModel};
 use hush_models::dp::{
-    clipped_grad_sum, per_example_model, trainable_layout, ClipBounds, ClipStrategy, ExpectedCount,
-    GaussianMechanism, NoiseKind, NoiseSource,
+    clipped_grad_sum_with, per_example_model, trainable_layout, Bounding, ClipBounds, ClipStrategy,
+    ExpectedCount, GaussianMechanism, NoiseKind, NoiseSource, PerExampleConfig,
 };
 use hush_models::step::{apply_grads, loss_and_grads, Batch};
 
@@ -36,7 +39,14 @@ const IO: IoShape = IoShape {
     classes: 12,
 };
 const BATCH: usize = 64;
-const STEPS: usize = 5;
+
+/// Timed steps per measurement (`HUSH_BENCH_STEPS`, default 5).
+fn steps() -> usize {
+    std::env::var("HUSH_BENCH_STEPS")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(5)
+}
 
 fn batch() -> Batch {
     let mut s = 7u64;
@@ -61,17 +71,19 @@ fn batch() -> Batch {
     }
 }
 
-/// Examples per second of `STEPS` steps after one warm-up step.
+/// Examples per second of [`steps`] steps after one warm-up step.
 fn throughput(mut step: impl FnMut()) -> f64 {
     step();
+    let n = steps();
     let t = Instant::now();
-    for _ in 0..STEPS {
+    for _ in 0..n {
         step();
     }
-    (STEPS * BATCH) as f64 / t.elapsed().as_secs_f64()
+    (n * BATCH) as f64 / t.elapsed().as_secs_f64()
 }
 
-fn bench_arch(name: &str) -> (f64, f64) {
+/// Examples/s of the non-private step, the vectorised DP step and the looped DP step.
+fn bench_arch(name: &str) -> (f64, f64, f64) {
     let device = Device::flex().autodiff();
     device.seed(1);
     let cfg = ArchConfig::default_for(name, IO).unwrap();
@@ -100,17 +112,22 @@ fn bench_arch(name: &str) -> (f64, f64) {
         NoiseKind::Gaussian,
     )
     .unwrap();
-    let mut noise = NoiseSource::from_seed(3);
-    let mut model = Some(m0);
-    let mut opt = AdamWConfig::new().init();
-    let private = throughput(|| {
-        let m = model.take().unwrap();
-        let mut sum = clipped_grad_sum(&m, &b, &bounds, &device).unwrap();
-        mech.privatize(&mut sum.sum, &mut noise).unwrap();
-        let grads = m.grads_params(&sum.sum).unwrap();
-        model = Some(apply_grads(&mut opt, 1e-3, m, grads));
-    });
-    (plain, private)
+    let dp = |per: PerExampleConfig| {
+        let mut noise = NoiseSource::from_seed(3);
+        let mut model = Some(m0.clone());
+        let mut opt = AdamWConfig::new().init();
+        throughput(|| {
+            let m = model.take().unwrap();
+            let mut sum =
+                clipped_grad_sum_with(&m, &b, &bounds, Bounding::Clip, &per, &device).unwrap();
+            mech.privatize(&mut sum.sum, &mut noise).unwrap();
+            let grads = m.grads_params(&sum.sum).unwrap();
+            model = Some(apply_grads(&mut opt, 1e-3, m, grads));
+        })
+    };
+    let vectorized = dp(PerExampleConfig::default());
+    let looped = dp(PerExampleConfig::looped());
+    (plain, vectorized, looped)
 }
 
 fn opacus(python: &str, arch: &str) -> Option<f64> {
@@ -123,7 +140,7 @@ fn opacus(python: &str, arch: &str) -> Option<f64> {
             "--batch",
             &BATCH.to_string(),
             "--steps",
-            &STEPS.to_string(),
+            &steps().to_string(),
         ])
         .output()
         .ok()?;
@@ -160,18 +177,31 @@ fn main() {
     if python.is_none() {
         println!("(no Python with torch + opacus: set HUSH_BENCH_PYTHON to compare with Opacus)");
     }
+    let archs = std::env::var("HUSH_BENCH_ARCHS").unwrap_or_else(|_| "ds-cnn-s,leak-cnn".into());
     println!(
-        "{:<10} {:>16} {:>16} {:>8} {:>16} {:>10}",
-        "arch", "non-private ex/s", "DP-SGD ex/s", "DP/np", "Opacus ex/s", "hush/Opacus"
+        "batch {BATCH}, {} timed steps after 1 warm-up; examples/s (higher is better)",
+        steps()
     );
-    for arch in ["ds-cnn-s", "leak-cnn"] {
-        let (plain, private) = bench_arch(arch);
+    println!(
+        "{:<10} {:>12} {:>14} {:>12} {:>8} {:>10} {:>12} {:>12}",
+        "arch",
+        "non-private",
+        "DP vectorised",
+        "DP loop",
+        "DP/np",
+        "vec/loop",
+        "Opacus DP",
+        "hush/Opacus"
+    );
+    for arch in archs.split(',') {
+        let (plain, vectorized, looped) = bench_arch(arch);
         let op = python.as_deref().and_then(|py| opacus(py, arch));
         println!(
-            "{arch:<10} {plain:>16.1} {private:>16.1} {:>8.3} {:>16} {:>10}",
-            private / plain,
+            "{arch:<10} {plain:>12.1} {vectorized:>14.1} {looped:>12.1} {:>8.3} {:>10.2} {:>12} {:>12}",
+            vectorized / plain,
+            vectorized / looped,
             op.map_or("-".into(), |o| format!("{o:.1}")),
-            op.map_or("-".into(), |o| format!("{:.2}", private / o)),
+            op.map_or("-".into(), |o| format!("{:.2}", vectorized / o)),
         );
     }
 }

@@ -3,6 +3,11 @@
 gradients, flat clipping at C = 1, noise multiplier 1, Adam) on the
 same architectures as hush (DS-CNN-S, leak-CNN) over [98, 40] features, 12 classes, CPU.
 
+Dropout as in hush's default configs (0.2 before the DS-CNN classifier, 0.5 before the
+leak-CNN's last FC). Opacus has no per-sample rule for the custom FrozenStatsBN module and
+falls back to its functorch (vmap) per-sample gradients there; convs and linears use its
+hooks. torch uses all CPU threads (as hush's flex backend does).
+
 Opacus cannot train BatchNorm per example; hush runs batch norm on stored statistics
 (a fixed affine map plus trainable gamma/beta), so here BatchNorm is replaced by the same:
 an eval-mode BatchNorm2d whose affine parameters train (running statistics frozen).
@@ -54,13 +59,14 @@ class DsCnnS(nn.Module):
                 nn.ReLU(),
             ]
         self.blocks = nn.Sequential(*layers)
+        self.dropout = nn.Dropout(0.2)
         self.fc = nn.Linear(c, CLASSES)
 
     def forward(self, x):
         x = x.unsqueeze(1)
         x = torch.relu(self.bn1(self.conv1(x)))
         x = self.blocks(x)
-        return self.fc(x.mean(dim=(2, 3)))
+        return self.fc(self.dropout(x.mean(dim=(2, 3))))
 
 
 class LeakCnn(nn.Module):
@@ -72,6 +78,7 @@ class LeakCnn(nn.Module):
         t = ((FRAMES - 2) // 2 - 2) // 2
         f = ((BINS - 2) // 2 - 2) // 2
         self.fc1 = nn.Linear(64 * t * f, 128)
+        self.dropout = nn.Dropout(0.5)
         self.fc2 = nn.Linear(128, CLASSES)
 
     def forward(self, x):
@@ -79,7 +86,7 @@ class LeakCnn(nn.Module):
         x = self.pool(torch.relu(self.conv1(x)))
         x = self.pool(torch.relu(self.conv2(x)))
         x = torch.relu(self.fc1(x.flatten(1)))
-        return self.fc2(x)
+        return self.fc2(self.dropout(x))
 
 
 def main():

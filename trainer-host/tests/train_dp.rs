@@ -178,6 +178,46 @@ fn bad_configurations_fail_before_training() {
         },
         "--delta",
     );
+    // Adaptive clipping: a quantile outside (0, 1), combined with layer normalisation, or a
+    // count noise too small to leave the gradient any of σ.
+    refused(
+        &DpConfig {
+            adaptive_clip_quantile: Some(1.5),
+            ..ok.clone()
+        },
+        "--adaptive-clip-quantile",
+    );
+    refused(
+        &DpConfig {
+            adaptive_clip_quantile: Some(0.5),
+            normalize_layers: true,
+            ..ok.clone()
+        },
+        "--adaptive-clip-quantile",
+    );
+    refused(
+        &DpConfig {
+            adaptive_clip_quantile: Some(0.5),
+            adaptive_clip_count_noise: Some(0.01),
+            ..ok.clone()
+        },
+        "--adaptive-clip-quantile",
+    );
+    refused(
+        &DpConfig {
+            adaptive_clip_quantile: Some(0.5),
+            adaptive_clip_lr: 0.0,
+            ..ok.clone()
+        },
+        "--adaptive-clip-lr",
+    );
+    refused(
+        &DpConfig {
+            max_grad_memory_mb: 0,
+            ..ok.clone()
+        },
+        "--max-grad-memory-mb",
+    );
     // A budget below the planned release is refused up front by the ledger.
     refused(
         &DpConfig {
@@ -186,6 +226,44 @@ fn bad_configurations_fail_before_training() {
         },
         "budget exceeded",
     );
+}
+
+#[test]
+fn adaptive_clipping_moves_the_bound_and_accounts_the_count() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("model");
+    let cfg = small_kws_config(&data(), 2, 3);
+    let mut dp = DpConfig::new(30.0, 1e-3, 10.0);
+    dp.ledger = dir.path().join("ledger.sqlite");
+    dp.reproducible = true;
+    dp.adaptive_clip_quantile = Some(0.5);
+    // A small physical-batch budget: steps run as several physical batches.
+    dp.max_grad_memory_mb = 1;
+    let report = train_kws_dp(&cfg, &dp, &out, "test", &mut |_| {}).unwrap();
+    let p = &report.privacy;
+    let a = p.adaptive_clip.as_ref().unwrap();
+    eprintln!(
+        "σ {:.4}, z_Δ {:.4}, σ_b {:.3}, clip {} → {:.4}, {} steps",
+        p.noise_multiplier,
+        a.gradient_noise_multiplier,
+        a.count_noise_std,
+        p.clip,
+        a.final_clip,
+        p.steps
+    );
+    // The gradient gets z_Δ = (z⁻² − (2σ_b)⁻²)^(-1/2) > z; z is what the ledger accounts.
+    let z = p.noise_multiplier;
+    let zd = a.gradient_noise_multiplier;
+    assert!(zd > z);
+    let combined = (zd.powi(-2) + (2.0 * a.count_noise_std).powi(-2)).powf(-0.5);
+    assert!((combined - z).abs() < 1e-9 * z);
+    assert!((a.count_noise_std - p.expected_batch / 20.0).abs() < 1e-12);
+    assert!(p.epsilon_rdp.epsilon <= 30.0 + 1e-6);
+    // A bound of 10 clips almost nothing, so it shrinks toward the median norm.
+    assert!(a.final_clip < 10.0, "{}", a.final_clip);
+    let written: PrivacyReport =
+        serde_json::from_str(&std::fs::read_to_string(out.join("privacy.json")).unwrap()).unwrap();
+    assert_eq!(&written, p);
 }
 
 #[test]
@@ -226,6 +304,18 @@ fn cli_refuses_bad_dp_flags() {
     let o = run(&["--dp", "--target-epsilon", "8", "--clipping", "sideways"]);
     assert!(!o.status.success());
     assert!(String::from_utf8_lossy(&o.stderr).contains("clipping"));
+    let o = run(&[
+        "--dp",
+        "--target-epsilon",
+        "8",
+        "--adaptive-clip-quantile",
+        "0",
+    ]);
+    assert!(!o.status.success());
+    assert!(String::from_utf8_lossy(&o.stderr).contains("--adaptive-clip-quantile"));
+    // Adaptive-clipping options need the quantile.
+    let o = run(&["--dp", "--target-epsilon", "8", "--adaptive-clip-lr", "0.1"]);
+    assert!(!o.status.success());
     // DP flags without --dp.
     let o = run(&["--target-epsilon", "8"]);
     assert!(!o.status.success());

@@ -22,7 +22,8 @@ use serde::{Deserialize, Serialize};
 
 use super::ds_cnn::input_norm_onnx;
 use super::layers::{
-    load_bn, load_conv, load_linear, visit_bn, visit_conv, visit_linear, InputNorm, TensorVisitor,
+    load_bn, load_conv, load_linear, visit_bn, visit_conv, visit_linear, InputNorm, LayerRunner,
+    OwnWeights, TensorVisitor,
 };
 use super::IoShape;
 use crate::checkpoint::TensorSource;
@@ -151,15 +152,15 @@ pub struct BcBlock {
 }
 
 impl BcBlock {
-    fn forward(&self, x: Tensor<4>) -> Tensor<4> {
+    fn forward<R: LayerRunner>(&self, x: Tensor<4>, r: &R) -> Tensor<4> {
         let (x, identity) = match (&self.trans, &self.trans_bn) {
-            (Some(c), Some(bn)) => (relu(bn.forward(c.forward(x))), false),
+            (Some(c), Some(bn)) => (relu(r.batch_norm(bn, r.conv(c, x))), false),
             _ => (x, true),
         };
-        let aux = self.freq_bn.forward(self.freq_dw.forward(x.clone()));
+        let aux = r.batch_norm(&self.freq_bn, r.conv(&self.freq_dw, x.clone()));
         let z = aux.clone().mean_dim(3);
-        let z = relu(self.time_bn.forward(self.time_dw.forward(z)));
-        let z = self.pw.forward(z);
+        let z = relu(r.batch_norm(&self.time_bn, r.conv(&self.time_dw, z)));
+        let z = r.conv(&self.pw, z);
         // Only an unstrided, non-transition block keeps the identity shortcut.
         let out = if identity && aux.dims() == x.dims() {
             x + aux + z
@@ -194,18 +195,23 @@ pub struct BcResNet {
 impl BcResNet {
     /// `[B, T, F]` → `[B, classes]` logits.
     pub fn forward(&self, x: Tensor<3>) -> Tensor<2> {
+        self.forward_with(x, &OwnWeights)
+    }
+
+    /// [`BcResNet::forward`] with the parametrised layers computed by `r`.
+    pub fn forward_with<R: LayerRunner>(&self, x: Tensor<3>, r: &R) -> Tensor<2> {
         let [b, t, f] = x.dims();
         let x = self.input_norm.forward(x).reshape([b, 1, t, f]);
-        let mut x = relu(self.bn1.forward(self.conv1.forward(x)));
+        let mut x = relu(r.batch_norm(&self.bn1, r.conv(&self.conv1, x)));
         for stage in &self.stages {
             for blk in stage {
-                x = blk.forward(x);
+                x = blk.forward(x, r);
             }
         }
-        let x = self.head_dw.forward(x);
-        let x = relu(self.head_bn.forward(self.head_pw.forward(x)));
+        let x = r.conv(&self.head_dw, x);
+        let x = relu(r.batch_norm(&self.head_bn, r.conv(&self.head_pw, x)));
         let [b, c, _, _] = x.dims();
-        self.fc.forward(x.mean_dim(3).mean_dim(2).reshape([b, c]))
+        r.linear(&self.fc, x.mean_dim(3).mean_dim(2).reshape([b, c]))
     }
 
     pub(crate) fn visit<V: TensorVisitor>(&self, v: &mut V) -> Result<(), ModelError> {

@@ -22,7 +22,8 @@ use burn::tensor::{Device, Tensor};
 use serde::{Deserialize, Serialize};
 
 use super::layers::{
-    load_bn, load_conv, load_linear, visit_bn, visit_conv, visit_linear, InputNorm, TensorVisitor,
+    load_bn, load_conv, load_linear, visit_bn, visit_conv, visit_linear, InputNorm, LayerRunner,
+    OwnWeights, TensorVisitor,
 };
 use super::IoShape;
 use crate::checkpoint::TensorSource;
@@ -142,16 +143,21 @@ pub struct DsCnn {
 impl DsCnn {
     /// `[B, T, F]` → `[B, classes]` logits.
     pub fn forward(&self, x: Tensor<3>) -> Tensor<2> {
+        self.forward_with(x, &OwnWeights)
+    }
+
+    /// [`DsCnn::forward`] with the parametrised layers computed by `r`.
+    pub fn forward_with<R: LayerRunner>(&self, x: Tensor<3>, r: &R) -> Tensor<2> {
         let [b, t, f] = x.dims();
         let x = self.input_norm.forward(x).reshape([b, 1, t, f]);
-        let mut x = relu(self.bn1.forward(self.conv1.forward(x)));
+        let mut x = relu(r.batch_norm(&self.bn1, r.conv(&self.conv1, x)));
         for blk in &self.blocks {
-            x = relu(blk.dw_bn.forward(blk.dw.forward(x)));
-            x = relu(blk.pw_bn.forward(blk.pw.forward(x)));
+            x = relu(r.batch_norm(&blk.dw_bn, r.conv(&blk.dw, x)));
+            x = relu(r.batch_norm(&blk.pw_bn, r.conv(&blk.pw, x)));
         }
         let [b, c, _, _] = x.dims();
         let x = x.mean_dim(3).mean_dim(2).reshape([b, c]);
-        self.fc.forward(self.dropout.forward(x))
+        r.linear(&self.fc, self.dropout.forward(x))
     }
 
     pub(crate) fn visit<V: TensorVisitor>(&self, v: &mut V) -> Result<(), ModelError> {

@@ -1,6 +1,8 @@
 //! Named layers: visiting a layer's tensors under its per-layer name ([`TensorVisitor`]:
 //! values, gradients), and loading them back with shape checks. Each architecture lists its
-//! layers once, in a `visit` traversal built from these.
+//! layers once, in a `visit` traversal built from these, and runs them once, in a
+//! `forward_with` over a [`LayerRunner`] (the model's own weights, [`OwnWeights`], or
+//! per-example weight copies for DP, `crate::dp::vectorized`).
 
 use burn::module::{Param, RunningState};
 use burn::nn::conv::Conv2d;
@@ -200,6 +202,36 @@ impl TensorVisitor for GradWriter<'_> {
         _s: &RunningState<Tensor<D>>,
     ) -> Result<(), ModelError> {
         Ok(())
+    }
+}
+
+/// How an architecture's parametrised layers (conv, batch norm, linear) are computed. Each
+/// architecture writes its forward pass once, over a runner; everything between these
+/// layers (activations, pooling, residual sums, dropout) does not depend on the weights and
+/// is shared.
+pub trait LayerRunner {
+    /// `[B, C_in, H, W]` → `[B, C_out, H', W']` through `c`.
+    fn conv(&self, c: &Conv2d, x: Tensor<4>) -> Tensor<4>;
+    /// `[B, C, H, W]` → `[B, C, H, W]` through `b`.
+    fn batch_norm(&self, b: &BatchNorm, x: Tensor<4>) -> Tensor<4>;
+    /// `[B, in]` → `[B, out]` through `l`.
+    fn linear(&self, l: &Linear, x: Tensor<2>) -> Tensor<2>;
+}
+
+/// Runs each layer with the model's own weights (burn's `forward`): the ordinary forward
+/// pass.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct OwnWeights;
+
+impl LayerRunner for OwnWeights {
+    fn conv(&self, c: &Conv2d, x: Tensor<4>) -> Tensor<4> {
+        c.forward(x)
+    }
+    fn batch_norm(&self, b: &BatchNorm, x: Tensor<4>) -> Tensor<4> {
+        b.forward(x)
+    }
+    fn linear(&self, l: &Linear, x: Tensor<2>) -> Tensor<2> {
+        l.forward(x)
     }
 }
 

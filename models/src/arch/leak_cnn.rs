@@ -18,7 +18,10 @@ use burn::tensor::{Device, Tensor};
 use serde::{Deserialize, Serialize};
 
 use super::ds_cnn::input_norm_onnx;
-use super::layers::{load_conv, load_linear, visit_conv, visit_linear, InputNorm, TensorVisitor};
+use super::layers::{
+    load_conv, load_linear, visit_conv, visit_linear, InputNorm, LayerRunner, OwnWeights,
+    TensorVisitor,
+};
 use super::IoShape;
 use crate::checkpoint::TensorSource;
 use crate::export::onnx::OnnxGraph;
@@ -109,13 +112,18 @@ pub struct LeakCnn {
 impl LeakCnn {
     /// `[B, T, F]` → `[B, classes]` logits.
     pub fn forward(&self, x: Tensor<3>) -> Tensor<2> {
+        self.forward_with(x, &OwnWeights)
+    }
+
+    /// [`LeakCnn::forward`] with the parametrised layers computed by `r`.
+    pub fn forward_with<R: LayerRunner>(&self, x: Tensor<3>, r: &R) -> Tensor<2> {
         let [b, t, f] = x.dims();
         let x = self.input_norm.forward(x).reshape([b, 1, t, f]);
-        let x = self.pool.forward(relu(self.conv1.forward(x)));
-        let x = self.pool.forward(relu(self.conv2.forward(x)));
+        let x = self.pool.forward(relu(r.conv(&self.conv1, x)));
+        let x = self.pool.forward(relu(r.conv(&self.conv2, x)));
         let [b, c, h, w] = x.dims();
-        let x = relu(self.fc1.forward(x.reshape([b, c * h * w])));
-        self.fc2.forward(self.dropout.forward(x))
+        let x = relu(r.linear(&self.fc1, x.reshape([b, c * h * w])));
+        r.linear(&self.fc2, self.dropout.forward(x))
     }
 
     pub(crate) fn visit<V: TensorVisitor>(&self, v: &mut V) -> Result<(), ModelError> {

@@ -30,7 +30,7 @@ use serde::{Deserialize, Serialize};
 use crate::checkpoint::{NamedTensor, TensorSource};
 use crate::export::onnx::{OnnxGraph, INPUT};
 use crate::ModelError;
-use layers::{GradReader, GradWriter, TensorVisitor, ValueReader};
+use layers::{GradReader, GradWriter, LayerRunner, OwnWeights, TensorVisitor, ValueReader};
 
 pub use bc_resnet::{BcResNet, BcResNetConfig};
 pub use ds_cnn::{DsCnn, DsCnnConfig};
@@ -154,10 +154,16 @@ impl KwsModel {
     /// statistics, dropout) on an autodiff device, inference behaviour after
     /// [`Module::valid`].
     pub fn forward(&self, x: Tensor<3>) -> Tensor<2> {
+        self.forward_with(x, &OwnWeights)
+    }
+
+    /// [`KwsModel::forward`] with every conv, batch norm and linear layer computed by `r`
+    /// (per-example weight copies for DP: [`crate::dp::vectorized`]).
+    pub fn forward_with<R: LayerRunner>(&self, x: Tensor<3>, r: &R) -> Tensor<2> {
         match self {
-            Self::DsCnn(m) => m.forward(x),
-            Self::BcResNet(m) => m.forward(x),
-            Self::LeakCnn(m) => m.forward(x),
+            Self::DsCnn(m) => m.forward_with(x, r),
+            Self::BcResNet(m) => m.forward_with(x, r),
+            Self::LeakCnn(m) => m.forward_with(x, r),
         }
     }
 

@@ -185,6 +185,17 @@ impl ClipBounds {
     fn rescale(&self, t: &mut [NamedTensor], exact: bool) -> Result<Vec<f32>, DpError> {
         self.check_layout(t)?;
         let norms = layer_norms(t);
+        for (x, f) in t.iter_mut().zip(self.factors(&norms, exact)) {
+            scale(x, f);
+        }
+        Ok(norms)
+    }
+
+    /// The factor each layer of a contribution with layer norms `norms` is multiplied by:
+    /// what [`ClipBounds::clip`] (`exact = false`) or [`ClipBounds::normalize`]
+    /// (`exact = true`) apply, one per layer (all equal when flat). A non-finite norm gives
+    /// 0 (the contribution is dropped), a zero norm 1.
+    pub fn factors(&self, norms: &[f32], exact: bool) -> Vec<f32> {
         let factor = |norm: f32, bound: f32| {
             if norm <= 0.0 || !norm.is_finite() {
                 if norm.is_finite() {
@@ -200,14 +211,24 @@ impl ClipBounds {
             }
         };
         if self.is_flat() {
-            let f = factor(global_norm(&norms), self.bounds[0]);
-            t.iter_mut().for_each(|x| scale(x, f));
+            vec![factor(global_norm(norms), self.bounds[0]); norms.len()]
         } else {
-            for ((x, &n), &b) in t.iter_mut().zip(&norms).zip(&self.bounds) {
-                scale(x, factor(n, b));
-            }
+            norms
+                .iter()
+                .zip(&self.bounds)
+                .map(|(&n, &b)| factor(n, b))
+                .collect()
         }
-        Ok(norms)
+    }
+
+    /// Whether a contribution with layer norms `norms` is over its bound (the flat bound,
+    /// or any layer's): it is then scaled down by [`ClipBounds::clip`].
+    pub fn is_over(&self, norms: &[f32]) -> bool {
+        if self.is_flat() {
+            global_norm(norms) > self.bounds[0]
+        } else {
+            norms.iter().zip(&self.bounds).any(|(n, b)| n > b)
+        }
     }
 
     /// The receiver's check: every layer (or the whole) within its bound times

@@ -9,21 +9,26 @@
 //! | Poisson sampling from a CSPRNG | [`PoissonSampler::sample`] |
 //! | noise from a CSPRNG; discrete-Gaussian mode | [`NoiseSource`], [`NoiseKind::DiscreteGaussian`] |
 //! | a receiver re-checks norms | [`ClipBounds::check`] |
-//! | per-example gradients (no example mixing: batch norm on stored statistics) | [`per_example_grads`], [`clipped_grad_sum`] |
+//! | adaptive clipping: the noisy unclipped count's share of the noise, `z_Δ` | [`AdaptiveClip::update`], [`gradient_noise_multiplier`] |
+//! | per-example gradients (no example mixing: batch norm on stored statistics) | [`per_example_grads`] (loop), [`vectorized`] (fast path), [`clipped_grad_sum`] |
 //!
 //! Gradients and updates are lists of [`NamedTensor`](crate::checkpoint::NamedTensor)s
 //! (the trainable tensors, named as in `weights.safetensors`); a "layer" is one tensor.
 
+pub mod adaptive;
 pub mod clip;
 pub mod noise;
 pub mod per_example;
 pub mod sampling;
+pub mod vectorized;
 
+pub use adaptive::{gradient_noise_multiplier, AdaptiveClip};
 pub use clip::{l2_norm, layer_norms, ClipBounds, ClipStrategy};
 pub use noise::{ExpectedCount, GaussianMechanism, NoiseKind, NoiseSource};
 pub use per_example::{
-    apply_sgd, clipped_grad_sum, clipped_grad_sum_with, per_example_grads, per_example_model,
-    trainable_layout, Bounding, ClippedSum,
+    apply_sgd, clipped_grad_sum, clipped_grad_sum_with, per_example_grads,
+    per_example_grads_vectorized, per_example_grads_with, per_example_model, trainable_layout,
+    Bounding, ClippedSum, PerExampleConfig, PerExampleMethod,
 };
 pub use sampling::PoissonSampler;
 

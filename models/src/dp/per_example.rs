@@ -1,13 +1,22 @@
 //! Per-example gradients and the clipped sum that DP-SGD noises.
 //!
-//! [`per_example_grads`] runs forward and backward on each example alone (the reference and
-//! the fallback); [`clipped_grad_sum`] does the same but clips each example's gradient as
-//! soon as it exists and adds it to a running sum, so memory holds one example's gradient
-//! and the sum, never the whole batch of per-example gradients (gradient accumulation over
-//! physical batches of one). Gradients are [`NamedTensor`]s named and ordered like the
-//! trainable entries of [`KwsModel::named_tensors`] ([`KwsModel::named_grads`]); apply them
-//! with [`apply_sgd`], or turn them into burn [`GradientsParams`] with
-//! [`KwsModel::grads_params`] and step any burn optimizer (AdamW).
+//! Two ways to the same per-example gradients ([`PerExampleMethod`]):
+//!
+//! - **vectorised** (the default, [`per_example_grads_vectorized`]): per-example weight
+//!   copies, one forward and one backward over the batch ([`super::vectorized`]);
+//! - **loop** ([`per_example_grads`]): forward and backward on each example alone — the
+//!   reference the fast path is tested against, and the fallback.
+//!
+//! [`clipped_grad_sum`] clips each example's gradient and adds it to a running sum.
+//! **Memory-aware batching** ([`PerExampleConfig::max_grad_memory`]): a logical batch is
+//! split into physical batches whose per-example copies and gradients fit the budget; each
+//! physical batch's clipped gradients are added to the sum and dropped (gradient
+//! accumulation), so the result equals one physical batch of everything. A budget that
+//! cannot hold one example's copies falls back to the loop (one example's gradient at a
+//! time, no copies). Gradients are [`NamedTensor`]s named and ordered like the trainable
+//! entries of [`KwsModel::named_tensors`] ([`KwsModel::named_grads`]); apply them with
+//! [`apply_sgd`], or turn them into burn [`GradientsParams`] with [`KwsModel::grads_params`]
+//! and step any burn optimizer (AdamW).
 //!
 //! # Batch norm
 //!
@@ -24,15 +33,13 @@
 //! caller cannot forget it. The leak-CNN has no batch norm.
 //!
 //! Dropout draws an independent mask per example, which keeps gradients per-example;
-//! configure dropout 0 to compare with a batch gradient exactly.
-//!
-//! The vectorised fast path (per-example weight copies, grouped conv with `groups = B`) is
-//! not implemented yet; the loop is what runs.
+//! configure dropout 0 to compare with a batch gradient (or the two methods) exactly.
 
 use burn::optim::{GradientsParams, SgdConfig};
 use burn::tensor::Device;
 
-use super::{l2_norm, ClipBounds};
+use super::vectorized::{clipped_sum, grads_and_loss_sum, PerExampleWeights};
+use super::ClipBounds;
 use crate::arch::{is_trainable, KwsModel};
 use crate::checkpoint::NamedTensor;
 use crate::step::{loss_and_grads, Batch};
@@ -80,17 +87,121 @@ pub fn trainable_layout(model: &KwsModel) -> Result<Vec<(String, usize)>, ModelE
         .collect())
 }
 
-/// Example `i` of `batch` as a batch of one.
-fn example(batch: &Batch, i: usize) -> Batch {
+/// How per-example gradients are computed (both give the same gradients).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum PerExampleMethod {
+    /// Per-example weight copies, one forward and backward per physical batch
+    /// ([`super::vectorized`]).
+    #[default]
+    Vectorized,
+    /// Forward and backward on one example at a time (reference and fallback).
+    Loop,
+}
+
+/// Per-example gradient computation: the method and the memory budget.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct PerExampleConfig {
+    /// Vectorised (default) or the loop.
+    pub method: PerExampleMethod,
+    /// Most bytes of per-example weight copies and their gradients held at once
+    /// ([`PerExampleWeights::bytes`]); a logical batch is split into physical batches that
+    /// fit, and their clipped sums are added (gradient accumulation). Activations are not
+    /// counted.
+    pub max_grad_memory: usize,
+}
+
+impl Default for PerExampleConfig {
+    /// Vectorised, at most 256 MiB of per-example copies and gradients.
+    fn default() -> Self {
+        Self {
+            method: PerExampleMethod::Vectorized,
+            max_grad_memory: 256 << 20,
+        }
+    }
+}
+
+impl PerExampleConfig {
+    /// The loop, one example at a time.
+    pub fn looped() -> Self {
+        Self {
+            method: PerExampleMethod::Loop,
+            ..Self::default()
+        }
+    }
+
+    /// Examples per physical batch for `numel` parameters with per-example gradients: as
+    /// many as the budget holds, 1 for the loop, and 0 when the budget cannot hold one
+    /// example's copies (then the loop runs).
+    pub fn physical_batch(&self, numel: usize) -> usize {
+        match self.method {
+            PerExampleMethod::Loop => 1,
+            PerExampleMethod::Vectorized => {
+                self.max_grad_memory / PerExampleWeights::bytes(1, numel.max(1))
+            }
+        }
+    }
+}
+
+/// Examples `range` of `batch`.
+fn examples(batch: &Batch, range: std::ops::Range<usize>) -> Batch {
     let per = batch.frames * batch.bins;
     Batch {
-        features: batch.features[i * per..(i + 1) * per].to_vec(),
-        targets: batch.targets[i * batch.classes..(i + 1) * batch.classes].to_vec(),
-        batch: 1,
+        features: batch.features[range.start * per..range.end * per].to_vec(),
+        targets: batch.targets[range.start * batch.classes..range.end * batch.classes].to_vec(),
+        batch: range.len(),
         frames: batch.frames,
         bins: batch.bins,
         classes: batch.classes,
     }
+}
+
+/// The physical batches `per` runs `batch` as, each with whether it is vectorised: the loop
+/// (or a budget below one example) gives batches of one, not vectorised. `only` names the
+/// tensors with per-example gradients (all trainable ones when `None`).
+fn physical_batches(
+    model: &KwsModel,
+    batch: &Batch,
+    only: Option<&[String]>,
+    per: &PerExampleConfig,
+) -> Result<Vec<(Batch, bool)>, ModelError> {
+    check_sizes(batch)?;
+    let numel: usize = match only {
+        Some(names) => trainable_layout(model)?
+            .iter()
+            .filter(|(n, _)| names.contains(n))
+            .map(|(_, d)| d)
+            .sum(),
+        None => model.num_trainable()?,
+    };
+    let physical = per.physical_batch(numel);
+    let (size, vectorized) = if per.method == PerExampleMethod::Loop || physical == 0 {
+        (1, false)
+    } else {
+        (physical, true)
+    };
+    Ok((0..batch.batch)
+        .step_by(size)
+        .map(|start| {
+            let end = (start + size).min(batch.batch);
+            (examples(batch, start..end), vectorized)
+        })
+        .collect())
+}
+
+/// Per-example gradients `[example][tensor]` (of the tensors in `only`, or all trainable)
+/// and the loss sum of one physical batch.
+fn physical_grads(
+    model: &KwsModel,
+    batch: &Batch,
+    vectorized: bool,
+    only: Option<&[String]>,
+    device: &Device,
+) -> Result<(Vec<Vec<NamedTensor>>, f32), ModelError> {
+    if vectorized {
+        return grads_and_loss_sum(model, batch, only, device);
+    }
+    let (loss, grads) = loss_and_grads(model, batch, device)?;
+    Ok((vec![model.named_grads(&grads)?], loss))
 }
 
 fn check_sizes(batch: &Batch) -> Result<(), ModelError> {
@@ -114,109 +225,161 @@ fn check_sizes(batch: &Batch) -> Result<(), ModelError> {
 
 /// Every example's gradient of its own loss, each named and ordered like the trainable
 /// tensors of [`KwsModel::named_tensors`] (forward and backward per example, on an
-/// autodiff `device`, batch norms on stored statistics).
+/// autodiff `device`, batch norms on stored statistics): the reference loop.
 pub fn per_example_grads(
     model: &KwsModel,
     batch: &Batch,
     device: &Device,
 ) -> Result<Vec<Vec<NamedTensor>>, ModelError> {
-    check_sizes(batch)?;
+    per_example_grads_with(model, batch, &PerExampleConfig::looped(), device)
+}
+
+/// [`per_example_grads`] by the vectorised fast path (per-example weight copies; one
+/// physical batch of everything).
+pub fn per_example_grads_vectorized(
+    model: &KwsModel,
+    batch: &Batch,
+    device: &Device,
+) -> Result<Vec<Vec<NamedTensor>>, ModelError> {
+    let per = PerExampleConfig {
+        method: PerExampleMethod::Vectorized,
+        max_grad_memory: usize::MAX,
+    };
+    per_example_grads_with(model, batch, &per, device)
+}
+
+/// [`per_example_grads`] by the method and memory budget of `per`.
+pub fn per_example_grads_with(
+    model: &KwsModel,
+    batch: &Batch,
+    per: &PerExampleConfig,
+    device: &Device,
+) -> Result<Vec<Vec<NamedTensor>>, ModelError> {
     let model = per_example_model(model);
-    (0..batch.batch)
-        .map(|i| {
-            let (_, grads) = loss_and_grads(&model, &example(batch, i), device)?;
-            model.named_grads(&grads)
-        })
-        .collect()
+    let mut out = Vec::with_capacity(batch.batch);
+    for (b, vectorized) in physical_batches(&model, batch, None, per)? {
+        out.extend(physical_grads(&model, &b, vectorized, None, device)?.0);
+    }
+    Ok(out)
 }
 
 /// Sum over `batch` of each example's gradient clipped to `bounds` (only the layers the
-/// bounds name, in their order: frozen layers are left out of the bounds and of the sum).
-/// An empty batch (Poisson sampling can draw none) gives zeros.
+/// bounds name, in their order: frozen layers are left out of the bounds and of the sum),
+/// vectorised within the default memory budget. An empty batch (Poisson sampling can draw
+/// none) gives zeros.
 pub fn clipped_grad_sum(
     model: &KwsModel,
     batch: &Batch,
     bounds: &ClipBounds,
     device: &Device,
 ) -> Result<ClippedSum, ModelError> {
-    clipped_grad_sum_with(model, batch, bounds, Bounding::Clip, device)
+    clipped_grad_sum_with(
+        model,
+        batch,
+        bounds,
+        Bounding::Clip,
+        &PerExampleConfig::default(),
+        device,
+    )
 }
 
-/// [`clipped_grad_sum`] with a choice of clipping or layer-wise normalisation.
+/// [`clipped_grad_sum`] with a choice of clipping or layer-wise normalisation, and of the
+/// per-example method and memory budget.
 pub fn clipped_grad_sum_with(
     model: &KwsModel,
     batch: &Batch,
     bounds: &ClipBounds,
     bounding: Bounding,
+    per: &PerExampleConfig,
     device: &Device,
 ) -> Result<ClippedSum, ModelError> {
-    check_sizes(batch)?;
-    let model = per_example_model(model);
     let layout = model.named_tensors()?;
-    let trainable: Vec<&NamedTensor> = layout.iter().filter(|t| is_trainable(&t.name)).collect();
-    // Position of each bounded layer among the trainable tensors.
-    let mut picks = Vec::with_capacity(bounds.layers().len());
+    let mut sum: Vec<NamedTensor> = Vec::with_capacity(bounds.layers().len());
     for name in bounds.layers() {
-        let Some(i) = trainable.iter().position(|t| &t.name == name) else {
+        let Some(t) = layout
+            .iter()
+            .find(|t| &t.name == name && is_trainable(&t.name))
+        else {
             return Err(ModelError::TensorData {
                 name: name.clone(),
                 reason: "clip bounds name a tensor that is not a trainable parameter".into(),
             });
         };
-        picks.push(i);
+        sum.push(NamedTensor::new(
+            name,
+            t.shape.clone(),
+            vec![0.0; t.data.len()],
+        )?);
     }
-    let mut sum: Vec<NamedTensor> = picks
-        .iter()
-        .map(|&i| {
-            let t = trainable[i];
-            NamedTensor::new(&t.name, t.shape.clone(), vec![0.0; t.data.len()])
-        })
-        .collect::<Result<_, _>>()?;
+    drop(layout);
     let mut out = ClippedSum {
         sum: Vec::new(),
         loss_sum: 0.0,
         examples: 0,
         clipped: 0,
     };
-    let dp_err = |e: super::DpError| ModelError::TensorData {
-        name: "per-example gradient".into(),
-        reason: e.to_string(),
-    };
-    for i in 0..batch.batch {
-        let (loss, grads) = loss_and_grads(&model, &example(batch, i), device)?;
-        let all = model.named_grads(&grads)?;
-        drop(grads);
-        let mut all: Vec<Option<NamedTensor>> = all.into_iter().map(Some).collect();
-        let mut picked: Vec<NamedTensor> = picks
-            .iter()
-            .map(|&j| {
-                all.get_mut(j)
-                    .and_then(Option::take)
-                    .ok_or_else(|| ModelError::TensorData {
-                        name: trainable[j].name.clone(),
-                        reason: "no gradient".into(),
-                    })
-            })
-            .collect::<Result<_, _>>()?;
-        let norms = match bounding {
-            Bounding::Clip => bounds.clip(&mut picked),
-            Bounding::Normalize => bounds.normalize(&mut picked),
+    let model = per_example_model(model);
+    let only = Some(bounds.layers());
+    for (b, vectorized) in physical_batches(&model, batch, only, per)? {
+        if vectorized {
+            let exact = bounding == Bounding::Normalize;
+            if let Some(p) = clipped_sum(&model, &b, bounds, exact, device)? {
+                for (s, g) in sum.iter_mut().zip(&p.sum) {
+                    s.data.iter_mut().zip(g).for_each(|(s, g)| *s += g);
+                }
+                out.loss_sum += p.loss_sum;
+                out.clipped += p.clipped;
+                out.examples += b.batch;
+                continue;
+            }
         }
-        .map_err(dp_err)?;
-        let over = if bounds.is_flat() {
-            l2_norm(&norms) > bounds.bounds()[0]
-        } else {
-            norms.iter().zip(bounds.bounds()).any(|(n, b)| n > b)
-        };
-        out.clipped += usize::from(over);
-        for (s, g) in sum.iter_mut().zip(&picked) {
-            s.data.iter_mut().zip(&g.data).for_each(|(s, g)| *s += g);
+        // The loop, or a physical batch with a non-finite gradient: clip on the host.
+        let (grads, loss_sum) = physical_grads(&model, &b, vectorized, only, device)?;
+        for all in grads {
+            add_clipped(&mut out, &mut sum, all, bounds, bounding)?;
         }
-        out.loss_sum += loss;
-        out.examples += 1;
+        out.loss_sum += loss_sum;
     }
     out.sum = sum;
     Ok(out)
+}
+
+/// Clips (or normalises) one example's gradients `all` (a superset of the bounded layers,
+/// picked by name) and adds them to `sum`, counting the example in `out`.
+fn add_clipped(
+    out: &mut ClippedSum,
+    sum: &mut [NamedTensor],
+    all: Vec<NamedTensor>,
+    bounds: &ClipBounds,
+    bounding: Bounding,
+) -> Result<(), ModelError> {
+    let mut all: Vec<Option<NamedTensor>> = all.into_iter().map(Some).collect();
+    let mut picked = Vec::with_capacity(bounds.layers().len());
+    for name in bounds.layers() {
+        let t = all
+            .iter_mut()
+            .find(|t| t.as_ref().is_some_and(|t| &t.name == name))
+            .and_then(Option::take)
+            .ok_or_else(|| ModelError::TensorData {
+                name: name.clone(),
+                reason: "no gradient".into(),
+            })?;
+        picked.push(t);
+    }
+    let norms = match bounding {
+        Bounding::Clip => bounds.clip(&mut picked),
+        Bounding::Normalize => bounds.normalize(&mut picked),
+    }
+    .map_err(|e| ModelError::TensorData {
+        name: "per-example gradient".into(),
+        reason: e.to_string(),
+    })?;
+    out.clipped += usize::from(bounds.is_over(&norms));
+    for (s, g) in sum.iter_mut().zip(&picked) {
+        s.data.iter_mut().zip(&g.data).for_each(|(s, g)| *s += g);
+    }
+    out.examples += 1;
+    Ok(())
 }
 
 /// Plain SGD on named gradients: `w ← w − lr·g` for every tensor in `grads` (names as in

@@ -98,6 +98,20 @@ pub struct TrainArgs {
     /// DP: seed noise and sampling from --seed (reproducible; never for real releases).
     #[arg(long, requires = "dp")]
     pub reproducible_noise: bool,
+    /// DP: most MiB of per-example weight copies and gradients at once (larger steps run
+    /// as several physical batches with gradient accumulation).
+    #[arg(long, requires = "dp", default_value_t = 256)]
+    pub max_grad_memory_mb: usize,
+    /// DP: adaptive clipping (Andrew et al. 2021): move the clip bound, starting at --clip,
+    /// toward this quantile of the per-example gradient norms, in (0, 1).
+    #[arg(long, requires = "dp")]
+    pub adaptive_clip_quantile: Option<f64>,
+    /// DP: geometric learning rate of adaptive clipping.
+    #[arg(long, requires = "adaptive_clip_quantile", default_value_t = 0.2)]
+    pub adaptive_clip_lr: f64,
+    /// DP: noise std of adaptive clipping's unclipped count (default: expected batch / 20).
+    #[arg(long, requires = "adaptive_clip_quantile")]
+    pub adaptive_clip_count_noise: Option<f64>,
 }
 
 fn dp_config(args: &TrainArgs) -> anyhow::Result<DpConfig> {
@@ -118,6 +132,10 @@ fn dp_config(args: &TrainArgs) -> anyhow::Result<DpConfig> {
     dp.ledger = args.ledger.clone();
     dp.budget_epsilon = args.budget_epsilon;
     dp.reproducible = args.reproducible_noise;
+    dp.max_grad_memory_mb = args.max_grad_memory_mb;
+    dp.adaptive_clip_quantile = args.adaptive_clip_quantile;
+    dp.adaptive_clip_lr = args.adaptive_clip_lr;
+    dp.adaptive_clip_count_noise = args.adaptive_clip_count_noise;
     Ok(dp)
 }
 
@@ -162,6 +180,17 @@ pub fn run(args: TrainArgs) -> anyhow::Result<()> {
             "DP-SGD: noise multiplier {:.4}, q {:.4}, {} steps, clip {} ({}), {} private examples",
             p.noise_multiplier, p.sampling_rate, p.steps, p.clip, p.clipping, p.population
         );
+        if let Some(a) = &p.adaptive_clip {
+            println!(
+                "adaptive clipping: quantile {}, clip {} → {:.4}, gradient noise multiplier \
+                 {:.4} (count noise σ_b {:.3})",
+                a.target_quantile,
+                p.clip,
+                a.final_clip,
+                a.gradient_noise_multiplier,
+                a.count_noise_std
+            );
+        }
         println!("{}", p.epsilon_rdp);
         if let Some(pld) = &p.epsilon_pld {
             println!("{pld}");

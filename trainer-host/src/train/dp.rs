@@ -22,18 +22,22 @@
 //!    bounds (hence the sensitivity) cover only the rest.
 //! 4. **DP-SGD** on the private speakers: each step Poisson-samples examples with rate `q`
 //!    ([`PoissonSampler`], ChaCha20), sums per-example clipped (or layer-normalised)
-//!    gradients ([`clipped_grad_sum_with`]; batch norms on stored statistics, see
+//!    gradients ([`clipped_grad_sum_with`]: vectorised per-example gradients in physical
+//!    batches within [`DpConfig::max_grad_memory_mb`]; batch norms on stored statistics, see
 //!    [`hush_models::dp::per_example`]), adds Gaussian noise `σ·sensitivity` to the sum
 //!    and divides by the expected count `q·n` ([`GaussianMechanism::privatize`]), then
-//!    takes an AdamW step on the noisy mean (post-processing).
+//!    takes an AdamW step on the noisy mean (post-processing). With adaptive clipping
+//!    (`--adaptive-clip-quantile`, [`AdaptiveClip`]) the bound follows a quantile of the
+//!    per-example norms through a separately noised unclipped count; σ (accounted, in the
+//!    ledger) then covers both queries and the gradient sum gets
+//!    `z_Δ = (σ⁻² − (2σ_b)⁻²)^(-1/2)`.
 //! 5. **Release**: the epoch with the best validation accuracy is kept; the release (the
 //!    steps actually run) is recorded durably in the ledger **before** the model package
 //!    is written; `privacy.json` (ε by RDP and PLD, δ, unit, adjacency) is written beside
 //!    the model and copied into the card's provenance options.
 //!
 //! Not done yet: speaker-level (user) privacy in central DP-SGD (the unit is one example),
-//! data augmentation during the DP phase (clean features are used), adaptive clipping, and
-//! the vectorised per-example fast path.
+//! and data augmentation during the DP phase (clean features are used).
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -45,8 +49,9 @@ use hush_device::infer::clip_samples;
 
 use hush_models::checkpoint::TensorSource;
 use hush_models::dp::{
-    clipped_grad_sum_with, trainable_layout, Bounding, ClipBounds, ClipStrategy, ExpectedCount,
-    GaussianMechanism, NoiseKind, NoiseSource, PoissonSampler,
+    clipped_grad_sum_with, gradient_noise_multiplier, trainable_layout, AdaptiveClip, Bounding,
+    ClipBounds, ClipStrategy, ExpectedCount, GaussianMechanism, NoiseKind, NoiseSource,
+    PerExampleConfig, PerExampleMethod, PoissonSampler,
 };
 use hush_models::package::{write_package, Metrics, ModelCard, Provenance};
 use hush_models::step::{apply_grads, loss_and_grads, Batch};
@@ -114,6 +119,30 @@ pub struct DpConfig {
     /// Seed noise and sampling from the training seed (reproducible runs and tests only:
     /// the noise is then predictable). Off: both come from the operating system.
     pub reproducible: bool,
+    /// Most MiB of per-example weight copies and gradients held at once: larger steps are
+    /// split into physical batches with gradient accumulation ([`PerExampleConfig`]).
+    #[serde(default = "default_max_grad_memory_mb")]
+    pub max_grad_memory_mb: usize,
+    /// Adaptive clipping ([`AdaptiveClip`], Andrew et al. 2021): starting from `clip`, move
+    /// the bound toward this quantile of the per-example gradient norms, in `(0, 1)`.
+    /// `None`: a fixed bound.
+    #[serde(default)]
+    pub adaptive_clip_quantile: Option<f64>,
+    /// Geometric learning rate `η` of adaptive clipping.
+    #[serde(default = "default_adaptive_clip_lr")]
+    pub adaptive_clip_lr: f64,
+    /// Noise std `σ_b` of the unclipped count; `None`: the expected batch / 20 (the paper's
+    /// choice). Must exceed half the noise multiplier.
+    #[serde(default)]
+    pub adaptive_clip_count_noise: Option<f64>,
+}
+
+fn default_max_grad_memory_mb() -> usize {
+    256
+}
+
+fn default_adaptive_clip_lr() -> f64 {
+    hush_models::dp::adaptive::DEFAULT_LEARNING_RATE
 }
 
 impl DpConfig {
@@ -137,6 +166,10 @@ impl DpConfig {
             ledger: PathBuf::from("hush-ledger.sqlite"),
             budget_epsilon: None,
             reproducible: false,
+            max_grad_memory_mb: default_max_grad_memory_mb(),
+            adaptive_clip_quantile: None,
+            adaptive_clip_lr: default_adaptive_clip_lr(),
+            adaptive_clip_count_noise: None,
         }
     }
 
@@ -203,6 +236,39 @@ impl DpConfig {
                     format!("{m}: must be finite and > 0"),
                 );
             }
+        }
+        if let Some(g) = self.adaptive_clip_quantile {
+            if !(g > 0.0 && g < 1.0) {
+                return bad(
+                    "--adaptive-clip-quantile",
+                    format!("{g}: must be in (0, 1)"),
+                );
+            }
+            if self.normalize_layers {
+                return bad(
+                    "--adaptive-clip-quantile",
+                    "cannot combine with --normalize-layers (every example is scaled to its \
+                     bound, so there is no unclipped fraction to adapt to)"
+                        .into(),
+                );
+            }
+            if !(self.adaptive_clip_lr.is_finite() && self.adaptive_clip_lr > 0.0) {
+                return bad(
+                    "--adaptive-clip-lr",
+                    format!("{}: must be finite and > 0", self.adaptive_clip_lr),
+                );
+            }
+            if let Some(sb) = self.adaptive_clip_count_noise {
+                if !(sb.is_finite() && sb > 0.0) {
+                    return bad(
+                        "--adaptive-clip-count-noise",
+                        format!("{sb}: must be finite and > 0"),
+                    );
+                }
+            }
+        }
+        if self.max_grad_memory_mb == 0 {
+            return bad("--max-grad-memory-mb", "0: must be at least 1 (MiB)".into());
         }
         if let Some(b) = self.budget_epsilon {
             if !(b.is_finite() && b > 0.0) {
@@ -274,10 +340,30 @@ pub struct PrivacyReport {
     pub batch_norm_statistics: String,
     /// Whether noise and sampling were seeded (reproducible, not for real releases).
     pub reproducible_noise: bool,
+    /// Adaptive clipping, when it was on (`clip` and `sensitivity` above are then the
+    /// initial ones).
+    #[serde(default)]
+    pub adaptive_clip: Option<AdaptiveClipReport>,
     /// The ledger file and the record's id.
     pub ledger: String,
     /// Ledger record id.
     pub ledger_record: i64,
+}
+
+/// How adaptive clipping ran.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct AdaptiveClipReport {
+    /// Target quantile `γ` of the per-example norms.
+    pub target_quantile: f64,
+    /// Geometric learning rate `η`.
+    pub learning_rate: f64,
+    /// Noise std `σ_b` of the unclipped count.
+    pub count_noise_std: f64,
+    /// Noise multiplier of the gradient sum, `z_Δ = (z⁻² − (2σ_b)⁻²)^(-1/2)`; the
+    /// accounted `noise_multiplier` `z` covers the gradient and the count together.
+    pub gradient_noise_multiplier: f64,
+    /// The bound after the last step.
+    pub final_clip: f64,
 }
 
 /// What DP training produced.
@@ -407,6 +493,33 @@ pub fn train_kws_dp(
             ),
         });
     }
+    let expected = ExpectedCount::poisson(q, n).map_err(privacy_err)?;
+    // Adaptive clipping: the unclipped count takes a share of σ; the gradient gets z_Δ.
+    let mut adaptive = match dp.adaptive_clip_quantile {
+        None => None,
+        Some(gamma) => {
+            let sb = dp
+                .adaptive_clip_count_noise
+                .unwrap_or_else(|| AdaptiveClip::default_count_noise(expected));
+            gradient_noise_multiplier(sigma, sb).map_err(|e| TrainError::Option {
+                option: "--adaptive-clip-quantile",
+                reason: format!(
+                    "the unclipped count's noise σ_b = {sb:.3} must exceed half the noise \
+                     multiplier {sigma:.3} (raise --adaptive-clip-count-noise, or the \
+                     expected batch q·n = {:.1}, whose default σ_b is q·n/20): {e}",
+                    expected.get()
+                ),
+            })?;
+            Some(
+                AdaptiveClip::new(f64::from(dp.clip), gamma, dp.adaptive_clip_lr, sb)
+                    .map_err(privacy_err)?,
+            )
+        }
+    };
+    let gradient_sigma = match &adaptive {
+        Some(a) => gradient_noise_multiplier(sigma, a.count_noise_std()).map_err(privacy_err)?,
+        None => sigma,
+    };
     let planned_event =
         SubsampledGaussian::poisson(q, sigma, planned_steps).map_err(privacy_err)?;
     let planned_eps = planned_event
@@ -519,19 +632,25 @@ pub fn train_kws_dp(
         .filter(|(name, _)| !frozen.contains(name))
         .cloned()
         .collect();
-    let bounds = ClipBounds::new(dp.clipping, dp.clip, &dp_layers).map_err(privacy_err)?;
     let dp_dim: usize = dp_layers.iter().map(|(_, d)| d).sum();
-    let kind = if dp.discrete_noise {
-        // Grid step: the rounding's worst case γ√d adds at most 1 % to the sensitivity.
-        NoiseKind::DiscreteGaussian {
-            granularity: bounds.sensitivity() / (100.0 * (dp_dim as f64).sqrt()),
-        }
-    } else {
-        NoiseKind::Gaussian
+    // The clip bounds and the mechanism for a total bound C (fixed, or each step's
+    // adaptive bound).
+    let mechanism_for = |c: f32| -> Result<(ClipBounds, GaussianMechanism), TrainError> {
+        let bounds = ClipBounds::new(dp.clipping, c, &dp_layers).map_err(privacy_err)?;
+        let kind = if dp.discrete_noise {
+            // Grid step: the rounding's worst case γ√d adds at most 1 % to the sensitivity.
+            NoiseKind::DiscreteGaussian {
+                granularity: bounds.sensitivity() / (100.0 * (dp_dim as f64).sqrt()),
+            }
+        } else {
+            NoiseKind::Gaussian
+        };
+        let mechanism =
+            GaussianMechanism::new(gradient_sigma, bounds.sensitivity(), expected, kind)
+                .map_err(privacy_err)?;
+        Ok((bounds, mechanism))
     };
-    let expected = ExpectedCount::poisson(q, n).map_err(privacy_err)?;
-    let mechanism =
-        GaussianMechanism::new(sigma, bounds.sensitivity(), expected, kind).map_err(privacy_err)?;
+    let (initial_bounds, initial_mechanism) = mechanism_for(dp.clip)?;
     let (mut sampler, mut noise) = if dp.reproducible {
         (
             PoissonSampler::from_seed(q, cfg.seed ^ 0x5eed_0001).map_err(privacy_err)?,
@@ -542,6 +661,10 @@ pub fn train_kws_dp(
             PoissonSampler::from_os(q).map_err(privacy_err)?,
             NoiseSource::from_os(),
         )
+    };
+    let per_example = PerExampleConfig {
+        method: PerExampleMethod::Vectorized,
+        max_grad_memory: dp.max_grad_memory_mb << 20,
     };
     let bounding = if dp.normalize_layers {
         Bounding::Normalize
@@ -568,10 +691,23 @@ pub fn train_kws_dp(
         for _ in 0..steps_per_epoch {
             let idx = sampler.sample(n);
             let batch = make_batch(&private_feats, &idx, per, dims);
-            let mut sum = clipped_grad_sum_with(&model, &batch, &bounds, bounding, &device)?;
+            let (bounds, mechanism) = match &adaptive {
+                Some(a) => mechanism_for(a.clip() as f32)?,
+                None => (initial_bounds.clone(), initial_mechanism.clone()),
+            };
+            let mut sum =
+                clipped_grad_sum_with(&model, &batch, &bounds, bounding, &per_example, &device)?;
             mechanism
                 .privatize(&mut sum.sum, &mut noise)
                 .map_err(privacy_err)?;
+            if let Some(a) = adaptive.as_mut() {
+                a.update(
+                    sum.examples - sum.clipped,
+                    sum.examples,
+                    expected,
+                    &mut noise,
+                );
+            }
             let grads = model.grads_params(&sum.sum)?;
             lr = schedule.lr(step);
             model = apply_grads(&mut opt, lr, model, grads);
@@ -631,8 +767,8 @@ pub fn train_kws_dp(
         clip: dp.clip,
         clipping: dp.clipping,
         normalize_layers: dp.normalize_layers,
-        sensitivity: bounds.sensitivity(),
-        noise: kind,
+        sensitivity: initial_bounds.sensitivity(),
+        noise: initial_mechanism.kind,
         public_speakers: count_speakers(&public),
         public_examples: public.len(),
         private_speakers: count_speakers(&private),
@@ -644,6 +780,13 @@ pub fn train_kws_dp(
             "public warm start, frozen during DP".into()
         },
         reproducible_noise: dp.reproducible,
+        adaptive_clip: adaptive.as_ref().map(|a| AdaptiveClipReport {
+            target_quantile: a.target_quantile(),
+            learning_rate: a.learning_rate(),
+            count_noise_std: a.count_noise_std(),
+            gradient_noise_multiplier: gradient_sigma,
+            final_clip: a.clip(),
+        }),
         ledger: dp.ledger.display().to_string(),
         ledger_record: record.id,
     };

@@ -36,7 +36,9 @@ use serde::{Deserialize, Serialize};
 
 pub use augment::Augment;
 use data::{load_kws, Clip, KwsData};
-pub use dp::{train_kws_dp, DpConfig, DpTrainReport, NoiseTarget, PrivacyReport};
+pub use dp::{
+    train_kws_dp, AdaptiveClipReport, DpConfig, DpTrainReport, NoiseTarget, PrivacyReport,
+};
 use schedule::WarmupCosine;
 
 /// Why training failed.

@@ -3,10 +3,13 @@
 //!
 //! - [`stoi`]: short-time objective intelligibility (a port of the reference algorithm,
 //!   checked against pystoi);
+//! - [`quality::pesq_mos`]: PESQ MOS-LQO, wideband at 16 kHz and narrowband at 8 kHz;
 //! - [`waveform_mse`]: W-MSE, the mean squared error between two waveforms.
 
+pub mod quality;
 pub mod stoi;
 
+pub use quality::{pesq_mos, PesqError, PesqMode};
 pub use stoi::{stoi, StoiError};
 
 /// W-MSE: mean squared difference of two equally long waveforms (`None` when the

@@ -1,17 +1,18 @@
 //! `hush-host audit …`: privacy audits. Today: `audit metrics`, the speech-quality
-//! metrics the gradient-leakage paper reports, for any pair of recordings.
+//! metrics the gradient-leakage paper reports (STOI, PESQ, W-MSE), for any pair of
+//! recordings.
 
 use std::path::PathBuf;
 
 use anyhow::{bail, Context};
 use hush_device::audio::read_audio;
-use hush_host::audit::{stoi, waveform_mse};
+use hush_host::audit::{pesq_mos, stoi, waveform_mse, PesqMode};
 use serde::Serialize;
 
 /// Subcommands of `hush-host audit`.
 #[derive(clap::Subcommand)]
 pub enum AuditCommand {
-    /// STOI and W-MSE of a degraded (e.g. reconstructed) recording against its reference.
+    /// STOI, PESQ and W-MSE of a degraded (e.g. reconstructed) recording against its reference.
     Metrics(MetricsArgs),
 }
 
@@ -34,6 +35,9 @@ struct MetricsReport {
     sample_rate: u32,
     seconds: f64,
     stoi: f64,
+    /// `None` at rates other than 8 and 16 kHz.
+    pesq: Option<f64>,
+    pesq_mode: Option<PesqMode>,
     wmse: f64,
 }
 
@@ -67,19 +71,29 @@ fn metrics(args: MetricsArgs) -> anyhow::Result<()> {
             y.samples.len()
         );
     }
+    let pesq = match x.sample_rate {
+        8_000 | 16_000 => Some(pesq_mos(&x.samples, &y.samples, x.sample_rate)?),
+        _ => None,
+    };
     let report = MetricsReport {
         sample_rate: x.sample_rate,
         seconds: x.duration_s(),
         stoi: stoi(&x.samples, &y.samples, x.sample_rate)?,
+        pesq: pesq.map(|p| p.1),
+        pesq_mode: pesq.map(|p| p.0),
         wmse: waveform_mse(&x.samples, &y.samples).unwrap_or(0.0),
     };
     if args.json {
         println!("{}", serde_json::to_string_pretty(&report)?);
     } else {
-        println!(
-            "{:.2} s at {} Hz\nSTOI   {:.4}\nW-MSE  {:.6e}",
-            report.seconds, report.sample_rate, report.stoi, report.wmse
-        );
+        println!("{:.2} s at {} Hz", report.seconds, report.sample_rate);
+        println!("STOI   {:.4}", report.stoi);
+        match pesq {
+            Some((PesqMode::Wideband, v)) => println!("PESQ   {v:.3} (wideband MOS-LQO)"),
+            Some((PesqMode::Narrowband, v)) => println!("PESQ   {v:.3} (narrowband MOS-LQO)"),
+            None => println!("PESQ   - (defined at 8 and 16 kHz only)"),
+        }
+        println!("W-MSE  {:.6e}", report.wmse);
     }
     Ok(())
 }

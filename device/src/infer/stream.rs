@@ -102,10 +102,12 @@ impl<'a> KwsStream<'a> {
                 source,
             })?;
         let full = self.frames * self.dim;
-        let shift_s = self.clf.features().frame.window_shift() as f64
-            / f64::from(self.clf.features().frame.sample_rate);
-        let win_s = self.clf.features().frame.window_length() as f64
-            / f64::from(self.clf.features().frame.sample_rate);
+        let frame = &self.clf.features().frame;
+        let (shift, win, rate) = (
+            frame.window_shift() as u64,
+            frame.window_length() as u64,
+            f64::from(frame.sample_rate),
+        );
         // Frame by frame, so that a large chunk yields every window that falls due in it.
         let done_before = self.front.frames_done() - (new.len() / self.dim.max(1)) as u64;
         for (k, frame) in new.chunks_exact(self.dim.max(1)).enumerate() {
@@ -124,7 +126,8 @@ impl<'a> KwsStream<'a> {
                         return Err(e);
                     }
                 };
-                out.push(self.verdict(&probs, index as f64 * shift_s + win_s));
+                let end = index * shift + win;
+                out.push(self.verdict(&probs, end as f64 / rate));
             }
         }
         self.new = new;

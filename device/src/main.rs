@@ -20,6 +20,12 @@ enum Command {
     /// Classify audio files (or directories, recursively) with a keyword-spotting model
     /// package: one JSON line per file.
     Classify(cli::classify::ClassifyArgs),
+    /// Spot keywords in a long recording, streamed through the model window by window:
+    /// one JSON line per detection.
+    Spot(cli::spot::SpotArgs),
+    /// Run one local training round offline, as `join` would when picked, and report
+    /// it; nothing is sent.
+    Rehearse(cli::rehearse::RehearseArgs),
     /// Compute fbank / MFCC / spectrogram features of an audio file into a float32 .npy.
     Features(cli::features::FeaturesArgs),
     /// Record from a microphone into a 16-bit WAV at the model rate.
@@ -36,6 +42,8 @@ fn main() -> anyhow::Result<()> {
     match cli.command {
         Command::Info(args) => cli::info::run(args),
         Command::Classify(args) => cli::classify::run(args),
+        Command::Spot(args) => cli::spot::run(args),
+        Command::Rehearse(args) => cli::rehearse::run(args),
         Command::Features(args) => cli::features::run(args),
         Command::Record(args) => cli::record::run(args),
         Command::Devices(args) => cli::devices::run(args),

@@ -10,7 +10,7 @@ use burn::module::Module;
 use burn::tensor::Device;
 use hush_device::audio::{write_wav_i16, Audio};
 use hush_device::features::{FeatureConfig, FeatureKind};
-use hush_device::infer::KwsClassifier;
+use hush_device::infer::{clip_samples, KwsClassifier, KwsStream};
 use hush_models::arch::{ArchConfig, DsCnnConfig, IoShape};
 use hush_models::package::{write_package, ModelCard};
 
@@ -80,6 +80,52 @@ fn a_package_classifies_and_scores_sum_to_one() {
     let total: f32 = c.scores.values().sum();
     assert!((total - 1.0).abs() < 1e-4, "{total}");
     assert_eq!(c.scores[&c.label], c.score);
+}
+
+#[test]
+fn a_stream_scores_each_window_as_its_clip_alone() {
+    let dir = tempfile::tempdir().unwrap();
+    package(dir.path());
+    let clf = KwsClassifier::load(dir.path()).unwrap();
+    let cfg = clf.features().clone();
+    // 2.5 s of a gliding tone, so that windows differ.
+    let samples: Vec<f32> = (0..40_000)
+        .map(|i| {
+            let t = i as f32 / 16_000.0;
+            0.3 * (std::f32::consts::TAU * (300.0 + 400.0 * t) * t).sin()
+        })
+        .collect();
+    let hop = 7;
+    let mut spot = KwsStream::new(&clf, hop).unwrap();
+    let mut verdicts = Vec::new();
+    for chunk in samples.chunks(333) {
+        spot.push(chunk, &mut verdicts).unwrap();
+    }
+    // 98 frames a window; 248 frames in 2.5 s: windows end at frames 98, 105, …, 245.
+    assert_eq!(verdicts.len(), 1 + (248 - 98) / hop);
+    let shift = cfg.frame.window_shift();
+    let n = clip_samples(&cfg, 98);
+    for (k, v) in verdicts.iter().enumerate() {
+        let start = k * hop * shift;
+        let alone = Audio {
+            samples: samples[start..start + n].to_vec(),
+            sample_rate: 16_000,
+        };
+        let c = clf.classify_audio(&alone, Path::new("clip")).unwrap();
+        assert_eq!(v.label, c.label, "window {k}");
+        assert!(
+            (v.score - c.score).abs() < 1e-5,
+            "window {k}: {} vs {}",
+            v.score,
+            c.score
+        );
+        let end = (start + n) as f64 / 16_000.0;
+        assert!(
+            (v.end_s - end).abs() < 1e-9,
+            "window {k}: ends {} not {end}",
+            v.end_s
+        );
+    }
 }
 
 #[test]

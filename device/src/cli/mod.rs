@@ -6,3 +6,5 @@ pub mod features;
 pub mod info;
 pub mod join;
 pub mod record;
+pub mod rehearse;
+pub mod spot;

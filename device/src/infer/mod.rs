@@ -1,18 +1,21 @@
 //! Inference on the device with tract: a model package (`model.json` +
 //! `model.onnx`) in, class scores out. [`clip`] fits audio to the model's window and
 //! computes its features — the one definition the host trainer uses too, so training
-//! and inference see the same numbers. [`kws`] loads and runs keyword spotters.
+//! and inference see the same numbers. [`kws`] loads and runs keyword spotters;
+//! [`stream`] runs one over a stream of audio, window by window.
 //!
 //! It does not train (that is hush-models' step and the host's trainer) and does not
 //! resample: audio at another rate than the model's features is refused.
 
 pub mod clip;
 pub mod kws;
+pub mod stream;
 
 use std::path::PathBuf;
 
 pub use clip::{clip_features, clip_samples, fit_clip};
 pub use kws::{card_features, Classification, KwsClassifier};
+pub use stream::{KwsStream, WindowVerdict};
 
 /// Why a model could not be loaded or run. Every variant names the file involved.
 #[derive(Debug, thiserror::Error)]

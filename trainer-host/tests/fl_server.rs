@@ -9,9 +9,8 @@ use std::time::{Duration, Instant};
 use burn::tensor::Device;
 use hush_device::client::HostClient;
 use hush_device::protocol::{
-    checksum_hex, encode_update, ApiError, Assignment, CheckInRequest, LayerDelta,
-    RegisterResponse, StatusReport, TrainTask, Update, UpdateHeader, UploadReceipt,
-    CHECKSUM_HEADER, UPDATE_FORMAT_VERSION,
+    checksum_hex, encode_update, ApiError, Assignment, CheckInRequest, RegisterResponse,
+    StatusReport, TrainTask, Update, UploadReceipt, CHECKSUM_HEADER,
 };
 use hush_host::accountant::{Accountant, Adjacency, SubsampledGaussian};
 use hush_host::fl::config::TlsSection;
@@ -24,7 +23,7 @@ use hush_models::checkpoint::NamedTensor;
 use hush_models::package::load_package;
 
 mod common;
-use common::tiny_package;
+use common::{tiny_package, update};
 
 // ---------------------------------------------------------------- helpers
 
@@ -171,28 +170,6 @@ fn trainable(host: &HostHandle) -> Vec<NamedTensor> {
         .into_iter()
         .filter(|t| is_trainable(&t.name))
         .collect()
-}
-
-/// An update whose every value is `value` (flat norm `|value|·√d`).
-fn update(layout: &[NamedTensor], task: &TrainTask, device: u64, value: f32) -> Update {
-    Update {
-        header: UpdateHeader {
-            format_version: UPDATE_FORMAT_VERSION,
-            model_version: task.model_version,
-            round: task.round,
-            device_id: device,
-            idempotency_key: Update::key(task.round, device),
-            layer_norms: vec![],
-        },
-        layers: layout
-            .iter()
-            .map(|t| LayerDelta {
-                name: t.name.clone(),
-                shape: t.shape.iter().map(|&d| d as u32).collect(),
-                data: vec![value; t.data.len()],
-            })
-            .collect(),
-    }
 }
 
 fn params(layout: &[NamedTensor]) -> usize {

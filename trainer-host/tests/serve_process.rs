@@ -10,10 +10,7 @@ use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use hush_device::client::HostClient;
-use hush_device::protocol::{
-    encode_update, Assignment, CheckInRequest, LayerDelta, TrainTask, Update, UpdateHeader,
-    UPDATE_FORMAT_VERSION,
-};
+use hush_device::protocol::{encode_update, Assignment, CheckInRequest, TrainTask};
 use hush_host::ledger::sqlite::SqliteLedgerStore;
 use hush_host::ledger::LedgerStore;
 use hush_models::arch::is_trainable;
@@ -89,29 +86,13 @@ fn task(client: &HostClient) -> TrainTask {
 /// A small constant update (norm well under the bound) for `task`, shaped like `model`.
 fn small_update(model: &Path, task: &TrainTask, device: u64) -> Vec<u8> {
     let (_, m) = load_package(model, &burn::tensor::Device::flex()).unwrap();
-    let layers = m
+    let layout: Vec<_> = m
         .named_tensors()
         .unwrap()
         .into_iter()
         .filter(|t| is_trainable(&t.name))
-        .map(|t| LayerDelta {
-            name: t.name,
-            shape: t.shape.iter().map(|&d| d as u32).collect(),
-            data: vec![1e-3; t.data.len()],
-        })
         .collect();
-    encode_update(&Update {
-        header: UpdateHeader {
-            format_version: UPDATE_FORMAT_VERSION,
-            model_version: task.model_version,
-            round: task.round,
-            device_id: device,
-            idempotency_key: Update::key(task.round, device),
-            layer_norms: vec![],
-        },
-        layers,
-    })
-    .unwrap()
+    encode_update(&common::update(&layout, task, device, 1e-3)).unwrap()
 }
 
 fn ledger_len(data: &Path) -> usize {

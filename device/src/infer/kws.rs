@@ -131,15 +131,7 @@ impl KwsClassifier {
     }
 
     fn result(&self, origin: &Path, probs: &[f32]) -> Classification {
-        let (best, score) =
-            probs
-                .iter()
-                .copied()
-                .enumerate()
-                .fold(
-                    (0, f32::NEG_INFINITY),
-                    |a, (i, p)| if p > a.1 { (i, p) } else { a },
-                );
+        let (best, score) = best_class(probs);
         Classification {
             file: origin.display().to_string(),
             label: self.card.labels.get(best).cloned().unwrap_or_default(),
@@ -153,6 +145,14 @@ impl KwsClassifier {
                 .collect(),
         }
     }
+}
+
+/// The most probable class and its probability (the first on ties; `(0, -inf)` for none).
+pub(crate) fn best_class(probs: &[f32]) -> (usize, f32) {
+    probs.iter().copied().enumerate().fold(
+        (0, f32::NEG_INFINITY),
+        |a, (i, p)| if p > a.1 { (i, p) } else { a },
+    )
 }
 
 /// The feature config a model package was trained on (`model.json`'s `features`),

@@ -153,21 +153,7 @@ impl<'a> KwsStream<'a> {
     }
 
     fn verdict(&self, probs: &[f32], end_s: f64) -> WindowVerdict {
-        let (best, score) =
-            probs
-                .iter()
-                .copied()
-                .enumerate()
-                .fold(
-                    (0, f32::NEG_INFINITY),
-                    |a, (i, p)| {
-                        if p > a.1 {
-                            (i, p)
-                        } else {
-                            a
-                        }
-                    },
-                );
+        let (best, score) = super::kws::best_class(probs);
         WindowVerdict {
             end_s,
             label: self

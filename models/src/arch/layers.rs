@@ -63,12 +63,16 @@ pub trait TensorVisitor {
     fn param<const D: usize>(&mut self, name: &str, p: &Param<Tensor<D>>)
         -> Result<(), ModelError>;
     /// A state tensor that is not trained (batch-norm running statistics, the input
-    /// normalisation), named `name`.
+    /// normalisation), named `name`. Visitors of trainable tensors only keep the default,
+    /// which skips it.
     fn state<const D: usize>(
         &mut self,
         name: &str,
         s: &RunningState<Tensor<D>>,
-    ) -> Result<(), ModelError>;
+    ) -> Result<(), ModelError> {
+        let _ = (name, s);
+        Ok(())
+    }
 }
 
 /// Reads every tensor's value (parameters and state), as `weights.safetensors` holds them.
@@ -122,13 +126,6 @@ impl TensorVisitor for GradReader<'_> {
             }
         };
         self.out.push(t);
-        Ok(())
-    }
-    fn state<const D: usize>(
-        &mut self,
-        _name: &str,
-        _s: &RunningState<Tensor<D>>,
-    ) -> Result<(), ModelError> {
         Ok(())
     }
 }
@@ -194,13 +191,6 @@ impl TensorVisitor for GradWriter<'_> {
         }
         let device = p.val().device().inner();
         self.out.register::<D>(p.id, tensor(g.clone(), &device));
-        Ok(())
-    }
-    fn state<const D: usize>(
-        &mut self,
-        _name: &str,
-        _s: &RunningState<Tensor<D>>,
-    ) -> Result<(), ModelError> {
         Ok(())
     }
 }

@@ -35,7 +35,7 @@
 
 use std::collections::{BTreeSet, HashMap};
 
-use burn::module::{Param, ParamId, RunningState};
+use burn::module::{Param, ParamId};
 use burn::nn::conv::Conv2d;
 use burn::nn::{BatchNorm, Linear, PaddingConfig2d};
 use burn::tensor::module::conv2d;
@@ -86,13 +86,6 @@ impl TensorVisitor for CopyMaker<'_> {
         .require_grad();
         self.out.copies.insert(p.id, copies);
         self.out.order.push((t.name, t.shape, p.id));
-        Ok(())
-    }
-    fn state<const D: usize>(
-        &mut self,
-        _name: &str,
-        _s: &RunningState<Tensor<D>>,
-    ) -> Result<(), ModelError> {
         Ok(())
     }
 }

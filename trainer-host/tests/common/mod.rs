@@ -5,7 +5,9 @@ use std::path::{Path, PathBuf};
 
 use burn::tensor::Device;
 use hush_device::features::{FeatureConfig, FeatureKind};
+use hush_device::protocol::{LayerDelta, TrainTask, Update, UpdateHeader, UPDATE_FORMAT_VERSION};
 use hush_models::arch::{ArchConfig, IoShape, LeakCnnConfig};
+use hush_models::checkpoint::NamedTensor;
 use hush_models::package::{write_package, ModelCard};
 
 /// A tiny leak-CNN package (10×10 fbank input, 2 classes, a few hundred weights) in
@@ -34,4 +36,26 @@ pub fn tiny_package(dir: &Path) -> PathBuf {
     let out = dir.join("initial");
     write_package(&out, &card, &model).unwrap();
     out
+}
+
+/// An update whose every value is `value` (flat norm `|value|·√d`).
+pub fn update(layout: &[NamedTensor], task: &TrainTask, device: u64, value: f32) -> Update {
+    Update {
+        header: UpdateHeader {
+            format_version: UPDATE_FORMAT_VERSION,
+            model_version: task.model_version,
+            round: task.round,
+            device_id: device,
+            idempotency_key: Update::key(task.round, device),
+            layer_norms: vec![],
+        },
+        layers: layout
+            .iter()
+            .map(|t| LayerDelta {
+                name: t.name.clone(),
+                shape: t.shape.iter().map(|&d| d as u32).collect(),
+                data: vec![value; t.data.len()],
+            })
+            .collect(),
+    }
 }

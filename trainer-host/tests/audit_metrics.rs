@@ -28,10 +28,15 @@ struct Cases {
     cases: Vec<Case>,
 }
 
+/// The fixture cases with their reference values (metric_cases.json).
+fn cases() -> Cases {
+    let text = std::fs::read_to_string(fixtures().join("metric_cases.json")).unwrap();
+    serde_json::from_str(&text).unwrap()
+}
+
 #[test]
 fn stoi_matches_pystoi_to_1e_9() {
-    let text = std::fs::read_to_string(fixtures().join("metric_cases.json")).unwrap();
-    let cases: Cases = serde_json::from_str(&text).unwrap();
+    let cases = cases();
     assert!(cases.cases.len() >= 6);
     let mut worst = 0.0f64;
     for c in &cases.cases {
@@ -53,8 +58,7 @@ fn stoi_matches_pystoi_to_1e_9() {
 
 #[test]
 fn pesq_matches_the_itu_reference() {
-    let text = std::fs::read_to_string(fixtures().join("metric_cases.json")).unwrap();
-    let cases: Cases = serde_json::from_str(&text).unwrap();
+    let cases = cases();
     let mut checked = 0;
     for c in cases.cases.iter().filter(|c| c.degraded != c.reference) {
         let Some(want) = c.pesq else { continue };
@@ -128,8 +132,7 @@ fn audit_metrics_cli_prints_stoi_and_names_bad_pairs() {
         String::from_utf8_lossy(&out.stderr)
     );
     let report: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
-    let text = std::fs::read_to_string(fixtures().join("metric_cases.json")).unwrap();
-    let cases: Cases = serde_json::from_str(&text).unwrap();
+    let cases = cases();
     let want = cases
         .cases
         .iter()

@@ -5,7 +5,6 @@
 use std::path::PathBuf;
 
 use anyhow::Context;
-use hush_device::infer::card_features;
 use hush_device::protocol::{encode_update, LocalTraining, TrainTask, UpdateClip};
 use hush_device::training::{local_update, LocalData};
 use hush_models::package::ModelCard;
@@ -49,16 +48,8 @@ pub struct RehearseArgs {
 pub fn run(args: RehearseArgs) -> anyhow::Result<()> {
     let card = ModelCard::read(&args.model)
         .with_context(|| format!("reading model {}", args.model.display()))?;
-    let features = card_features(&card, &args.model)?;
-    let io = card.arch.io();
-    let data = LocalData::load(
-        &args.data,
-        args.speaker.as_deref(),
-        &features,
-        io.frames,
-        &card.labels,
-    )
-    .with_context(|| format!("reading local data {}", args.data.display()))?;
+    let data = LocalData::load_for_model(&card, &args.model, &args.data, args.speaker.as_deref())
+        .with_context(|| format!("reading local data {}", args.data.display()))?;
     let layers = card
         .parameters
         .iter()

@@ -215,7 +215,13 @@ impl HostClient {
 /// failure worth retrying.
 fn transport_error(what: &str, e: &ureq::Error) -> ClientError {
     let reason = e.to_string();
-    if reason.contains("invalid peer certificate") {
+    // ureq reports a failed handshake either directly or as the I/O error rustls raised.
+    let tls = match e {
+        ureq::Error::Rustls(t) => Some(t),
+        ureq::Error::Io(io) => io.get_ref().and_then(|i| i.downcast_ref::<rustls::Error>()),
+        _ => None,
+    };
+    if matches!(tls, Some(rustls::Error::InvalidCertificate(_))) {
         ClientError::UntrustedHost {
             what: what.to_string(),
             reason,

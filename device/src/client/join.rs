@@ -10,7 +10,6 @@ use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
-use crate::infer::card_features;
 use crate::protocol::{encode_update, Assignment, CheckInRequest, TrainTask};
 use crate::training::{local_update, LocalData, LocalRoundReport};
 use hush_models::package::ModelCard;
@@ -142,18 +141,11 @@ impl DataCache {
         let card = ModelCard::read(package)
             .map_err(crate::infer::InferError::from)
             .map_err(crate::training::TrainingError::from)?;
-        let features =
-            card_features(&card, package).map_err(crate::training::TrainingError::from)?;
         let io = card.arch.io();
         let key = format!("{}|{}|{:?}", card.features, io.frames, card.labels);
         if self.key.as_deref() != Some(key.as_str()) || self.data.is_none() {
-            let data = LocalData::load(
-                &cfg.data,
-                cfg.speaker.as_deref(),
-                &features,
-                io.frames,
-                &card.labels,
-            )?;
+            let data =
+                LocalData::load_for_model(&card, package, &cfg.data, cfg.speaker.as_deref())?;
             self.data = Some(data);
             self.key = Some(key);
         }

@@ -7,7 +7,8 @@ use std::path::Path;
 use crate::audio::read_audio;
 use crate::dataset::{read_corpus, KwsLabels, Layout, Target};
 use crate::features::FeatureConfig;
-use crate::infer::clip_features;
+use crate::infer::{card_features, clip_features};
+use hush_models::package::ModelCard;
 
 use super::TrainingError;
 
@@ -25,6 +26,18 @@ pub struct LocalData {
 }
 
 impl LocalData {
+    /// [`LocalData::load`] with what the model package at `package` was trained on: its
+    /// feature config, input frames and class names.
+    pub fn load_for_model(
+        card: &ModelCard,
+        package: &Path,
+        dir: &Path,
+        speaker: Option<&str>,
+    ) -> Result<Self, TrainingError> {
+        let features = card_features(card, package)?;
+        Self::load(dir, speaker, &features, card.arch.io().frames, &card.labels)
+    }
+
     /// Reads the Speech Commands corpus in `dir` (only `speaker`'s clips when given),
     /// computing features with `features` over `frames` frames and labelling with
     /// `labels` (the model's class names).

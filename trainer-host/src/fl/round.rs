@@ -14,8 +14,8 @@
 //!   every selected device has reported (accepted or rejected).
 //! - **Release.** Fewer than `rounds.min_reports` accepted → abandoned: no release, no ε.
 //!   Otherwise privatize the sum ([`GaussianMechanism::privatize`]: noise, then divide by
-//!   `C`), step the server optimizer, **record the release in the ledger (durably)**, and
-//!   only then write and publish model `v{N+1}`. A publish failure after the record is
+//!   `C`), **record the release in the ledger (durably)**, and only then step the server
+//!   optimizer and write and publish model `v{N+1}`. A failure after the record is
 //!   `release_failed` (ε counted) and stops training.
 //! - **Restart.** A round still open in the store when the host starts lost its in-memory
 //!   sum: it is marked abandoned (no release, no ε) and the next check-in opens a fresh
@@ -680,21 +680,11 @@ impl RoundManager {
                 Ok(())
             }
         };
-        let mut trainable: Vec<NamedTensor> = self
-            .weights
-            .iter()
-            .filter(|t| is_trainable(&t.name))
-            .cloned()
-            .collect();
-        // The optimizer steps a copy, adopted only when the model it made is published.
-        let mut optimizer = self.optimizer.clone();
-        let step = step.and_then(|()| optimizer.step(&mut trainable, &mean).map_err(FlError::from));
         if let Err(e) = step {
             outcome.reason = Some(format!("aggregation failed: {e}; no release"));
             warn!(round = id, "round abandoned: {e}");
             return self.store.close_round(id, &outcome);
         }
-        drop(mean);
         let version = self.model_version + 1;
         // Invariant 6: the release is durable in the ledger before the model exists.
         if let Some(auth) = open.authorization {
@@ -711,7 +701,20 @@ impl RoundManager {
             outcome.epsilon_pld = self.epsilon.1;
         }
         self.released += 1;
-        match self.publish(version, id, trainable, optimizer) {
+        // The server optimizer steps only after the release is recorded, so a refused
+        // release leaves its state (saved with the next published model) untouched.
+        let mut trainable: Vec<NamedTensor> = self
+            .weights
+            .iter()
+            .filter(|t| is_trainable(&t.name))
+            .cloned()
+            .collect();
+        let stepped = self
+            .optimizer
+            .step(&mut trainable, &mean)
+            .map_err(FlError::from);
+        drop(mean);
+        match stepped.and_then(|()| self.publish(version, id, trainable)) {
             Ok(dir) => {
                 outcome.state = RoundState::Released;
                 outcome.released_version = Some(version);
@@ -748,7 +751,6 @@ impl RoundManager {
         version: u64,
         round: u64,
         trainable: Vec<NamedTensor>,
-        optimizer: ServerOptimizer,
     ) -> Result<PathBuf, FlError> {
         let mut all = self.weights.clone();
         for t in trainable {
@@ -768,7 +770,7 @@ impl RoundManager {
         let mut card = self.card.clone();
         card.metrics = None;
         write_package(&tmp, &card, &model)?;
-        write_optimizer_state(&tmp.join(OPTIMIZER_STATE), &optimizer)?;
+        write_optimizer_state(&tmp.join(OPTIMIZER_STATE), &self.optimizer)?;
         std::fs::rename(&tmp, &dir).map_err(FlError::io(&dir))?;
         self.store.add_model_version(version, Some(round), &dir)?;
         // Only the newest state is ever read back; older ones are dead weight.
@@ -778,7 +780,6 @@ impl RoundManager {
                 warn!(path = %stale.display(), "could not remove an old optimizer state: {e}");
             }
         }
-        self.optimizer = optimizer;
         self.weights = all;
         self.model_version = version;
         self.model_dir = dir.clone();

@@ -18,18 +18,26 @@ fn fixture(name: &str) -> PathBuf {
         .join(name)
 }
 
-/// Median of `reps` timings of `f`, in seconds.
-fn time(reps: usize, mut f: impl FnMut()) -> f64 {
-    f();
-    let mut t: Vec<f64> = (0..reps)
-        .map(|_| {
+/// Median timings of each of `fs`, in seconds, over `reps` rounds; each round runs every
+/// function once, one after another, so a change in machine load hits them all alike.
+fn time_interleaved(reps: usize, fs: &mut [&mut dyn FnMut()]) -> Vec<f64> {
+    for f in fs.iter_mut() {
+        f();
+    }
+    let mut t = vec![Vec::with_capacity(reps); fs.len()];
+    for _ in 0..reps {
+        for (f, ts) in fs.iter_mut().zip(&mut t) {
             let s = Instant::now();
             f();
-            s.elapsed().as_secs_f64()
+            ts.push(s.elapsed().as_secs_f64());
+        }
+    }
+    t.into_iter()
+        .map(|mut ts| {
+            ts.sort_by(f64::total_cmp);
+            ts[reps / 2]
         })
-        .collect();
-    t.sort_by(f64::total_cmp);
-    t[reps / 2]
+        .collect()
 }
 
 fn max_diff(a: &[f32], b: &[f32]) -> f32 {
@@ -50,7 +58,6 @@ fn main() -> anyhow::Result<()> {
         .copied()
         .collect();
     let scaled: Vec<f32> = audio.iter().map(|s| s * 32768.0).collect();
-    let clip_scaled: Vec<f32> = clip.samples.iter().map(|s| s * 32768.0).collect();
 
     let cfg = FeatureConfig::kaldi(FeatureKind::Fbank);
     let mel_cfg = FbankConfig {
@@ -60,35 +67,55 @@ fn main() -> anyhow::Result<()> {
     };
     let mel = Fbank::new(mel_cfg);
 
-    // Agreement with kaldi-native-fbank on the 1 s clip.
-    let (want, shape) = read_npy_f32(&fixture("kaldi_fbank80_25_10_povey_16k.npy"))?;
-    let ours = compute(&cfg, &clip.samples)?;
-    let theirs = mel.compute(&clip_scaled);
-    anyhow::ensure!(shape == [ours.num_frames, ours.dim] && theirs.len() == want.len());
-    let diff_hush = max_diff(&ours.data, &want);
-    let diff_mel = max_diff(theirs.as_slice().unwrap_or(&[]), &want);
+    // Agreement with kaldi-native-fbank: on the 1 s fixture clip, and on two clips of
+    // corpus speech.
+    let agreement = |wav: &str, npy: &str| -> anyhow::Result<(f32, f32)> {
+        let x = read_audio(&fixture(wav))?;
+        let (want, shape) = read_npy_f32(&fixture(npy))?;
+        let ours = compute(&cfg, &x.samples)?;
+        let x_scaled: Vec<f32> = x.samples.iter().map(|s| s * 32768.0).collect();
+        let theirs = mel.compute(&x_scaled);
+        anyhow::ensure!(shape == [ours.num_frames, ours.dim] && theirs.len() == want.len());
+        Ok((
+            max_diff(&ours.data, &want),
+            max_diff(theirs.as_slice().unwrap_or(&[]), &want),
+        ))
+    };
+    let (diff_hush, diff_mel) = agreement("speech_16k.wav", "kaldi_fbank80_25_10_povey_16k.npy")?;
+    let mut corpus_hush = 0.0f32;
+    let mut corpus_mel = 0.0f32;
+    for clip in ["corpus_kws_yes", "corpus_asr"] {
+        let (h, m) = agreement(
+            &format!("{clip}_16k.wav"),
+            &format!("{clip}_fbank80_25_10_povey_16k.npy"),
+        )?;
+        corpus_hush = corpus_hush.max(h);
+        corpus_mel = corpus_mel.max(m);
+    }
 
     let reps = 21;
     let mut frames = 0;
-    let t_hush = time(reps, || {
-        frames = compute(&cfg, &audio).map(|f| f.num_frames).unwrap_or(0);
-    });
     let mut stream = FeatureStream::new(cfg.clone())?;
-    let mut out = Vec::with_capacity(frames * 80);
-    let t_stream = time(reps, || {
-        stream.reset();
-        out.clear();
-        for chunk in audio.chunks(1600) {
-            let _ = stream.push(chunk, &mut out);
-        }
-        let _ = stream.finish(&mut out);
-    });
+    let mut out = Vec::new();
     let mut mel_frames = 0;
-    let t_mel = time(reps, || {
-        mel_frames = mel.compute(&scaled).nrows();
-    });
+    let t = time_interleaved(
+        reps,
+        &mut [
+            &mut || frames = compute(&cfg, &audio).map(|f| f.num_frames).unwrap_or(0),
+            &mut || {
+                stream.reset();
+                out.clear();
+                for chunk in audio.chunks(1600) {
+                    let _ = stream.push(chunk, &mut out);
+                }
+                let _ = stream.finish(&mut out);
+            },
+            &mut || mel_frames = mel.compute(&scaled).nrows(),
+        ],
+    );
+    let (t_hush, t_stream, t_mel) = (t[0], t[1], t[2]);
     let per_s = |t: f64| t * 1e3 / seconds as f64;
-    println!("80-bin kaldi fbank, {seconds} s of speech, median of {reps} runs");
+    println!("80-bin kaldi fbank, {seconds} s of speech, median of {reps} interleaved runs");
     println!(
         "hush (whole)            {:.4} ms per s of audio  ({frames} frames)",
         per_s(t_hush)
@@ -102,6 +129,11 @@ fn main() -> anyhow::Result<()> {
         per_s(t_mel)
     );
     println!("speed-up (mel_spec / hush whole) {:.2}x", t_mel / t_hush);
-    println!("max abs diff vs kaldi-native-fbank: hush {diff_hush:.3e}, mel_spec {diff_mel:.3e}");
+    println!(
+        "max abs diff vs kaldi-native-fbank, 1 s fixture clip: hush {diff_hush:.3e}, mel_spec {diff_mel:.3e}"
+    );
+    println!(
+        "max abs diff vs kaldi-native-fbank, corpus speech: hush {corpus_hush:.3e}, mel_spec {corpus_mel:.3e}"
+    );
     Ok(())
 }

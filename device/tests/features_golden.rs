@@ -1,5 +1,10 @@
 //! Features against golden fixtures from kaldi-native-fbank and librosa
 //! (tests/fixtures/features/make_fixtures.py).
+//!
+//! On corpus speech every cell must be within 1e-3. The hand-made espeak clips have a few
+//! near-empty low-frequency cells where kaldi-native-fbank's own FFT is only float-accurate
+//! (the fixtures' docstring shows it); there only cells within 70 dB of their frame's peak
+//! get 1e-3, and every cell a sanity bound.
 #![allow(clippy::unwrap_used)] // test helpers: a failure is a test failure
 
 use std::path::PathBuf;
@@ -132,6 +137,49 @@ fn kaldi_fbank_matches_kaldi_native_fbank() {
             Domain::LogE,
         );
     }
+}
+
+/// Corpus speech (a keyword clip and a spoken command from `data/corpus`, and the command
+/// at 22.05 kHz): every configuration of the acceptance, every cell within 1e-3.
+#[test]
+fn kaldi_features_match_kaldi_native_fbank_on_corpus_speech_in_every_cell() {
+    let mut worst = 0.0f32;
+    for (clip, rate) in [
+        ("corpus_kws_yes", 16_000),
+        ("corpus_asr", 16_000),
+        ("corpus_asr", 22_050),
+    ] {
+        let tag = if rate == 16_000 { "16k" } else { "22k" };
+        let x = read_audio(&fixture(&format!("{clip}_{tag}.wav"))).unwrap();
+        assert_eq!(x.sample_rate, rate);
+        let mut cases = vec![(
+            kaldi_fbank(80, 25.0, 10.0, WindowKind::Povey, rate),
+            format!("{clip}_fbank80_25_10_povey_{tag}"),
+            Domain::LogE,
+        )];
+        let mut mfcc = FeatureConfig::kaldi(FeatureKind::Mfcc);
+        mfcc.frame.sample_rate = rate;
+        cases.push((mfcc, format!("{clip}_mfcc13_23_{tag}"), Domain::Cepstra));
+        if rate == 16_000 {
+            for (bins, len, shift, window, geometry) in [
+                (40, 25.0, 10.0, WindowKind::Povey, "25_10_povey"),
+                (40, 30.0, 20.0, WindowKind::Hamming, "30_20_hamming"),
+                (80, 30.0, 20.0, WindowKind::Hamming, "30_20_hamming"),
+            ] {
+                cases.push((
+                    kaldi_fbank(bins, len, shift, window, rate),
+                    format!("{clip}_fbank{bins}_{geometry}_{tag}"),
+                    Domain::LogE,
+                ));
+            }
+        }
+        for (cfg, name, domain) in cases {
+            let (_, all) = max_diff_on(&cfg, &x.samples, &name, domain);
+            assert!(all <= TOL, "{name}: {all} over all cells");
+            worst = worst.max(all);
+        }
+    }
+    eprintln!("corpus speech: max abs diff {worst:.3e} over every cell of every fixture");
 }
 
 #[test]

@@ -9,6 +9,7 @@ pub mod corpus;
 pub mod demo;
 pub mod fl;
 pub mod ledger;
+pub mod pate;
 pub mod plot;
 pub mod simulate;
 pub mod train;

@@ -51,6 +51,11 @@ impl Mfcc {
         }
     }
 
+    /// Cepstra per frame.
+    pub fn num_ceps(&self) -> usize {
+        self.lifter.len()
+    }
+
     /// Whether `c0` is replaced by the log energy (the caller then computes it).
     pub fn uses_energy(&self) -> bool {
         self.use_energy

@@ -79,8 +79,7 @@ pub fn compute(cfg: &FeatureConfig, samples: &[f32]) -> Result<Features, Feature
     }
     let dim = stream.dim();
     let mut data = Vec::with_capacity(frames as usize * dim);
-    stream.push(samples, &mut data)?;
-    stream.finish(&mut data)?;
+    stream.push_all_and_finish(samples, &mut data)?;
     Ok(Features {
         num_frames: data.len() / dim,
         data,

@@ -1,9 +1,14 @@
-//! One frame in, one feature row out: pre-FFT chain, spectrum, mel filterbank, log,
-//! cepstra. Every buffer and plan is made in [`FramePipeline::new`]; computing a frame
-//! allocates nothing.
+//! Frames in, feature rows out: pre-FFT chain, spectrum, mel filterbank, log, cepstra.
+//!
+//! Frames are *staged* one by one (chain and FFT, the spectrum kept in the next of
+//! [`LANES`] lanes) and *flushed* together: the filterbank runs on all staged frames at
+//! once ([`MelBank::apply_lanes`]), which is where batching pays. Every frame's numbers are
+//! the same however the frames are grouped, so streaming in any chunk size still equals
+//! the whole-signal result. Every buffer and plan is made in [`FramePipeline::new`];
+//! computing frames allocates nothing.
 
 use super::config::{FeatureConfig, FeatureKind, LogKind, SpectrumOptions};
-use super::mel::MelBank;
+use super::mel::{MelBank, LANES};
 use super::mfcc::Mfcc;
 use super::spectrum::{compress, Spectrum};
 use super::window::FrameProcessor;
@@ -16,9 +21,17 @@ pub struct FramePipeline {
     spectrum: Spectrum,
     spectrum_opts: SpectrumOptions,
     mel: Option<MelBank>,
-    mel_out: Vec<f32>,
     mfcc: Option<Mfcc>,
     win: usize,
+    /// Spectra of the staged frames, bin-major: `spectra[k][lane]`.
+    spectra: Vec<[f32; LANES]>,
+    /// Filterbank outputs of the staged frames: `mel_lanes[j][lane]`.
+    mel_lanes: Vec<[f32; LANES]>,
+    /// One frame's log mel energies (MFCC input).
+    mel_row: Vec<f32>,
+    /// Raw log energy of each staged frame (MFCC with energy).
+    energy: [f32; LANES],
+    staged: usize,
 }
 
 impl FramePipeline {
@@ -28,51 +41,92 @@ impl FramePipeline {
         let mel = (cfg.kind != FeatureKind::Spectrogram)
             .then(|| MelBank::new(&cfg.mel, cfg.frame.sample_rate, fft));
         let mfcc = (cfg.kind == FeatureKind::Mfcc).then(|| Mfcc::new(&cfg.mfcc, cfg.mel.num_bins));
+        let mel_bins = mel.as_ref().map_or(0, MelBank::num_bins);
         Self {
             kind: cfg.kind,
             prep: FrameProcessor::new(&cfg.frame),
             spectrum: Spectrum::new(fft, cfg.spectrum.kind),
             spectrum_opts: cfg.spectrum.clone(),
-            mel_out: vec![0.0; mel.as_ref().map_or(0, MelBank::num_bins)],
+            spectra: vec![[0.0; LANES]; fft / 2 + 1],
+            mel_lanes: vec![[0.0; LANES]; mel_bins],
+            mel_row: vec![0.0; mel_bins],
             mel,
             mfcc,
             win: cfg.frame.window_length(),
+            energy: [0.0; LANES],
+            staged: 0,
         }
     }
 
-    /// Back to the state after `new` (restarts the dither stream).
+    /// Back to the state after `new` (restarts the dither stream, drops staged frames).
     pub fn reset(&mut self) {
         self.prep.reset();
+        self.staged = 0;
     }
 
-    /// Computes the features of one frame of raw samples (`win` of them) into `out`
-    /// (`dim` values).
-    pub fn compute(&mut self, raw: &[f32], out: &mut [f32]) {
+    /// Frames staged and not yet flushed.
+    pub fn staged(&self) -> usize {
+        self.staged
+    }
+
+    /// Stages one frame of raw samples (`win` of them): the pre-FFT chain and the
+    /// spectrum. Returns whether every lane is now full (then [`FramePipeline::flush`]
+    /// must run before the next `stage`).
+    pub fn stage(&mut self, raw: &[f32]) -> bool {
+        let lane = self.staged;
+        if lane == LANES {
+            return true;
+        }
         let want_energy = self.mfcc.as_ref().is_some_and(Mfcc::uses_energy);
-        let energy = self
+        self.energy[lane] = self
             .prep
             .process(raw, self.spectrum.input_mut(), want_energy);
-        let spec = self.spectrum.compute(self.win);
+        self.spectrum
+            .compute_into_lane(self.win, &mut self.spectra, lane);
+        self.staged += 1;
+        self.staged == LANES
+    }
+
+    /// Computes the features of the staged frames, in staging order, into the rows of
+    /// `out` that start at `rows[0..staged]` (`dim` values each), and empties the stage.
+    pub fn flush(&mut self, out: &mut [f32], rows: &[usize]) {
+        let n = self.staged.min(rows.len());
+        self.staged = 0;
+        if n == 0 {
+            return;
+        }
         let SpectrumOptions { log, floor, .. } = self.spectrum_opts;
-        match (self.kind, &self.mel) {
-            (FeatureKind::Spectrogram, _) | (_, None) => {
-                out.copy_from_slice(spec);
-                compress(out, log, floor);
-            }
-            (FeatureKind::Fbank, Some(mel)) => {
-                mel.apply(spec, out);
-                compress(out, log, floor);
-            }
-            (FeatureKind::Mfcc, Some(mel)) => {
-                mel.apply(spec, &mut self.mel_out);
-                compress(&mut self.mel_out, log, floor);
-                if let Some(mfcc) = &self.mfcc {
+        if let Some(mel) = &self.mel {
+            mel.apply_lanes(&self.spectra, &mut self.mel_lanes);
+            // The log over every lane at once (unstaged lanes hold stale, finite values).
+            compress(self.mel_lanes.as_flattened_mut(), log, floor);
+        }
+        for (lane, &row) in rows.iter().enumerate().take(n) {
+            match (self.kind, &self.mfcc) {
+                (FeatureKind::Spectrogram, _) => {
+                    let dst = &mut out[row..row + self.spectra.len()];
+                    for (d, s) in dst.iter_mut().zip(&self.spectra) {
+                        *d = s[lane];
+                    }
+                    compress(dst, log, floor);
+                }
+                (FeatureKind::Fbank, _) | (FeatureKind::Mfcc, None) => {
+                    let dst = &mut out[row..row + self.mel_lanes.len()];
+                    for (d, m) in dst.iter_mut().zip(&self.mel_lanes) {
+                        *d = m[lane];
+                    }
+                }
+                (FeatureKind::Mfcc, Some(mfcc)) => {
+                    for (d, m) in self.mel_row.iter_mut().zip(&self.mel_lanes) {
+                        *d = m[lane];
+                    }
                     let energy = if log == LogKind::Decibel {
-                        energy * (10.0 / std::f32::consts::LN_10)
+                        self.energy[lane] * (10.0 / std::f32::consts::LN_10)
                     } else {
-                        energy
+                        self.energy[lane]
                     };
-                    mfcc.apply(&self.mel_out, energy, out);
+                    let dim = mfcc.num_ceps();
+                    mfcc.apply(&self.mel_row, energy, &mut out[row..row + dim]);
                 }
             }
         }

@@ -8,6 +8,7 @@ use realfft::num_complex::Complex;
 use realfft::{RealFftPlanner, RealToComplex};
 
 use super::config::{LogKind, SpectrumKind};
+use super::mel::LANES;
 
 /// A planned real FFT with its buffers.
 pub struct Spectrum {
@@ -54,29 +55,43 @@ impl Spectrum {
     /// Zero-pads the input after `len` samples, transforms, and returns the power or
     /// magnitude spectrum (`fft / 2 + 1` bins).
     pub fn compute(&mut self, len: usize) -> &[f32] {
+        self.transform(len);
+        for (s, c) in self.spectrum.iter_mut().zip(&self.output) {
+            *s = bin_value(c, self.kind);
+        }
+        &self.spectrum
+    }
+
+    /// [`Spectrum::compute`] written straight into lane `lane` of bin-major `lanes`
+    /// (`lanes[k][lane]` is bin `k`), without the intermediate copy.
+    pub fn compute_into_lane(&mut self, len: usize, lanes: &mut [[f32; LANES]], lane: usize) {
+        self.transform(len);
+        for (s, c) in lanes.iter_mut().zip(&self.output) {
+            s[lane] = bin_value(c, self.kind);
+        }
+    }
+
+    /// Zero-pads the input after `len` samples and transforms it into `output` (all zero
+    /// if the transform refused its buffers, which come from the plan and always fit).
+    fn transform(&mut self, len: usize) {
         self.input[len..].fill(0.0);
-        // Buffers come from the plan itself, so their sizes always match.
         if self
             .fft
             .process_with_scratch(&mut self.input, &mut self.output, &mut self.scratch)
             .is_err()
         {
-            self.spectrum.fill(0.0);
-            return &self.spectrum;
+            self.output.fill(Complex::new(0.0, 0.0));
         }
-        match self.kind {
-            SpectrumKind::Power => {
-                for (s, c) in self.spectrum.iter_mut().zip(&self.output) {
-                    *s = c.re * c.re + c.im * c.im;
-                }
-            }
-            SpectrumKind::Magnitude => {
-                for (s, c) in self.spectrum.iter_mut().zip(&self.output) {
-                    *s = (c.re * c.re + c.im * c.im).sqrt();
-                }
-            }
-        }
-        &self.spectrum
+    }
+}
+
+/// Power or magnitude of one FFT bin.
+#[inline]
+fn bin_value(c: &Complex<f32>, kind: SpectrumKind) -> f32 {
+    let p = c.re * c.re + c.im * c.im;
+    match kind {
+        SpectrumKind::Power => p,
+        SpectrumKind::Magnitude => p.sqrt(),
     }
 }
 

@@ -24,6 +24,7 @@ use super::cmvn::{utterance_cmvn, SlidingCmvn};
 use super::config::{CmvnOptions, FeatureConfig};
 use super::error::FeatureError;
 use super::frame::Framing;
+use super::mel::LANES;
 use super::pipeline::FramePipeline;
 
 /// A streaming feature extractor for one [`FeatureConfig`].
@@ -115,14 +116,7 @@ impl FeatureStream {
         if self.finished {
             return Err(FeatureError::Finished);
         }
-        if !all_finite(samples) {
-            if let Some((i, &v)) = samples.iter().enumerate().find(|(_, v)| !v.is_finite()) {
-                return Err(FeatureError::NonFiniteSample {
-                    index: self.received + i as u64,
-                    value: v,
-                });
-            }
-        }
+        check_finite(samples, self.received)?;
         self.buf.extend_from_slice(samples);
         self.received += samples.len() as u64;
         let ready = self.framing.num_frames(self.received);
@@ -139,61 +133,118 @@ impl FeatureStream {
         }
         self.finished = true;
         let total = self.framing.num_frames(self.received);
-        let mut n = self.emit(total, true, out);
-        if let CmvnOptions::Utterance { norm_vars } = self.cfg.cmvn {
-            utterance_cmvn(&mut self.held, self.dim, norm_vars);
-            out.extend_from_slice(&self.held);
-            n = self.held.len() / self.dim.max(1);
-            self.held.clear();
-        }
-        Ok(n)
+        let n = self.emit(total, true, out);
+        Ok(self.release_held(n, out))
     }
 
-    /// Computes frames `next_frame..limit` that are complete (all of them when `at_end`).
+    /// The whole signal at once, from a fresh stream: [`FeatureStream::push`] then
+    /// [`FeatureStream::finish`], with the same numbers, but reading `samples` in place
+    /// instead of copying them into the stream's buffer.
+    pub(crate) fn push_all_and_finish(
+        &mut self,
+        samples: &[f32],
+        out: &mut Vec<f32>,
+    ) -> Result<usize, FeatureError> {
+        if self.finished || self.received > 0 {
+            return Err(FeatureError::Finished);
+        }
+        check_finite(samples, 0)?;
+        self.received = samples.len() as u64;
+        self.finished = true;
+        let total = self.framing.num_frames(self.received);
+        let n = self.emit_from(samples, 0, total, true, out);
+        Ok(self.release_held(n, out))
+    }
+
+    /// With utterance CMVN, normalises the held frames and appends them all; otherwise
+    /// returns `emitted` unchanged.
+    fn release_held(&mut self, emitted: usize, out: &mut Vec<f32>) -> usize {
+        let CmvnOptions::Utterance { norm_vars } = self.cfg.cmvn else {
+            return emitted;
+        };
+        utterance_cmvn(&mut self.held, self.dim, norm_vars);
+        out.extend_from_slice(&self.held);
+        let n = self.held.len() / self.dim.max(1);
+        self.held.clear();
+        n
+    }
+
+    /// [`FeatureStream::emit_from`] the stream's own buffer.
     fn emit(&mut self, limit: u64, at_end: bool, out: &mut Vec<f32>) -> usize {
+        let buf = std::mem::take(&mut self.buf);
+        let n = self.emit_from(&buf, self.buf_start, limit, at_end, out);
+        self.buf = buf;
+        n
+    }
+
+    /// Computes frames `next_frame..limit` that are complete (all of them when `at_end`),
+    /// reading the signal from `src`, whose first value is sample `src_start`.
+    fn emit_from(
+        &mut self,
+        src: &[f32],
+        src_start: u64,
+        limit: u64,
+        at_end: bool,
+        out: &mut Vec<f32>,
+    ) -> usize {
         let win = self.framing.win as i64;
+        let utterance = matches!(self.cfg.cmvn, CmvnOptions::Utterance { .. });
         let mut count = 0;
+        // Output rows of the staged frames.
+        let mut rows = [0usize; LANES];
         while self.next_frame < limit {
             let start = self.framing.start(self.next_frame);
             if !at_end && start + win > self.received as i64 {
                 break;
             }
-            let target = if matches!(self.cfg.cmvn, CmvnOptions::Utterance { .. }) {
-                &mut self.held
-            } else {
-                &mut *out
-            };
-            let row = target.len();
-            target.resize(row + self.dim, 0.0);
-            let dst = &mut target[row..];
-            let lo = start - self.buf_start as i64;
-            if start >= 0 && start + win <= self.received as i64 && lo >= 0 {
+            let target = if utterance { &mut self.held } else { &mut *out };
+            rows[self.pipeline.staged()] = target.len();
+            target.resize(target.len() + self.dim, 0.0);
+            let lo = start - src_start as i64;
+            let full = if start >= 0 && start + win <= self.received as i64 && lo >= 0 {
                 let lo = lo as usize;
-                self.pipeline
-                    .compute(&self.buf[lo..lo + self.framing.win], dst);
+                self.pipeline.stage(&src[lo..lo + self.framing.win])
             } else {
                 let n = self.received as i64;
                 for (k, g) in self.gather.iter_mut().enumerate() {
                     *g = match self.framing.source(start + k as i64, n) {
                         Some(s) => {
-                            let idx = (s - self.buf_start as i64).max(0) as usize;
-                            self.buf.get(idx).copied().unwrap_or(0.0)
+                            let idx = (s - src_start as i64).max(0) as usize;
+                            src.get(idx).copied().unwrap_or(0.0)
                         }
                         None => 0.0,
                     };
                 }
-                self.pipeline.compute(&self.gather, dst);
-            }
-            if let Some(s) = &mut self.sliding {
-                s.apply(dst);
-            }
+                self.pipeline.stage(&self.gather)
+            };
             self.next_frame += 1;
             count += 1;
+            if full {
+                self.flush(&rows, out);
+            }
         }
-        if matches!(self.cfg.cmvn, CmvnOptions::Utterance { .. }) {
+        let staged = self.pipeline.staged();
+        self.flush(&rows[..staged], out);
+        if utterance {
             0
         } else {
             count
+        }
+    }
+
+    /// Computes the staged frames into their `rows` (of `out`, or of the frames held for
+    /// utterance CMVN), then applies sliding CMVN to them in order.
+    fn flush(&mut self, rows: &[usize], out: &mut [f32]) {
+        let target = if matches!(self.cfg.cmvn, CmvnOptions::Utterance { .. }) {
+            &mut self.held[..]
+        } else {
+            out
+        };
+        self.pipeline.flush(target, rows);
+        if let Some(s) = &mut self.sliding {
+            for &row in rows {
+                s.apply(&mut target[row..row + self.dim]);
+            }
         }
     }
 
@@ -209,6 +260,21 @@ impl FeatureStream {
             self.buf.truncate(self.buf.len() - drop);
             self.buf_start = keep_from;
         }
+    }
+}
+
+/// Refuses a non-finite sample, naming its index in the stream (`first` is the index of
+/// `samples[0]`).
+fn check_finite(samples: &[f32], first: u64) -> Result<(), FeatureError> {
+    if all_finite(samples) {
+        return Ok(());
+    }
+    match samples.iter().enumerate().find(|(_, v)| !v.is_finite()) {
+        Some((i, &value)) => Err(FeatureError::NonFiniteSample {
+            index: first + i as u64,
+            value,
+        }),
+        None => Ok(()),
     }
 }
 

@@ -589,6 +589,45 @@ pub fn analyze_gnmax(
     })
 }
 
+/// Analyses `votes` answered with LNMax (Laplace noise of scale `lambda` on each count) at
+/// `delta`: data-dependent RDP by [`rdp_laplace`], data-independent by
+/// [`rdp_data_independent_laplace`], composed by adding over queries.
+pub fn analyze_lnmax(
+    votes: &[Vec<f64>],
+    lambda: f64,
+    delta: f64,
+    orders: &[f64],
+) -> Result<PateAnalysis, AccountantError> {
+    super::validate::positive_finite("lambda", lambda)?;
+    super::validate::delta(delta)?;
+    if votes.is_empty() {
+        return Err(invalid("votes", 0, "at least one query"));
+    }
+    let mut dep = vec![0.0; orders.len()];
+    let indep: Vec<f64> = rdp_data_independent_laplace(lambda, orders)
+        .iter()
+        .map(|r| r * votes.len() as f64)
+        .collect();
+    for (row, v) in votes.iter().enumerate() {
+        validate_votes(v).map_err(|e| AccountantError::MalformedVotes {
+            row: row + 1,
+            message: e.to_string(),
+        })?;
+        for (d, r) in dep.iter_mut().zip(rdp_laplace(v, lambda, orders)) {
+            *d += r;
+        }
+    }
+    Ok(PateAnalysis {
+        queries: votes.len(),
+        orders: orders.to_vec(),
+        epsilon_data_dependent: epsilon_from_rdp(orders, &dep, delta),
+        epsilon_data_independent: epsilon_from_rdp(orders, &indep, delta),
+        rdp_data_dependent: dep,
+        rdp_data_independent: indep,
+        smooth_sensitivity: None,
+    })
+}
+
 /// Smooth sensitivity of the total data-dependent RDP at `order`, and its GNSS release cost.
 fn smooth_sensitivity_release(
     votes: &[Vec<f64>],

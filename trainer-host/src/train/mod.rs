@@ -370,11 +370,38 @@ pub fn train_kws(
     progress: &mut dyn FnMut(&EpochReport),
 ) -> Result<KwsTrainReport, TrainError> {
     cfg.check()?;
-    let (labels, io, arch) = cfg.resolve_arch()?;
-    let bins = io.bins;
+    let (labels, _, _) = cfg.resolve_arch()?;
     let sr = cfg.features.frame.sample_rate;
     let clip_len = clip_samples(&cfg.features, cfg.frames);
     let data: KwsData = load_kws(&cfg.data, &labels, sr, clip_len)?;
+    train_kws_on(cfg, &data, out, command, progress)
+}
+
+/// [`train_kws`] on data already in memory (`cfg.data` is then only provenance): the clips
+/// must be fitted to the model's window (`clip_samples`) and labelled with `cfg`'s classes.
+pub fn train_kws_on(
+    cfg: &KwsTrainConfig,
+    data: &KwsData,
+    out: &Path,
+    command: &str,
+    progress: &mut dyn FnMut(&EpochReport),
+) -> Result<KwsTrainReport, TrainError> {
+    cfg.check()?;
+    let (labels, io, arch) = cfg.resolve_arch()?;
+    let bins = io.bins;
+    let sr = cfg.features.frame.sample_rate;
+    for (name, split) in [
+        ("train", &data.train),
+        ("validation", &data.validation),
+        ("test", &data.test),
+    ] {
+        if split.is_empty() {
+            return Err(TrainError::Data {
+                path: cfg.data.clone(),
+                reason: format!("the {name} split is empty"),
+            });
+        }
+    }
     let clean_train = features_of(&data.train, &cfg.features, cfg.frames)?;
     let val = features_of(&data.validation, &cfg.features, cfg.frames)?;
     let test = features_of(&data.test, &cfg.features, cfg.frames)?;

@@ -3,14 +3,18 @@
 //! public data, and a student learns from those labels only. The privacy cost is the
 //! accountant's PATE analysis of the votes ([`crate::accountant::pate`]).
 //!
-//! One concept per module: [`partition`] (teachers' speakers), [`aggregate`] (noisy
-//! votes and their cost).
+//! One concept per module: [`partition`] (teachers' speakers), [`teachers`] (training
+//! the ensemble, and its votes), [`aggregate`] (noisy votes and their cost).
 
 pub mod aggregate;
 pub mod partition;
+pub mod teachers;
+
+use std::path::PathBuf;
 
 pub use aggregate::{vote_histogram, Aggregator};
 pub use partition::partition_by_speaker;
+pub use teachers::{teacher_dir, teacher_votes, train_teachers, Partition, PARTITION_JSON};
 
 /// What can go wrong in a PATE run.
 #[derive(Debug, thiserror::Error)]
@@ -23,4 +27,29 @@ pub enum PateError {
         /// What was expected.
         reason: String,
     },
+    /// A file or directory that could not be used, named.
+    #[error("{path}: {reason}")]
+    File {
+        /// The file.
+        path: PathBuf,
+        /// What was wrong.
+        reason: String,
+    },
+    /// An I/O error on a named path.
+    #[error("{path}: {source}")]
+    Io {
+        /// The path.
+        path: PathBuf,
+        /// The error.
+        source: std::io::Error,
+    },
+    /// Training a teacher or the student failed.
+    #[error(transparent)]
+    Train(#[from] crate::train::TrainError),
+    /// A model package could not be read or used.
+    #[error(transparent)]
+    Model(#[from] hush_models::ModelError),
+    /// A teacher's feature config is unusable.
+    #[error(transparent)]
+    Infer(#[from] hush_device::infer::InferError),
 }

@@ -1,0 +1,202 @@
+//! The teacher ensemble: one keyword spotter per speaker-disjoint part of the private data
+//! ([`super::partition_by_speaker`]), each in its own package directory, and their votes on
+//! public clips.
+//!
+//! Training is resumable: `partition.json` fixes who trains which teacher, a finished
+//! teacher (its `model.json` present) is kept, and a teacher is written to a scratch
+//! directory and renamed only when complete, so an interrupted run never leaves a half
+//! teacher that looks finished. A teacher sees only its own speakers — for training,
+//! validation and early stopping alike — so one speaker influences one vote per query.
+
+use std::path::{Path, PathBuf};
+
+use burn::module::Module;
+use burn::tensor::Device;
+use hush_device::dataset::KwsLabels;
+use hush_device::infer::{card_features, clip_features, clip_samples};
+use hush_models::package::{load_package, MODEL_JSON};
+use hush_models::step::predict;
+use serde::{Deserialize, Serialize};
+
+use super::{partition_by_speaker, vote_histogram, PateError};
+use crate::train::data::{load_kws, Clip, KwsData};
+use crate::train::{train_kws_on, KwsTrainConfig};
+
+/// The file in the teachers' directory that records the partition.
+pub const PARTITION_JSON: &str = "partition.json";
+
+/// Who trains which teacher.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Partition {
+    /// The private corpus.
+    pub private: PathBuf,
+    /// Shuffle seed.
+    pub seed: u64,
+    /// Per teacher, its speakers (sorted).
+    pub teachers: Vec<Vec<String>>,
+}
+
+/// The package directory of teacher `t` under `root`.
+pub fn teacher_dir(root: &Path, t: usize) -> PathBuf {
+    root.join(format!("teacher-{t:03}"))
+}
+
+/// Trains `n` teachers on the private corpus `cfg.data` (every split: the private data is
+/// all the teachers'), writes them under `out` and returns their directories. `progress`
+/// gets `(teacher, n, already done)` before each teacher.
+pub fn train_teachers(
+    cfg: &KwsTrainConfig,
+    n: usize,
+    seed: u64,
+    out: &Path,
+    progress: &mut dyn FnMut(usize, usize, bool),
+) -> Result<Vec<PathBuf>, PateError> {
+    let labels = KwsLabels::new(&cfg.keywords);
+    let clip_len = clip_samples(&cfg.features, cfg.frames);
+    let data = load_kws(&cfg.data, &labels, cfg.features.frame.sample_rate, clip_len)?;
+    let clips: Vec<&Clip> = data
+        .train
+        .iter()
+        .chain(&data.validation)
+        .chain(&data.test)
+        .collect();
+    let speakers: Vec<&str> = clips.iter().map(|c| c.speaker.as_str()).collect();
+    let parts = partition_by_speaker(&speakers, n, seed)?;
+    let partition = Partition {
+        private: cfg.data.clone(),
+        seed,
+        teachers: parts
+            .iter()
+            .map(|p| {
+                let mut s: Vec<String> = p.iter().map(|&i| speakers[i].to_string()).collect();
+                s.sort();
+                s.dedup();
+                s
+            })
+            .collect(),
+    };
+    std::fs::create_dir_all(out).map_err(|source| PateError::Io {
+        path: out.to_path_buf(),
+        source,
+    })?;
+    check_or_write_partition(&out.join(PARTITION_JSON), &partition)?;
+    let mut dirs = Vec::with_capacity(n);
+    for (t, part) in parts.iter().enumerate() {
+        let dir = teacher_dir(out, t);
+        let done = dir.join(MODEL_JSON).is_file();
+        progress(t, n, done);
+        if !done {
+            let own: Vec<Clip> = part.iter().map(|&i| clips[i].clone()).collect();
+            let teacher_data = KwsData {
+                train: own.clone(),
+                validation: own.clone(),
+                test: own,
+                noises: data.noises.clone(),
+            };
+            let mut teacher_cfg = cfg.clone();
+            teacher_cfg.seed = cfg.seed.wrapping_add(t as u64);
+            let scratch = out.join(format!(".teacher-{t:03}.partial"));
+            if scratch.exists() {
+                std::fs::remove_dir_all(&scratch).map_err(|source| PateError::Io {
+                    path: scratch.clone(),
+                    source,
+                })?;
+            }
+            let command = format!("hush-host pate train-teachers (teacher {t} of {n})");
+            train_kws_on(&teacher_cfg, &teacher_data, &scratch, &command, &mut |_| {})?;
+            std::fs::rename(&scratch, &dir).map_err(|source| PateError::Io {
+                path: dir.clone(),
+                source,
+            })?;
+        }
+        dirs.push(dir);
+    }
+    Ok(dirs)
+}
+
+/// Writes the partition, or checks that an existing one (a resumed run) is the same.
+fn check_or_write_partition(path: &Path, partition: &Partition) -> Result<(), PateError> {
+    let bad = |reason: String| PateError::File {
+        path: path.to_path_buf(),
+        reason,
+    };
+    if path.exists() {
+        let text = std::fs::read_to_string(path).map_err(|e| bad(e.to_string()))?;
+        let old: Partition = serde_json::from_str(&text).map_err(|e| bad(e.to_string()))?;
+        if &old != partition {
+            return Err(bad(
+                "it records another partition (other private data, teacher count or seed); \
+                 use a new output directory"
+                    .into(),
+            ));
+        }
+        return Ok(());
+    }
+    let json = serde_json::to_string_pretty(partition).map_err(|e| bad(e.to_string()))?;
+    std::fs::write(path, json).map_err(|e| bad(e.to_string()))
+}
+
+/// The teachers' vote histogram for every clip (`[clip][class]`), and the class names.
+/// Every teacher must share one class list and one feature config.
+pub fn teacher_votes(
+    teachers: &[PathBuf],
+    clips: &[Clip],
+    progress: &mut dyn FnMut(usize, usize),
+) -> Result<(Vec<Vec<f64>>, Vec<String>), PateError> {
+    let device = Device::flex();
+    let mut votes: Vec<Vec<f64>> = Vec::new();
+    let mut shared: Option<(Vec<String>, serde_json::Value, Vec<f32>)> = None;
+    for (t, dir) in teachers.iter().enumerate() {
+        progress(t, teachers.len());
+        let (card, model) = load_package(dir, &device)?;
+        let model = model.valid();
+        let io = card.arch.io();
+        if shared.as_ref().is_some_and(|(labels, features, _)| {
+            *labels != card.labels || *features != card.features
+        }) {
+            return Err(PateError::File {
+                path: dir.join(MODEL_JSON),
+                reason: "its classes or feature config differ from the first teacher's".into(),
+            });
+        }
+        if shared.is_none() {
+            let cfg = card_features(&card, dir)?;
+            let mut feats = Vec::with_capacity(clips.len() * io.frames * io.bins);
+            for c in clips {
+                feats.extend(
+                    clip_features(&cfg, &c.samples, io.frames).map_err(|source| {
+                        PateError::File {
+                            path: c.path.clone(),
+                            reason: source.to_string(),
+                        }
+                    })?,
+                );
+            }
+            votes = vec![vec![0.0; card.labels.len()]; clips.len()];
+            shared = Some((card.labels.clone(), card.features.clone(), feats));
+        }
+        let Some((_, _, feats)) = &shared else {
+            continue;
+        };
+        let per = io.frames * io.bins;
+        for start in (0..clips.len()).step_by(64) {
+            let end = (start + 64).min(clips.len());
+            let probs = predict(
+                &model,
+                &feats[start * per..end * per],
+                end - start,
+                io.frames,
+                io.bins,
+                &device,
+            )?;
+            for (row, p) in votes[start..end].iter_mut().zip(probs) {
+                let h = vote_histogram([crate::train::metrics::argmax(&p)], row.len());
+                for (a, b) in row.iter_mut().zip(h) {
+                    *a += b;
+                }
+            }
+        }
+    }
+    let labels = shared.map(|(l, _, _)| l).unwrap_or_default();
+    Ok((votes, labels))
+}

@@ -33,6 +33,10 @@ enum Command {
     /// Privacy audits: speech-quality metrics of reconstructed audio (`audit metrics`).
     #[command(subcommand)]
     Audit(cli::audit::AuditCommand),
+    /// PATE: teachers on speaker-disjoint private data, noisy labels for public clips, a
+    /// student trained on them.
+    #[command(subcommand)]
+    Pate(cli::pate::PateCommand),
 }
 
 fn main() -> anyhow::Result<()> {
@@ -45,5 +49,6 @@ fn main() -> anyhow::Result<()> {
         Command::Serve(args) => cli::serve::run(args),
         Command::Simulate(args) => cli::simulate::run(args),
         Command::Audit(cmd) => cli::audit::run(cmd),
+        Command::Pate(cmd) => cli::pate::run(cmd),
     }
 }

@@ -13,15 +13,9 @@ pub enum TaskArg {
     Kws,
 }
 
-/// Arguments of `hush-host train`.
-#[derive(clap::Args)]
-pub struct TrainArgs {
-    /// Task.
-    #[arg(long, value_enum, default_value = "kws")]
-    pub task: TaskArg,
-    /// Corpus directory.
-    #[arg(long)]
-    pub data: PathBuf,
+/// The model and its (non-private) training, shared by `train` and `pate`.
+#[derive(clap::Args, Clone)]
+pub struct ModelArgs {
     /// Architecture: ds-cnn-s, bc-resnet or leak-cnn.
     #[arg(long, default_value = "ds-cnn-s")]
     pub arch: String,
@@ -50,6 +44,58 @@ pub struct TrainArgs {
     /// Seed.
     #[arg(long, default_value_t = 0)]
     pub seed: u64,
+}
+
+impl ModelArgs {
+    /// The KWS training config for the corpus `data`.
+    pub fn kws_config(&self, data: &std::path::Path) -> KwsTrainConfig {
+        let mut cfg = KwsTrainConfig::new(data, &self.arch);
+        if !self.keywords.is_empty() {
+            cfg.keywords = self.keywords.clone();
+        }
+        cfg.epochs = self.epochs;
+        cfg.batch_size = self.batch_size;
+        cfg.lr = self.lr;
+        cfg.patience = self.patience;
+        cfg.seed = self.seed;
+        cfg.augment = if self.no_augment {
+            Augment::none()
+        } else {
+            Augment {
+                mixup_alpha: self.mixup,
+                ..Augment::default()
+            }
+        };
+        cfg
+    }
+}
+
+/// Prints one line per epoch.
+pub fn epoch_line(epochs: usize) -> impl FnMut(&hush_host::train::EpochReport) {
+    move |e| {
+        eprintln!(
+            "epoch {:>3}/{epochs}  loss {:.4}  val acc {:.3}  lr {:.2e}{}",
+            e.epoch,
+            e.train_loss,
+            e.val_accuracy,
+            e.lr,
+            if e.best { "  *" } else { "" }
+        );
+    }
+}
+
+/// Arguments of `hush-host train`.
+#[derive(clap::Args)]
+pub struct TrainArgs {
+    /// Task.
+    #[arg(long, value_enum, default_value = "kws")]
+    pub task: TaskArg,
+    /// Corpus directory.
+    #[arg(long)]
+    pub data: PathBuf,
+    /// The model and how to train it.
+    #[command(flatten)]
+    pub model: ModelArgs,
     /// Output model directory.
     #[arg(long)]
     pub out: PathBuf,
@@ -142,35 +188,9 @@ fn dp_config(args: &TrainArgs) -> anyhow::Result<DpConfig> {
 /// Trains, prints a progress line per epoch and the test report, writes the package.
 pub fn run(args: TrainArgs) -> anyhow::Result<()> {
     let TaskArg::Kws = args.task;
-    let mut cfg = KwsTrainConfig::new(&args.data, &args.arch);
-    if !args.keywords.is_empty() {
-        cfg.keywords = args.keywords.clone();
-    }
-    cfg.epochs = args.epochs;
-    cfg.batch_size = args.batch_size;
-    cfg.lr = args.lr;
-    cfg.patience = args.patience;
-    cfg.seed = args.seed;
-    cfg.augment = if args.no_augment {
-        Augment::none()
-    } else {
-        Augment {
-            mixup_alpha: args.mixup,
-            ..Augment::default()
-        }
-    };
+    let cfg = args.model.kws_config(&args.data);
     let command = std::env::args().collect::<Vec<_>>().join(" ");
-    let epochs = cfg.epochs;
-    let mut progress = |e: &hush_host::train::EpochReport| {
-        eprintln!(
-            "epoch {:>3}/{epochs}  loss {:.4}  val acc {:.3}  lr {:.2e}{}",
-            e.epoch,
-            e.train_loss,
-            e.val_accuracy,
-            e.lr,
-            if e.best { "  *" } else { "" }
-        );
-    };
+    let mut progress = epoch_line(cfg.epochs);
     let card = if args.dp {
         let dp = dp_config(&args)?;
         let report = train_kws_dp(&cfg, &dp, &args.out, &command, &mut progress)
@@ -207,12 +227,17 @@ pub fn run(args: TrainArgs) -> anyhow::Result<()> {
             .with_context(|| format!("training on {}", args.data.display()))?
             .card
     };
-    let card = &card;
+    print_card(&card, &args.out);
+    Ok(())
+}
+
+/// Prints a trained model's size, per-split metrics and test confusion matrix.
+pub fn print_card(card: &hush_models::package::ModelCard, out: &std::path::Path) {
     println!(
         "{} ({} trainable parameters) → {}",
         card.arch.name(),
         card.num_trainable,
-        args.out.display()
+        out.display()
     );
     if let Some(m) = card.metrics.as_ref() {
         for (split, s) in &m.splits {
@@ -232,5 +257,4 @@ pub fn run(args: TrainArgs) -> anyhow::Result<()> {
             }
         }
     }
-    Ok(())
 }

@@ -4,16 +4,21 @@
 //! accountant's PATE analysis of the votes ([`crate::accountant::pate`]).
 //!
 //! One concept per module: [`partition`] (teachers' speakers), [`teachers`] (training
-//! the ensemble, and its votes), [`aggregate`] (noisy votes and their cost).
+//! the ensemble, and its votes), [`aggregate`] (noisy votes and their cost), [`label`]
+//! (labelling public clips, recorded in the ledger), [`student`].
 
 pub mod aggregate;
+pub mod label;
 pub mod partition;
+pub mod student;
 pub mod teachers;
 
 use std::path::PathBuf;
 
 pub use aggregate::{vote_histogram, Aggregator};
+pub use label::{finished_teachers, label_public, LabelConfig, LabelFile, LabelReport};
 pub use partition::partition_by_speaker;
+pub use student::train_student;
 pub use teachers::{teacher_dir, teacher_votes, train_teachers, Partition, PARTITION_JSON};
 
 /// What can go wrong in a PATE run.

@@ -19,7 +19,7 @@ use hush_models::step::predict;
 use serde::{Deserialize, Serialize};
 
 use super::{partition_by_speaker, vote_histogram, PateError};
-use crate::train::data::{load_kws, Clip, KwsData};
+use crate::train::data::{read_kws, Clip, KwsData};
 use crate::train::{train_kws_on, KwsTrainConfig};
 
 /// The file in the teachers' directory that records the partition.
@@ -53,7 +53,7 @@ pub fn train_teachers(
 ) -> Result<Vec<PathBuf>, PateError> {
     let labels = KwsLabels::new(&cfg.keywords);
     let clip_len = clip_samples(&cfg.features, cfg.frames);
-    let data = load_kws(&cfg.data, &labels, cfg.features.frame.sample_rate, clip_len)?;
+    let data = read_kws(&cfg.data, &labels, cfg.features.frame.sample_rate, clip_len)?;
     let clips: Vec<&Clip> = data
         .train
         .iter()

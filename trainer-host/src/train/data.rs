@@ -36,8 +36,38 @@ pub struct KwsData {
 }
 
 /// Reads a Speech Commands corpus: every clip at `sample_rate`, fitted to `clip_len`
-/// samples, labelled by `labels`.
+/// samples, labelled by `labels`. Fails when a split is empty.
 pub fn load_kws(
+    dir: &Path,
+    labels: &KwsLabels,
+    sample_rate: u32,
+    clip_len: usize,
+) -> Result<KwsData, TrainError> {
+    let data = read_kws(dir, labels, sample_rate, clip_len)?;
+    require_splits(&data, dir)?;
+    Ok(data)
+}
+
+/// Fails, naming `dir`, when a split of `data` is empty.
+pub fn require_splits(data: &KwsData, dir: &Path) -> Result<(), TrainError> {
+    for (name, split) in [
+        ("train", &data.train),
+        ("validation", &data.validation),
+        ("test", &data.test),
+    ] {
+        if split.is_empty() {
+            return Err(TrainError::Data {
+                path: dir.to_path_buf(),
+                reason: format!("the {name} split is empty (splits follow speaker ids)"),
+            });
+        }
+    }
+    Ok(())
+}
+
+/// [`load_kws`] without requiring every split: for corpora used whole (PATE's private
+/// data) or only in part.
+pub fn read_kws(
     dir: &Path,
     labels: &KwsLabels,
     sample_rate: u32,
@@ -98,18 +128,6 @@ pub fn load_kws(
             if audio.sample_rate == sample_rate && audio.samples.len() >= clip_len {
                 data.noises.push(audio.samples);
             }
-        }
-    }
-    for (name, split) in [
-        ("train", &data.train),
-        ("validation", &data.validation),
-        ("test", &data.test),
-    ] {
-        if split.is_empty() {
-            return Err(TrainError::Data {
-                path: dir.to_path_buf(),
-                reason: format!("the {name} split is empty (splits follow speaker ids)"),
-            });
         }
     }
     Ok(data)

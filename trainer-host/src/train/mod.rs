@@ -390,18 +390,7 @@ pub fn train_kws_on(
     let (labels, io, arch) = cfg.resolve_arch()?;
     let bins = io.bins;
     let sr = cfg.features.frame.sample_rate;
-    for (name, split) in [
-        ("train", &data.train),
-        ("validation", &data.validation),
-        ("test", &data.test),
-    ] {
-        if split.is_empty() {
-            return Err(TrainError::Data {
-                path: cfg.data.clone(),
-                reason: format!("the {name} split is empty"),
-            });
-        }
-    }
+    data::require_splits(data, &cfg.data)?;
     let clean_train = features_of(&data.train, &cfg.features, cfg.frames)?;
     let val = features_of(&data.validation, &cfg.features, cfg.frames)?;
     let test = features_of(&data.test, &cfg.features, cfg.frames)?;

@@ -1,0 +1,258 @@
+//! `hush-host pate …`: teachers on speaker-disjoint private data, noisy labels for public
+//! clips (recorded in the ledger), and the student ([`hush_host::pate`]).
+
+use std::path::{Path, PathBuf};
+
+use anyhow::Context;
+use hush_host::accountant::Accountant;
+use hush_host::pate::{
+    label_public, train_student, train_teachers, Aggregator, LabelConfig, LabelFile,
+};
+
+use super::train::{epoch_line, print_card, ModelArgs};
+
+/// `hush-host pate` subcommands.
+#[derive(clap::Subcommand)]
+pub enum PateCommand {
+    /// Train N teachers, each on its own speakers of the private corpus (resumable).
+    TrainTeachers(TeachersArgs),
+    /// Label the public corpus with the teachers' noisy votes; records the cost in the ledger.
+    Label(LabelArgs),
+    /// Train the student on the answered public clips with their aggregated labels.
+    Student(StudentArgs),
+    /// All three: teachers, labels, student.
+    Run(RunArgs),
+}
+
+/// Arguments of `pate train-teachers`.
+#[derive(clap::Args)]
+pub struct TeachersArgs {
+    /// The private corpus (Speech Commands layout; all its splits train teachers).
+    #[arg(long)]
+    pub private: PathBuf,
+    /// Number of teachers (each gets whole speakers; at most the number of speakers).
+    #[arg(long)]
+    pub teachers: usize,
+    /// Output directory (teacher-NNN/ packages and partition.json).
+    #[arg(long)]
+    pub out: PathBuf,
+    /// Seed of the speaker partition.
+    #[arg(long, default_value_t = 0)]
+    pub partition_seed: u64,
+    /// The teachers' model and training.
+    #[command(flatten)]
+    pub model: ModelArgs,
+}
+
+/// The aggregator flags.
+#[derive(clap::Args, Clone)]
+pub struct AggregatorArgs {
+    /// lnmax, gnmax or confident-gnmax.
+    #[arg(long, default_value = "gnmax")]
+    pub aggregator: String,
+    /// GNMax noise σ (the answer step of confident-gnmax too).
+    #[arg(long)]
+    pub sigma: Option<f64>,
+    /// LNMax Laplace scale λ.
+    #[arg(long)]
+    pub lambda: Option<f64>,
+    /// Confident-GNMax: threshold T on the noisy top vote.
+    #[arg(long)]
+    pub threshold: Option<f64>,
+    /// Confident-GNMax: noise σ₁ of the threshold step.
+    #[arg(long)]
+    pub sigma1: Option<f64>,
+    /// δ of the reported ε and of the ledger budget.
+    #[arg(long, default_value_t = 1e-5)]
+    pub delta: f64,
+    /// The privacy ledger (SQLite; created if missing).
+    #[arg(long, default_value = "hush-ledger.sqlite")]
+    pub ledger: PathBuf,
+    /// The ledger's total ε budget.
+    #[arg(long, default_value_t = 10.0)]
+    pub budget_epsilon: f64,
+    /// The ledger's accountant (LNMax needs rdp).
+    #[arg(long, value_enum, default_value = "rdp")]
+    pub accountant: Accountant,
+    /// Seed the noise (reproducible; never for real releases).
+    #[arg(long)]
+    pub noise_seed: Option<u64>,
+}
+
+impl AggregatorArgs {
+    fn aggregator(&self) -> anyhow::Result<Aggregator> {
+        let need = |v: Option<f64>, flag: &str| {
+            v.with_context(|| format!("--aggregator {} needs {flag}", self.aggregator))
+        };
+        Ok(match self.aggregator.as_str() {
+            "lnmax" => Aggregator::LnMax {
+                lambda: need(self.lambda, "--lambda")?,
+            },
+            "gnmax" => Aggregator::GnMax {
+                sigma: need(self.sigma, "--sigma")?,
+            },
+            "confident-gnmax" => Aggregator::ConfidentGnMax {
+                threshold: need(self.threshold, "--threshold")?,
+                sigma1: need(self.sigma1, "--sigma1")?,
+                sigma2: need(self.sigma, "--sigma")?,
+            },
+            other => {
+                anyhow::bail!("--aggregator: `{other}` is not one of lnmax, gnmax, confident-gnmax")
+            }
+        })
+    }
+
+    fn config(&self, teachers: &Path, public: &Path) -> anyhow::Result<LabelConfig> {
+        Ok(LabelConfig {
+            teachers: teachers.to_path_buf(),
+            public: public.to_path_buf(),
+            aggregator: self.aggregator()?,
+            delta: self.delta,
+            ledger: self.ledger.clone(),
+            budget_epsilon: self.budget_epsilon,
+            accountant: self.accountant,
+            seed: self.noise_seed,
+        })
+    }
+}
+
+/// Arguments of `pate label`.
+#[derive(clap::Args)]
+pub struct LabelArgs {
+    /// The teachers' directory (train-teachers --out).
+    #[arg(long)]
+    pub teachers: PathBuf,
+    /// The public corpus (its train and validation clips are labelled).
+    #[arg(long)]
+    pub public: PathBuf,
+    /// The labels file to write (JSON).
+    #[arg(long)]
+    pub out: PathBuf,
+    /// The aggregator, its noise and the ledger.
+    #[command(flatten)]
+    pub agg: AggregatorArgs,
+}
+
+/// Arguments of `pate student`.
+#[derive(clap::Args)]
+pub struct StudentArgs {
+    /// The public corpus the labels were made on.
+    #[arg(long)]
+    pub public: PathBuf,
+    /// The labels file (pate label --out).
+    #[arg(long)]
+    pub labels: PathBuf,
+    /// Output model directory.
+    #[arg(long)]
+    pub out: PathBuf,
+    /// The student's model and training.
+    #[command(flatten)]
+    pub model: ModelArgs,
+}
+
+/// Arguments of `pate run`.
+#[derive(clap::Args)]
+pub struct RunArgs {
+    /// The private corpus.
+    #[arg(long)]
+    pub private: PathBuf,
+    /// The public corpus.
+    #[arg(long)]
+    pub public: PathBuf,
+    /// Number of teachers.
+    #[arg(long)]
+    pub teachers: usize,
+    /// Output directory: teachers/, labels.json, student/.
+    #[arg(long)]
+    pub out: PathBuf,
+    /// Seed of the speaker partition.
+    #[arg(long, default_value_t = 0)]
+    pub partition_seed: u64,
+    /// The aggregator, its noise and the ledger.
+    #[command(flatten)]
+    pub agg: AggregatorArgs,
+    /// The model and training of teachers and student.
+    #[command(flatten)]
+    pub model: ModelArgs,
+}
+
+/// Runs a `pate` subcommand.
+pub fn run(cmd: PateCommand) -> anyhow::Result<()> {
+    match cmd {
+        PateCommand::TrainTeachers(a) => {
+            teachers(&a.private, a.teachers, a.partition_seed, &a.model, &a.out)
+        }
+        PateCommand::Label(a) => label(&a.agg, &a.teachers, &a.public, &a.out),
+        PateCommand::Student(a) => student(&a.public, &a.labels, &a.model, &a.out),
+        PateCommand::Run(a) => {
+            let teachers_dir = a.out.join("teachers");
+            let labels = a.out.join("labels.json");
+            teachers(
+                &a.private,
+                a.teachers,
+                a.partition_seed,
+                &a.model,
+                &teachers_dir,
+            )?;
+            label(&a.agg, &teachers_dir, &a.public, &labels)?;
+            student(&a.public, &labels, &a.model, &a.out.join("student"))
+        }
+    }
+}
+
+fn teachers(
+    private: &Path,
+    n: usize,
+    seed: u64,
+    model: &ModelArgs,
+    out: &Path,
+) -> anyhow::Result<()> {
+    let cfg = model.kws_config(private);
+    let dirs = train_teachers(&cfg, n, seed, out, &mut |t, n, done| {
+        if done {
+            eprintln!("teacher {}/{n}: already trained, kept", t + 1);
+        } else {
+            eprintln!("teacher {}/{n}: training", t + 1);
+        }
+    })
+    .with_context(|| format!("training teachers on {}", private.display()))?;
+    println!("{} teachers in {}", dirs.len(), out.display());
+    Ok(())
+}
+
+fn label(agg: &AggregatorArgs, teachers: &Path, public: &Path, out: &Path) -> anyhow::Result<()> {
+    let cfg = agg.config(teachers, public)?;
+    let report = label_public(&cfg, out, &mut |t, n| {
+        eprintln!("votes of teacher {}/{n}", t + 1)
+    })
+    .with_context(|| format!("labelling {}", public.display()))?;
+    let f = &report.file;
+    let answered = f.labels.iter().filter(|l| l.label.is_some()).count();
+    println!(
+        "{}: {answered} of {} public clips answered by {} teachers",
+        f.aggregator.name(),
+        f.labels.len(),
+        f.num_teachers
+    );
+    println!(
+        "ε = {:.4} (data-independent, publishable), δ = {}; ledger {} record {}",
+        f.epsilon_data_independent, f.delta, f.ledger, f.ledger_record
+    );
+    println!(
+        "data-dependent ε = {:.4} (private: a function of the votes; release it only with \
+         smooth sensitivity, `hush-host privacy pate`)",
+        f.epsilon_data_dependent
+    );
+    println!("labels → {}", out.display());
+    Ok(())
+}
+
+fn student(public: &Path, labels: &Path, model: &ModelArgs, out: &Path) -> anyhow::Result<()> {
+    let file = LabelFile::read(labels)?;
+    let cfg = model.kws_config(public);
+    let command = std::env::args().collect::<Vec<_>>().join(" ");
+    let report = train_student(&cfg, &file, out, &command, &mut epoch_line(cfg.epochs))
+        .with_context(|| format!("training the student on {}", public.display()))?;
+    print_card(&report.card, out);
+    Ok(())
+}

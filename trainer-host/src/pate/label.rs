@@ -1,0 +1,331 @@
+//! Labelling public clips: the teachers vote on every clip of the public corpus's train and
+//! validation splits (its test split is kept for judging the student), a noisy aggregator
+//! turns each vote histogram into a label or a refusal, and the cost is recorded in the
+//! privacy ledger **before** the labels file is written (the same order as every release
+//! in hush).
+//!
+//! The ledger holds the data-independent cost as a Gaussian mechanism per query, exact
+//! for GNMax (RDP `α/σ²`: noise multiplier `σ/√2`) and Confident-GNMax (threshold step
+//! `α/(2σ₁²)` plus answer step, one Gaussian with `1/z² = 1/σ₁² + 2/σ₂²`). LNMax is pure
+//! `2/λ`-DP per query; its RDP `min(ε²α/2, ε)` is bounded by a Gaussian of noise
+//! multiplier `λ/2`, a bound that holds for RDP only, so LNMax needs a ledger accounted by
+//! RDP. The data-dependent ε is reported in the labels file only as the accountant's
+//! analysis of these votes; it is itself private (publish it only through the
+//! smooth-sensitivity release of `hush-host privacy pate`).
+
+use std::path::{Path, PathBuf};
+
+use hush_device::dataset::KwsLabels;
+use hush_device::infer::{card_features, clip_samples};
+use hush_models::dp::NoiseSource;
+use hush_models::package::{ModelCard, MODEL_JSON};
+use serde::{Deserialize, Serialize};
+
+use super::{teacher_votes, Aggregator, PateError, PARTITION_JSON};
+use crate::accountant::pate::PateAnalysis;
+use crate::accountant::rdp::default_orders;
+use crate::accountant::{Accountant, Adjacency, PrivacyUnit, SubsampledGaussian};
+use crate::ledger::sqlite::SqliteLedgerStore;
+use crate::ledger::{Budget, Ledger, Mechanism, Release};
+use crate::train::data::read_kws;
+
+/// Everything `hush-host pate label` decides.
+#[derive(Debug, Clone, PartialEq)]
+pub struct LabelConfig {
+    /// The teachers' directory (`train-teachers --out`).
+    pub teachers: PathBuf,
+    /// The public corpus (Speech Commands layout; its labels are not read for labelling).
+    pub public: PathBuf,
+    /// The aggregator and its noise.
+    pub aggregator: Aggregator,
+    /// δ of the reported ε and of the ledger budget.
+    pub delta: f64,
+    /// The privacy ledger (SQLite; created if missing).
+    pub ledger: PathBuf,
+    /// The ledger's total ε budget.
+    pub budget_epsilon: f64,
+    /// The ledger's accountant.
+    pub accountant: Accountant,
+    /// Seeded noise (tests and reproducible experiments only); `None`: OS randomness.
+    pub seed: Option<u64>,
+}
+
+/// One public clip's outcome.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct PublicLabel {
+    /// The clip, relative to the public corpus.
+    pub file: PathBuf,
+    /// The aggregated label, or `None` when the aggregator refused the query.
+    pub label: Option<String>,
+}
+
+/// The labels file (`--out`, JSON).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct LabelFile {
+    /// The teachers' directory.
+    pub teachers: PathBuf,
+    /// Number of teachers.
+    pub num_teachers: usize,
+    /// The public corpus.
+    pub public: PathBuf,
+    /// The aggregator.
+    pub aggregator: Aggregator,
+    /// Class names.
+    pub classes: Vec<String>,
+    /// δ of the ε values.
+    pub delta: f64,
+    /// Data-independent ε of the whole labelling run (publishable).
+    pub epsilon_data_independent: f64,
+    /// Data-dependent ε (private: a function of the votes).
+    pub epsilon_data_dependent: f64,
+    /// The ledger file and its record of this run.
+    pub ledger: String,
+    /// The ledger record's id.
+    pub ledger_record: i64,
+    /// Per clip.
+    pub labels: Vec<PublicLabel>,
+}
+
+impl LabelFile {
+    /// Reads a labels file, naming it in errors.
+    pub fn read(path: &Path) -> Result<Self, PateError> {
+        let bad = |reason: String| PateError::File {
+            path: path.to_path_buf(),
+            reason,
+        };
+        let text = std::fs::read_to_string(path).map_err(|e| bad(e.to_string()))?;
+        serde_json::from_str(&text).map_err(|e| bad(format!("not a PATE labels file: {e}")))
+    }
+}
+
+/// The finished teachers under `dir` (`teacher-NNN/` with a `model.json`), in order.
+pub fn finished_teachers(dir: &Path) -> Result<Vec<PathBuf>, PateError> {
+    if !dir.join(PARTITION_JSON).is_file() {
+        return Err(PateError::File {
+            path: dir.to_path_buf(),
+            reason: format!("no {PARTITION_JSON}: not a teachers directory (train-teachers --out)"),
+        });
+    }
+    let entries = std::fs::read_dir(dir).map_err(|source| PateError::Io {
+        path: dir.to_path_buf(),
+        source,
+    })?;
+    let mut dirs: Vec<PathBuf> = entries
+        .filter_map(|e| e.ok().map(|e| e.path()))
+        .filter(|p| {
+            p.file_name()
+                .and_then(|n| n.to_str())
+                .is_some_and(|n| n.starts_with("teacher-"))
+                && p.join(MODEL_JSON).is_file()
+        })
+        .collect();
+    dirs.sort();
+    if dirs.is_empty() {
+        return Err(PateError::File {
+            path: dir.to_path_buf(),
+            reason: "no finished teacher in it".into(),
+        });
+    }
+    Ok(dirs)
+}
+
+/// The ledger's Gaussian stand-in for `queries` answers of `aggregator` (see the module
+/// docs), or an error when the ledger's accountant cannot use it.
+fn ledger_event(
+    aggregator: &Aggregator,
+    queries: usize,
+    accountant: Accountant,
+) -> Result<SubsampledGaussian, PateError> {
+    let z = match *aggregator {
+        Aggregator::GnMax { sigma } => sigma / 2f64.sqrt(),
+        Aggregator::ConfidentGnMax { sigma1, sigma2, .. } => (1.0 / (sigma1 * sigma1)
+            + 2.0 / (sigma2 * sigma2))
+            .sqrt()
+            .recip(),
+        Aggregator::LnMax { lambda } => {
+            if accountant != Accountant::Rdp {
+                return Err(PateError::Option {
+                    option: "--accountant",
+                    reason: "LNMax's ledger entry is an RDP bound; use --accountant rdp".into(),
+                });
+            }
+            lambda / 2.0
+        }
+    };
+    SubsampledGaussian::poisson(1.0, z, queries as u64).map_err(|e| PateError::Option {
+        option: "--sigma",
+        reason: e.to_string(),
+    })
+}
+
+/// What a labelling run produced.
+#[derive(Debug, Clone)]
+pub struct LabelReport {
+    /// The labels file's content.
+    pub file: LabelFile,
+    /// The accountant's analysis of the votes.
+    pub analysis: PateAnalysis,
+    /// The votes, per query (for experiments and tests; private).
+    pub votes: Vec<Vec<f64>>,
+}
+
+/// Labels the public corpus with the teachers' noisy votes and writes the labels file to
+/// `out` after recording the cost in the ledger. `progress` gets `(teacher, teachers)`.
+pub fn label_public(
+    cfg: &LabelConfig,
+    out: &Path,
+    progress: &mut dyn FnMut(usize, usize),
+) -> Result<LabelReport, PateError> {
+    cfg.aggregator.validate()?;
+    let teachers = finished_teachers(&cfg.teachers)?;
+    let first = &teachers[0];
+    let card = ModelCard::read(first)?;
+    let features = card_features(&card, first)?;
+    let io = card.arch.io();
+    let keywords: Vec<String> = card
+        .labels
+        .iter()
+        .filter(|l| !l.starts_with('_'))
+        .cloned()
+        .collect();
+    let labels = KwsLabels::new(&keywords);
+    let clip_len = clip_samples(&features, io.frames);
+    let data = read_kws(&cfg.public, &labels, features.frame.sample_rate, clip_len)?;
+    let queries: Vec<_> = data.train.into_iter().chain(data.validation).collect();
+    if queries.is_empty() {
+        return Err(PateError::File {
+            path: cfg.public.clone(),
+            reason: "no clip in its train or validation split to label".into(),
+        });
+    }
+    let (votes, classes) = teacher_votes(&teachers, &queries, progress)?;
+    let analysis = cfg
+        .aggregator
+        .analyze(&votes, cfg.delta, &default_orders())
+        .map_err(|e| PateError::Option {
+            option: "--delta",
+            reason: e.to_string(),
+        })?;
+
+    let partition: super::Partition = serde_json::from_str(
+        &std::fs::read_to_string(cfg.teachers.join(PARTITION_JSON)).map_err(|source| {
+            PateError::Io {
+                path: cfg.teachers.join(PARTITION_JSON),
+                source,
+            }
+        })?,
+    )
+    .map_err(|e| PateError::File {
+        path: cfg.teachers.join(PARTITION_JSON),
+        reason: e.to_string(),
+    })?;
+    let speakers: usize = partition.teachers.iter().map(Vec::len).sum();
+    let privacy = |e: crate::ledger::LedgerError| PateError::Option {
+        option: "--ledger",
+        reason: e.to_string(),
+    };
+    let budget = Budget::new(
+        cfg.budget_epsilon,
+        cfg.delta,
+        cfg.accountant,
+        Adjacency::AddRemove,
+        PrivacyUnit::User,
+    )
+    .map_err(|e| PateError::Option {
+        option: "--budget-epsilon",
+        reason: e.to_string(),
+    })?;
+    let mut ledger = Ledger::new(
+        SqliteLedgerStore::open(&cfg.ledger).map_err(privacy)?,
+        budget,
+    );
+    let release = Release {
+        mechanism: Mechanism::Pate,
+        event: ledger_event(&cfg.aggregator, votes.len(), cfg.accountant)?,
+        unit: PrivacyUnit::User,
+        adjacency: Adjacency::AddRemove,
+        population: Some(speakers as u64),
+        delta: cfg.delta,
+        released: format!(
+            "PATE {} labels of {} public clips ({})",
+            cfg.aggregator.name(),
+            votes.len(),
+            out.display()
+        ),
+    };
+    let authorization = ledger.authorize(&release).map_err(privacy)?;
+
+    let mut noise = match cfg.seed {
+        Some(s) => NoiseSource::from_seed(s),
+        None => NoiseSource::from_os(),
+    };
+    let answers: Vec<PublicLabel> = queries
+        .iter()
+        .zip(&votes)
+        .map(|(clip, v)| PublicLabel {
+            file: clip
+                .path
+                .strip_prefix(&cfg.public)
+                .unwrap_or(&clip.path)
+                .to_path_buf(),
+            label: cfg
+                .aggregator
+                .answer(v, &mut noise)
+                .and_then(|c| classes.get(c).cloned()),
+        })
+        .collect();
+    let record = ledger.record(authorization).map_err(privacy)?;
+    let file = LabelFile {
+        teachers: cfg.teachers.clone(),
+        num_teachers: teachers.len(),
+        public: cfg.public.clone(),
+        aggregator: cfg.aggregator,
+        classes,
+        delta: cfg.delta,
+        epsilon_data_independent: analysis.epsilon_data_independent.0,
+        epsilon_data_dependent: analysis.epsilon_data_dependent.0,
+        ledger: cfg.ledger.display().to_string(),
+        ledger_record: record.id,
+        labels: answers,
+    };
+    write_atomically(out, &file)?;
+    Ok(LabelReport {
+        file,
+        analysis,
+        votes,
+    })
+}
+
+/// Writes `file` as JSON to a scratch file beside `out`, then renames it into place.
+fn write_atomically(out: &Path, file: &LabelFile) -> Result<(), PateError> {
+    let bad = |reason: String| PateError::File {
+        path: out.to_path_buf(),
+        reason,
+    };
+    let json = serde_json::to_string_pretty(file).map_err(|e| bad(e.to_string()))?;
+    let scratch = out.with_extension("json.partial");
+    std::fs::write(&scratch, json).map_err(|e| bad(e.to_string()))?;
+    std::fs::rename(&scratch, out).map_err(|e| bad(e.to_string()))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::accountant::pate::rdp_data_independent_gaussian;
+
+    #[test]
+    fn the_ledger_gaussian_has_the_gnmax_rdp() {
+        let orders = default_orders();
+        let ev = ledger_event(&Aggregator::GnMax { sigma: 40.0 }, 5, Accountant::Rdp).unwrap();
+        let want: Vec<f64> = rdp_data_independent_gaussian(40.0, &orders)
+            .iter()
+            .map(|r| 5.0 * r)
+            .collect();
+        let got = ev.rdp(Adjacency::AddRemove, &orders).unwrap();
+        for (a, b) in got.iter().zip(&want) {
+            assert!((a / b - 1.0).abs() < 1e-9, "{a} {b}");
+        }
+        let e = ledger_event(&Aggregator::LnMax { lambda: 10.0 }, 5, Accountant::Pld);
+        assert!(e.unwrap_err().to_string().contains("--accountant"));
+    }
+}

@@ -1,0 +1,1 @@
+//! Features back to audio.

@@ -190,3 +190,42 @@ fn inversion_recovers_random_features_of_a_small_model() {
     let var: f64 = x.iter().map(|a| a * a).sum::<f64>() / x.len() as f64;
     eprintln!("grad loss {:.4}, feature mse {mse:.4} (signal power {var:.4})", inv.grad_loss);
 }
+
+#[test]
+#[ignore = "exploration"]
+fn explore_real_clip() {
+    use hush_device::audio::read_audio;
+    use hush_device::features::{FeatureConfig, FeatureKind};
+    use hush_device::infer::clip_features;
+    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../data/corpus/kws/yes");
+    let mut files: Vec<_> = std::fs::read_dir(&root).unwrap().map(|e| e.unwrap().path()).collect();
+    files.sort();
+    let audio = read_audio(&files[0]).unwrap();
+    let mut fc = FeatureConfig::kaldi(FeatureKind::Fbank);
+    fc.mel.num_bins = 40;
+    let f = clip_features(&fc, &audio.samples, 98).unwrap();
+    for (ch, hidden, iters, tv) in [([8, 16], 32, 200, 0.0), ([8, 16], 32, 200, 0.01), ([32, 64], 128, 100, 0.01)] {
+        let arch = ArchConfig::LeakCnn(LeakCnnConfig {
+            io: IoShape { frames: 98, bins: 40, classes: 12 },
+            channels: ch,
+            hidden,
+            dropout: 0.0,
+        });
+        let device = Device::flex();
+        device.seed(1);
+        let mut m = arch.init(&device).unwrap();
+        let mean: f32 = f.iter().sum::<f32>() / f.len() as f32;
+        let var: f32 = f.iter().map(|v| (v - mean).powi(2)).sum::<f32>() / f.len() as f32;
+        m.set_input_norm(&vec![mean; 40], &vec![1.0 / var.sqrt(); 40]).unwrap();
+        let net = LeakNet::from_model(&arch, &m).unwrap();
+        let x = net.normalise(&f);
+        let g = shared_update(&net, &x, 3, None, 0).unwrap();
+        let cfg = InvertConfig { iterations: iters, restarts: 1, tv_weight: tv, ..InvertConfig::default() };
+        let t0 = std::time::Instant::now();
+        let inv = invert(&net, &g, idlg_label(&net, &g), &cfg, &mut || {}).unwrap();
+        let dt = t0.elapsed().as_secs_f64() / iters as f64;
+        let mse: f64 = x.iter().zip(&inv.normalised).map(|(a, b)| (a - b).powi(2)).sum::<f64>() / x.len() as f64;
+        let p: f64 = x.iter().map(|a| a * a).sum::<f64>() / x.len() as f64;
+        eprintln!("{ch:?} h{hidden} it{iters} tv{tv}: grad loss {:.4}, mse {mse:.4} (power {p:.4}), {:.1} ms/it, label {}", inv.grad_loss, dt * 1e3, idlg_label(&net, &g));
+    }
+}

@@ -12,12 +12,19 @@
 //!   gradient inversion needs (burn has no double backprop);
 //! - [`invert`]: the shared update of one clip (optionally clipped and noised), iDLG label
 //!   recovery, and feature reconstruction by gradient matching;
-//! - [`waveform`]: features back to audio (inverse DCT, NNLS onto |STFT|, Griffin-Lim).
+//! - [`waveform`]: features back to audio (inverse DCT, NNLS onto |STFT|, Griffin-Lim);
+//! - [`speaker`]: a small speaker-embedding model with an equal-error-rate threshold;
+//! - [`attack`]: one clip end to end, with every metric; [`report`]: many clips, Mel vs
+//!   MFCC, with and without DP; [`target`]: the models the audit attacks.
 
+pub mod attack;
 pub mod invert;
 pub mod leak_net;
 pub mod quality;
+pub mod report;
+pub mod speaker;
 pub mod stoi;
+pub mod target;
 pub mod waveform;
 
 use std::path::PathBuf;

@@ -142,10 +142,17 @@ pub fn heatmaps(path: &Path, title: &str, panels: &[Heatmap]) -> Result<(), Plot
     FONT_ONCE.call_once(|| {
         let _ = register_font("sans-serif", FontStyle::Normal, FONT);
     });
-    if panels.is_empty() || panels.iter().any(|p| p.values.len() != p.rows * p.cols || p.rows == 0 || p.cols == 0) {
+    if panels.is_empty()
+        || panels
+            .iter()
+            .any(|p| p.values.len() != p.rows * p.cols || p.rows == 0 || p.cols == 0)
+    {
         return Err(err(&"every panel needs rows × cols values"));
     }
-    let finite = panels.iter().flat_map(|p| p.values.iter()).filter(|v| v.is_finite());
+    let finite = panels
+        .iter()
+        .flat_map(|p| p.values.iter())
+        .filter(|v| v.is_finite());
     let (lo, hi) = finite.fold((f32::MAX, f32::MIN), |(a, b), &v| (a.min(v), b.max(v)));
     let span = if hi > lo { hi - lo } else { 1.0 };
     let width = 420 * panels.len() as u32;
@@ -174,7 +181,11 @@ pub fn heatmaps(path: &Path, title: &str, panels: &[Heatmap]) -> Result<(), Plot
         chart
             .draw_series(cells.map(|(r, c)| {
                 let v = p.values[r * p.cols + c];
-                let t = if v.is_finite() { ((v - lo) / span).clamp(0.0, 1.0) } else { 0.0 };
+                let t = if v.is_finite() {
+                    ((v - lo) / span).clamp(0.0, 1.0)
+                } else {
+                    0.0
+                };
                 let color = viridis(t);
                 Rectangle::new(
                     [(r as i32, c as i32), (r as i32 + 1, c as i32 + 1)],
@@ -196,10 +207,20 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("h.png");
         let v: Vec<f32> = (0..12).map(|i| i as f32).collect();
-        let panel = Heatmap { title: "a", values: &v, rows: 4, cols: 3 };
+        let panel = Heatmap {
+            title: "a",
+            values: &v,
+            rows: 4,
+            cols: 3,
+        };
         heatmaps(&path, "t", &[panel, panel]).unwrap();
         assert_eq!(&std::fs::read(&path).unwrap()[..4], b"\x89PNG");
-        let bad = Heatmap { title: "b", values: &v, rows: 5, cols: 3 };
+        let bad = Heatmap {
+            title: "b",
+            values: &v,
+            rows: 5,
+            cols: 3,
+        };
         assert!(heatmaps(&path, "t", &[bad]).is_err());
     }
 

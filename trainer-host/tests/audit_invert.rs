@@ -38,7 +38,9 @@ fn features(n: usize, seed: u64) -> Vec<f32> {
     let mut s = seed.wrapping_mul(6364136223846793005).wrapping_add(1);
     (0..n)
         .map(|i| {
-            s = s.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+            s = s
+                .wrapping_mul(6364136223846793005)
+                .wrapping_add(1442695040888963407);
             ((s >> 40) as f32 / (1u64 << 24) as f32 - 0.5) * 3.0 + (i % 7) as f32 * 0.2
         })
         .collect()
@@ -65,7 +67,10 @@ fn hand_written_leak_cnn_matches_burn_loss_and_gradients() {
     let (loss, grads) = loss_and_grads(&m, &batch, &device).unwrap();
     let named = m.named_grads(&grads).unwrap();
     let (my_loss, my_grads) = net.weight_grad(&net.normalise(&f), label);
-    assert!((f64::from(loss) - my_loss).abs() < 1e-4, "{loss} vs {my_loss}");
+    assert!(
+        (f64::from(loss) - my_loss).abs() < 1e-4,
+        "{loss} vs {my_loss}"
+    );
     let mut off = 0;
     for t in &named {
         let mine = &my_grads[off..off + t.len()];
@@ -99,7 +104,8 @@ fn second_order_pass_matches_finite_differences_of_the_objective() {
         xp[i] += h;
         let mut xm = x.clone();
         xm[i] -= h;
-        let fd = (objective(&net, &xp, 1, &target, 0.0).0 - objective(&net, &xm, 1, &target, 0.0).0)
+        let fd = (objective(&net, &xp, 1, &target, 0.0).0
+            - objective(&net, &xm, 1, &target, 0.0).0)
             / (2.0 * h);
         assert!(
             (fd - grad[i]).abs() < 1e-5 + 1e-3 * fd.abs(),
@@ -155,7 +161,10 @@ fn other_architectures_are_refused_by_name() {
     let arch = ArchConfig::default_for("ds-cnn-s", io).unwrap();
     let m = arch.init(&Device::flex()).unwrap();
     let err = LeakNet::from_model(&arch, &m).unwrap_err().to_string();
-    assert!(err.contains("leak-cnn") && err.contains("ds-cnn-s"), "{err}");
+    assert!(
+        err.contains("leak-cnn") && err.contains("ds-cnn-s"),
+        "{err}"
+    );
     let shape = LeakShape {
         frames: 12,
         bins: 10,
@@ -188,7 +197,10 @@ fn inversion_recovers_random_features_of_a_small_model() {
         .sum::<f64>()
         / x.len() as f64;
     let var: f64 = x.iter().map(|a| a * a).sum::<f64>() / x.len() as f64;
-    eprintln!("grad loss {:.4}, feature mse {mse:.4} (signal power {var:.4})", inv.grad_loss);
+    eprintln!(
+        "grad loss {:.4}, feature mse {mse:.4} (signal power {var:.4})",
+        inv.grad_loss
+    );
 }
 
 #[test]
@@ -198,15 +210,26 @@ fn explore_real_clip() {
     use hush_device::features::{FeatureConfig, FeatureKind};
     use hush_device::infer::clip_features;
     let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../data/corpus/kws/yes");
-    let mut files: Vec<_> = std::fs::read_dir(&root).unwrap().map(|e| e.unwrap().path()).collect();
+    let mut files: Vec<_> = std::fs::read_dir(&root)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .collect();
     files.sort();
     let audio = read_audio(&files[0]).unwrap();
     let mut fc = FeatureConfig::kaldi(FeatureKind::Fbank);
     fc.mel.num_bins = 40;
     let f = clip_features(&fc, &audio.samples, 98).unwrap();
-    for (ch, hidden, iters, tv) in [([8, 16], 32, 200, 0.0), ([8, 16], 32, 200, 0.01), ([32, 64], 128, 100, 0.01)] {
+    for (ch, hidden, iters, tv) in [
+        ([8, 16], 32, 200, 0.0),
+        ([8, 16], 32, 200, 0.01),
+        ([32, 64], 128, 100, 0.01),
+    ] {
         let arch = ArchConfig::LeakCnn(LeakCnnConfig {
-            io: IoShape { frames: 98, bins: 40, classes: 12 },
+            io: IoShape {
+                frames: 98,
+                bins: 40,
+                classes: 12,
+            },
             channels: ch,
             hidden,
             dropout: 0.0,
@@ -216,15 +239,26 @@ fn explore_real_clip() {
         let mut m = arch.init(&device).unwrap();
         let mean: f32 = f.iter().sum::<f32>() / f.len() as f32;
         let var: f32 = f.iter().map(|v| (v - mean).powi(2)).sum::<f32>() / f.len() as f32;
-        m.set_input_norm(&vec![mean; 40], &vec![1.0 / var.sqrt(); 40]).unwrap();
+        m.set_input_norm(&vec![mean; 40], &vec![1.0 / var.sqrt(); 40])
+            .unwrap();
         let net = LeakNet::from_model(&arch, &m).unwrap();
         let x = net.normalise(&f);
         let g = shared_update(&net, &x, 3, None, 0).unwrap();
-        let cfg = InvertConfig { iterations: iters, restarts: 1, tv_weight: tv, ..InvertConfig::default() };
+        let cfg = InvertConfig {
+            iterations: iters,
+            restarts: 1,
+            tv_weight: tv,
+            ..InvertConfig::default()
+        };
         let t0 = std::time::Instant::now();
         let inv = invert(&net, &g, idlg_label(&net, &g), &cfg, &mut || {}).unwrap();
         let dt = t0.elapsed().as_secs_f64() / iters as f64;
-        let mse: f64 = x.iter().zip(&inv.normalised).map(|(a, b)| (a - b).powi(2)).sum::<f64>() / x.len() as f64;
+        let mse: f64 = x
+            .iter()
+            .zip(&inv.normalised)
+            .map(|(a, b)| (a - b).powi(2))
+            .sum::<f64>()
+            / x.len() as f64;
         let p: f64 = x.iter().map(|a| a * a).sum::<f64>() / x.len() as f64;
         eprintln!("{ch:?} h{hidden} it{iters} tv{tv}: grad loss {:.4}, mse {mse:.4} (power {p:.4}), {:.1} ms/it, label {}", inv.grad_loss, dt * 1e3, idlg_label(&net, &g));
     }

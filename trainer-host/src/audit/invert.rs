@@ -16,7 +16,9 @@
 //! where every bin has unit scale, so one learning rate and one TV weight fit every bin.
 
 use hush_models::checkpoint::NamedTensor;
-use hush_models::dp::{ClipBounds, ClipStrategy, ExpectedCount, GaussianMechanism, NoiseKind, NoiseSource};
+use hush_models::dp::{
+    ClipBounds, ClipStrategy, ExpectedCount, GaussianMechanism, NoiseKind, NoiseSource,
+};
 use rand::SeedableRng;
 use rand_chacha::ChaCha8Rng;
 use rand_distr::{Distribution, StandardNormal};

@@ -131,7 +131,10 @@ impl Scalar for Dual {
     }
     fn exp(self) -> Self {
         let e = self.v.exp();
-        Self { v: e, t: self.t * e }
+        Self {
+            v: e,
+            t: self.t * e,
+        }
     }
     fn recip(self) -> Self {
         Self {
@@ -469,9 +472,7 @@ impl LeakNet {
         features
             .iter()
             .enumerate()
-            .map(|(i, &v)| {
-                f64::from(v - self.norm_mean[i % b]) * f64::from(self.norm_scale[i % b])
-            })
+            .map(|(i, &v)| f64::from(v - self.norm_mean[i % b]) * f64::from(self.norm_scale[i % b]))
             .collect()
     }
 

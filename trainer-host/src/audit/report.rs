@@ -159,12 +159,18 @@ pub fn run_report(
         let (mut random, mut truth) = (Acc::default(), Acc::default());
         for (ci, clip) in clips.iter().enumerate() {
             let samples = target.read_clip(&clip.path)?;
-            let label = target.class_of(&clip.word).ok_or_else(|| AuditError::Input {
-                path: clip.path.clone(),
-                reason: format!("the model has no class `{}`", clip.word),
-            })?;
+            let label = target
+                .class_of(&clip.word)
+                .ok_or_else(|| AuditError::Input {
+                    path: clip.path.clone(),
+                    reason: format!("the model has no class `{}`", clip.word),
+                })?;
             for ((setting, dp), acc) in settings.iter().zip(accs.iter_mut()) {
-                progress(&format!("{name} · {setting} · clip {}/{}", ci + 1, clips.len()));
+                progress(&format!(
+                    "{name} · {setting} · clip {}/{}",
+                    ci + 1,
+                    clips.len()
+                ));
                 let opts = AttackOptions {
                     invert: InvertConfig {
                         seed: cfg.invert.seed.wrapping_add(ci as u64),
@@ -250,10 +256,8 @@ pub fn write_report(out: &Path, rows: &[ReportRow], preamble: &str) -> Result<()
         source,
     })?;
     let md = out.join("report.md");
-    std::fs::write(&md, markdown(rows, preamble)).map_err(|source| AuditError::Io {
-        path: md,
-        source,
-    })?;
+    std::fs::write(&md, markdown(rows, preamble))
+        .map_err(|source| AuditError::Io { path: md, source })?;
     let js = out.join("report.json");
     let text = serde_json::to_string_pretty(rows).map_err(|e| AuditError::Input {
         path: js.clone(),
@@ -317,10 +321,13 @@ pub fn pick_clips(data: &Path, labels: &[String], n: usize) -> Result<Vec<AuditC
         if ex.split != Split::Test || word == SILENCE || word == UNKNOWN || !labels.contains(word) {
             continue;
         }
-        by_speaker.entry(ex.speaker.clone()).or_default().push(AuditClip {
-            path: ex.path.clone(),
-            word: word.clone(),
-        });
+        by_speaker
+            .entry(ex.speaker.clone())
+            .or_default()
+            .push(AuditClip {
+                path: ex.path.clone(),
+                word: word.clone(),
+            });
     }
     let mut out = Vec::with_capacity(n);
     let mut round = 0;

@@ -123,7 +123,11 @@ impl LayerRunner for Penultimate {
 
 /// Cosine similarity (0 when either vector is zero).
 pub fn cosine(a: &[f32], b: &[f32]) -> f64 {
-    let dot: f64 = a.iter().zip(b).map(|(x, y)| f64::from(*x) * f64::from(*y)).sum();
+    let dot: f64 = a
+        .iter()
+        .zip(b)
+        .map(|(x, y)| f64::from(*x) * f64::from(*y))
+        .sum();
     let na: f64 = a.iter().map(|x| f64::from(*x).powi(2)).sum::<f64>().sqrt();
     let nb: f64 = b.iter().map(|x| f64::from(*x).powi(2)).sum::<f64>().sqrt();
     if na == 0.0 || nb == 0.0 {
@@ -173,7 +177,9 @@ fn load_clips(data: &Path, features: &FeatureConfig) -> Result<Vec<SpeakerClip>,
     if layout != Layout::SpeechCommands {
         return Err(AuditError::Input {
             path: data.to_path_buf(),
-            reason: format!("the speaker model trains on a Speech Commands corpus, found {layout:?}"),
+            reason: format!(
+                "the speaker model trains on a Speech Commands corpus, found {layout:?}"
+            ),
         });
     }
     let mut out = Vec::new();
@@ -220,7 +226,11 @@ impl SpeakerModel {
             return vec![Vec::new(); n];
         };
         let [_, d] = e.dims();
-        let v = e.into_data().convert::<f32>().try_to_vec::<f32>().unwrap_or_default();
+        let v = e
+            .into_data()
+            .convert::<f32>()
+            .try_to_vec::<f32>()
+            .unwrap_or_default();
         v.chunks(d.max(1)).map(<[f32]>::to_vec).collect()
     }
 
@@ -234,10 +244,11 @@ impl SpeakerModel {
     pub fn save(&self, dir: &Path) -> Result<(), AuditError> {
         write_package(dir, &self.card, &self.model)?;
         let path = dir.join(CALIBRATION);
-        let text = serde_json::to_string_pretty(&self.calibration).map_err(|e| AuditError::Input {
-            path: path.clone(),
-            reason: e.to_string(),
-        })?;
+        let text =
+            serde_json::to_string_pretty(&self.calibration).map_err(|e| AuditError::Input {
+                path: path.clone(),
+                reason: e.to_string(),
+            })?;
         std::fs::write(&path, text).map_err(|source| AuditError::Io { path, source })
     }
 
@@ -388,7 +399,10 @@ pub fn train_speaker_model(
     let held: Vec<&SpeakerClip> = clips.iter().filter(|c| c.split != Split::Train).collect();
     let mut embs = Vec::with_capacity(held.len());
     for chunk in held.chunks(64) {
-        let feats: Vec<f32> = chunk.iter().flat_map(|c| c.features.iter().copied()).collect();
+        let feats: Vec<f32> = chunk
+            .iter()
+            .flat_map(|c| c.features.iter().copied())
+            .collect();
         embs.extend(sm.embed_features(&feats, chunk.len()));
     }
     let (mut same, mut diff) = (Vec::new(), Vec::new());
@@ -404,8 +418,7 @@ pub fn train_speaker_model(
     }
     let (eer, threshold) = equal_error_rate(&same, &diff).ok_or_else(|| AuditError::Input {
         path: cfg.data.clone(),
-        reason: "no held-out speaker with two clips: cannot calibrate the speaker threshold"
-            .into(),
+        reason: "no held-out speaker with two clips: cannot calibrate the speaker threshold".into(),
     })?;
     let mut hs: Vec<&str> = held.iter().map(|c| c.speaker.as_str()).collect();
     hs.sort_unstable();

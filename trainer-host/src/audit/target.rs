@@ -27,7 +27,12 @@ pub fn audit_features(kind: AttackFeatures, mel_bins: usize) -> FeatureConfig {
 
 /// Training config of the audit's leak-CNN on `data` for `kind`: 98 frames, 40 Mel bins,
 /// channels 8 and 16, 64 hidden units, no dropout, no augmentation.
-pub fn target_config(data: &Path, kind: AttackFeatures, epochs: usize, seed: u64) -> KwsTrainConfig {
+pub fn target_config(
+    data: &Path,
+    kind: AttackFeatures,
+    epochs: usize,
+    seed: u64,
+) -> KwsTrainConfig {
     let mut cfg = KwsTrainConfig::new(data, "leak-cnn");
     cfg.features = audit_features(kind, 40);
     cfg.frames = 98;

@@ -381,7 +381,11 @@ mod tests {
         let stft = Stft::new(&cfg, frames, n);
         let x = tone(n);
         let y = stft.inverse(&stft.forward(&x));
-        let err = x.iter().zip(&y).map(|(a, b)| (a - b).abs()).fold(0.0, f64::max);
+        let err = x
+            .iter()
+            .zip(&y)
+            .map(|(a, b)| (a - b).abs())
+            .fold(0.0, f64::max);
         assert!(err < 1e-9, "{err}");
     }
 
@@ -410,7 +414,9 @@ mod tests {
         let a: Vec<f64> = (0..m)
             .flat_map(|j| bank.dense_filter(j).into_iter().map(f64::from))
             .collect();
-        let truth: Vec<f64> = (0..n).map(|k| 1.0 + (k as f64 * 0.07).sin().powi(2)).collect();
+        let truth: Vec<f64> = (0..n)
+            .map(|k| 1.0 + (k as f64 * 0.07).sin().powi(2))
+            .collect();
         let b: Vec<f64> = (0..m)
             .map(|i| (0..n).map(|j| a[i * n + j] * truth[j]).sum())
             .collect();
@@ -419,7 +425,11 @@ mod tests {
         let fit: Vec<f64> = (0..m)
             .map(|i| (0..n).map(|j| a[i * n + j] * x[j]).sum())
             .collect();
-        let rel = (fit.iter().zip(&b).map(|(p, q)| (p - q).powi(2)).sum::<f64>()
+        let rel = (fit
+            .iter()
+            .zip(&b)
+            .map(|(p, q)| (p - q).powi(2))
+            .sum::<f64>()
             / b.iter().map(|q| q * q).sum::<f64>())
         .sqrt();
         assert!(rel < 1e-3, "{rel}");
@@ -436,10 +446,18 @@ mod tests {
         let y = features_to_waveform(&cfg, &f.data, frames, &WaveformOptions::default()).unwrap();
         let g = hush_device::features::compute(&cfg, &y).unwrap();
         // Log-mel error of the round trip, against the spread of the features themselves.
-        let mse = f.data.iter().zip(&g.data).map(|(a, b)| (a - b).powi(2)).sum::<f32>()
+        let mse = f
+            .data
+            .iter()
+            .zip(&g.data)
+            .map(|(a, b)| (a - b).powi(2))
+            .sum::<f32>()
             / f.data.len() as f32;
         let mean = f.data.iter().sum::<f32>() / f.data.len() as f32;
         let var = f.data.iter().map(|a| (a - mean).powi(2)).sum::<f32>() / f.data.len() as f32;
-        assert!(mse < 0.1 * var, "round-trip log-mel mse {mse} vs variance {var}");
+        assert!(
+            mse < 0.1 * var,
+            "round-trip log-mel mse {mse} vs variance {var}"
+        );
     }
 }

@@ -1,63 +1,54 @@
-//! A small speaker-embedding model for the audit's speaker-similarity score: a DS-CNN
-//! (hush-models' own, 32 channels, 2 blocks) over the 40-bin Kaldi fbank, trained by hush
-//! with a softmax over the corpus's training speakers; the embedding is the penultimate
-//! layer (the global average pool, read as the input of the classifier layer). Two clips
+//! A small speaker-embedding model for the audit's speaker-similarity score, x-vector
+//! style at toy scale: statistics pooling (per-bin mean and standard deviation over the
+//! clip's voiced frames) of the 40-bin Kaldi fbank, then a one-hidden-layer network
+//! (64 ReLU units) trained by hush with a softmax over the corpus's training speakers
+//! (Adam, full batch). The embedding is the hidden layer (the penultimate one). Two clips
 //! are scored by the cosine of their embeddings; the same-speaker decision uses the
 //! equal-error-rate threshold measured on held-out speakers (validation and test splits,
 //! which share no speaker with training).
 //!
-//! On disk it is an ordinary model package (labels = training speaker ids) plus
-//! `speaker.json` ([`SpeakerCalibration`]).
+//! It is written in plain Rust (a few thousand weights) so that it trains in about a
+//! second on two cores; it is saved as one JSON file ([`SpeakerModel::save`]).
 
-use std::cell::RefCell;
 use std::path::{Path, PathBuf};
 
-use burn::module::Module;
-use burn::nn::conv::Conv2d;
-use burn::nn::{BatchNorm, Linear};
-use burn::optim::AdamWConfig;
-use burn::tensor::{Device, Tensor, TensorData};
 use hush_device::audio::read_audio;
 use hush_device::dataset::{read_corpus, Layout, Split, Target, SILENCE};
-use hush_device::features::{FeatureConfig, FeatureKind};
-use hush_device::infer::clip_features;
-use hush_models::arch::layers::LayerRunner;
-use hush_models::arch::{ArchConfig, DsCnnConfig, IoShape, KwsModel};
-use hush_models::package::{load_package, write_package, ModelCard};
-use hush_models::step::{apply_grads, loss_and_grads, Batch};
+use hush_device::features::{compute, FeatureConfig, FeatureKind};
 use rand::seq::SliceRandom;
 use rand::SeedableRng;
 use rand_chacha::ChaCha8Rng;
+use rand_distr::{Distribution, Normal};
 use serde::{Deserialize, Serialize};
 
 use super::AuditError;
 
-/// File beside the package holding the calibration.
-pub const CALIBRATION: &str = "speaker.json";
+/// The file [`SpeakerModel::save`] writes inside its directory.
+pub const SPEAKER_JSON: &str = "speaker.json";
+
+/// Hidden (embedding) width.
+const HIDDEN: usize = 64;
 
 /// Options of [`train_speaker_model`].
 #[derive(Debug, Clone, PartialEq)]
 pub struct SpeakerTrainConfig {
     /// Corpus (Speech Commands layout with speaker ids).
     pub data: PathBuf,
-    /// Epochs.
-    pub epochs: usize,
-    /// Examples per step.
-    pub batch_size: usize,
-    /// AdamW learning rate.
+    /// Full-batch Adam steps.
+    pub steps: usize,
+    /// Adam learning rate.
     pub lr: f64,
-    /// Seed.
+    /// Seed of the initial weights.
     pub seed: u64,
 }
 
 impl SpeakerTrainConfig {
-    /// Defaults: 12 epochs, batch 32, lr 3e-3, seed 0.
+    /// Defaults: 400 steps, lr 1e-2, seed 0.
     pub fn new(data: &Path) -> Self {
         Self {
             data: data.to_path_buf(),
-            epochs: 12,
-            batch_size: 32,
-            lr: 3e-3,
+            steps: 400,
+            lr: 1e-2,
             seed: 0,
         }
     }
@@ -74,25 +65,29 @@ pub struct SpeakerCalibration {
     pub heldout_speakers: usize,
     /// Same-speaker and different-speaker trials scored.
     pub trials: [usize; 2],
-    /// Frames per clip.
-    pub frames: usize,
 }
 
 /// A trained speaker-embedding model.
-#[derive(Debug)]
+#[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct SpeakerModel {
-    /// The features it reads.
+    /// The front-end it reads.
     pub features: FeatureConfig,
-    /// The network (inference mode).
-    pub model: KwsModel,
+    /// Training speakers (the softmax classes).
+    pub speakers: Vec<String>,
+    /// Input standardisation: mean of the pooled statistics.
+    pub input_mean: Vec<f32>,
+    /// Input standardisation: inverse standard deviation.
+    pub input_scale: Vec<f32>,
+    /// Hidden layer, `inputs × HIDDEN`, row-major.
+    pub w1: Vec<f32>,
+    /// Hidden bias.
+    pub b1: Vec<f32>,
+    /// Classifier, `HIDDEN × speakers`.
+    pub w2: Vec<f32>,
+    /// Classifier bias.
+    pub b2: Vec<f32>,
     /// Decision threshold and EER.
     pub calibration: SpeakerCalibration,
-    /// Its card (labels: training speakers).
-    pub card: ModelCard,
-}
-
-fn frames() -> usize {
-    98
 }
 
 /// The speaker model's front-end: 40-bin Kaldi fbank, 25/10 ms.
@@ -102,23 +97,41 @@ pub fn speaker_features() -> FeatureConfig {
     f
 }
 
-/// Records the input of the last linear layer it runs: the embedding.
-#[derive(Default)]
-struct Penultimate {
-    seen: RefCell<Option<Tensor<2>>>,
-}
-
-impl LayerRunner for Penultimate {
-    fn conv(&self, c: &Conv2d, x: Tensor<4>) -> Tensor<4> {
-        c.forward(x)
+/// Statistics pooling: per-bin mean and standard deviation over the frames whose mean
+/// log Mel energy is within 3 (natural log, 13 dB) of the loudest frame's — the voiced
+/// part; all frames when fewer than 5 pass.
+pub fn pooled_stats(cfg: &FeatureConfig, samples: &[f32]) -> Result<Vec<f32>, AuditError> {
+    let f = compute(cfg, samples)?;
+    let d = f.dim;
+    let energy: Vec<f32> = f
+        .data
+        .chunks_exact(d)
+        .map(|r| r.iter().sum::<f32>() / d as f32)
+        .collect();
+    let top = energy.iter().cloned().fold(f32::MIN, f32::max);
+    let mut rows: Vec<&[f32]> = f
+        .data
+        .chunks_exact(d)
+        .zip(&energy)
+        .filter(|(_, &e)| e >= top - 3.0)
+        .map(|(r, _)| r)
+        .collect();
+    if rows.len() < 5 {
+        rows = f.data.chunks_exact(d).collect();
     }
-    fn batch_norm(&self, b: &BatchNorm, x: Tensor<4>) -> Tensor<4> {
-        b.forward(x)
+    let n = rows.len().max(1) as f64;
+    let mut out = vec![0f32; 2 * d];
+    for j in 0..d {
+        let m = rows.iter().map(|r| f64::from(r[j])).sum::<f64>() / n;
+        let v = rows
+            .iter()
+            .map(|r| (f64::from(r[j]) - m).powi(2))
+            .sum::<f64>()
+            / n;
+        out[j] = m as f32;
+        out[d + j] = v.sqrt() as f32;
     }
-    fn linear(&self, l: &Linear, x: Tensor<2>) -> Tensor<2> {
-        *self.seen.borrow_mut() = Some(x.clone());
-        l.forward(x)
-    }
+    Ok(out)
 }
 
 /// Cosine similarity (0 when either vector is zero).
@@ -147,14 +160,10 @@ pub fn equal_error_rate(same: &[f64], different: &[f64]) -> Option<(f64, f64)> {
     let mut thresholds: Vec<f64> = same.iter().chain(different).copied().collect();
     thresholds.sort_by(f64::total_cmp);
     thresholds.dedup();
-    let rates = |t: f64| {
-        let frr = same.iter().filter(|&&s| s < t).count() as f64 / same.len() as f64;
-        let far = different.iter().filter(|&&s| s >= t).count() as f64 / different.len() as f64;
-        (far, frr)
-    };
     let mut best = (f64::INFINITY, 0.0, 0.0);
     for &t in &thresholds {
-        let (far, frr) = rates(t);
+        let frr = same.iter().filter(|&&s| s < t).count() as f64 / same.len() as f64;
+        let far = different.iter().filter(|&&s| s >= t).count() as f64 / different.len() as f64;
         let gap = (far - frr).abs();
         if gap < best.0 {
             best = (gap, (far + frr) / 2.0, t);
@@ -166,7 +175,7 @@ pub fn equal_error_rate(same: &[f64], different: &[f64]) -> Option<(f64, f64)> {
 struct SpeakerClip {
     speaker: String,
     split: Split,
-    features: Vec<f32>,
+    stats: Vec<f32>,
 }
 
 fn load_clips(data: &Path, features: &FeatureConfig) -> Result<Vec<SpeakerClip>, AuditError> {
@@ -200,38 +209,33 @@ fn load_clips(data: &Path, features: &FeatureConfig) -> Result<Vec<SpeakerClip>,
         out.push(SpeakerClip {
             speaker: ex.speaker.clone(),
             split: ex.split,
-            features: clip_features(features, &audio.samples, frames())?,
+            stats: pooled_stats(features, &audio.samples)?,
         });
     }
     Ok(out)
 }
 
 impl SpeakerModel {
-    /// The embedding of one clip (`samples` at the model's rate).
-    pub fn embed(&self, samples: &[f32]) -> Result<Vec<f32>, AuditError> {
-        let f = clip_features(&self.features, samples, self.calibration.frames)?;
-        Ok(self.embed_features(&f, 1).remove(0))
+    fn hidden(&self, stats: &[f32]) -> Vec<f32> {
+        let x: Vec<f32> = stats
+            .iter()
+            .zip(&self.input_mean)
+            .zip(&self.input_scale)
+            .map(|((v, m), s)| (v - m) * s)
+            .collect();
+        let mut h = self.b1.clone();
+        for (i, &xi) in x.iter().enumerate() {
+            for (hj, w) in h.iter_mut().zip(&self.w1[i * HIDDEN..(i + 1) * HIDDEN]) {
+                *hj += xi * w;
+            }
+        }
+        h.iter_mut().for_each(|v| *v = v.max(0.0));
+        h
     }
 
-    fn embed_features(&self, feats: &[f32], n: usize) -> Vec<Vec<f32>> {
-        let bins = self.features.dim();
-        let device = Device::flex();
-        let x = Tensor::<3>::from_data(
-            TensorData::new(feats.to_vec(), [n, self.calibration.frames, bins]),
-            &device,
-        );
-        let r = Penultimate::default();
-        let _ = self.model.forward_with(x, &r);
-        let Some(e) = r.seen.into_inner() else {
-            return vec![Vec::new(); n];
-        };
-        let [_, d] = e.dims();
-        let v = e
-            .into_data()
-            .convert::<f32>()
-            .try_to_vec::<f32>()
-            .unwrap_or_default();
-        v.chunks(d.max(1)).map(<[f32]>::to_vec).collect()
+    /// The embedding of one clip (`samples` at the model's rate).
+    pub fn embed(&self, samples: &[f32]) -> Result<Vec<f32>, AuditError> {
+        Ok(self.hidden(&pooled_stats(&self.features, samples)?))
     }
 
     /// Cosine score of two clips and the same-speaker decision.
@@ -240,55 +244,87 @@ impl SpeakerModel {
         Ok((s, s >= self.calibration.threshold))
     }
 
-    /// Writes the package and `speaker.json` to `dir`.
+    /// Writes `dir/speaker.json`.
     pub fn save(&self, dir: &Path) -> Result<(), AuditError> {
-        write_package(dir, &self.card, &self.model)?;
-        let path = dir.join(CALIBRATION);
-        let text =
-            serde_json::to_string_pretty(&self.calibration).map_err(|e| AuditError::Input {
-                path: path.clone(),
-                reason: e.to_string(),
-            })?;
+        std::fs::create_dir_all(dir).map_err(|source| AuditError::Io {
+            path: dir.to_path_buf(),
+            source,
+        })?;
+        let path = dir.join(SPEAKER_JSON);
+        let text = serde_json::to_string(self).map_err(|e| AuditError::Input {
+            path: path.clone(),
+            reason: e.to_string(),
+        })?;
         std::fs::write(&path, text).map_err(|source| AuditError::Io { path, source })
     }
 
-    /// Reads what [`SpeakerModel::save`] wrote.
+    /// Reads what [`SpeakerModel::save`] wrote, checking the sizes.
     pub fn load(dir: &Path) -> Result<Self, AuditError> {
-        let (card, model) = load_package(dir, &Device::flex())?;
-        let path = dir.join(CALIBRATION);
+        let path = dir.join(SPEAKER_JSON);
         let text = std::fs::read_to_string(&path).map_err(|source| AuditError::Io {
             path: path.clone(),
             source,
         })?;
-        let calibration: SpeakerCalibration =
-            serde_json::from_str(&text).map_err(|e| AuditError::Input {
-                path: path.clone(),
-                reason: format!("not a speaker calibration: {e}"),
-            })?;
-        let features: FeatureConfig =
-            serde_json::from_value(card.features.clone()).map_err(|e| AuditError::Input {
-                path: dir.to_path_buf(),
-                reason: format!("feature config: {e}"),
-            })?;
-        Ok(Self {
-            features,
-            model: model.valid(),
-            calibration,
-            card,
-        })
+        let m: Self = serde_json::from_str(&text).map_err(|e| AuditError::Input {
+            path: path.clone(),
+            reason: format!("not a hush speaker model: {e}"),
+        })?;
+        let d = 2 * m.features.dim();
+        let k = m.speakers.len();
+        if m.input_mean.len() != d
+            || m.input_scale.len() != d
+            || m.w1.len() != d * HIDDEN
+            || m.b1.len() != HIDDEN
+            || m.w2.len() != HIDDEN * k
+            || m.b2.len() != k
+        {
+            return Err(AuditError::Input {
+                path,
+                reason: "weight sizes do not match the front-end and speaker list".into(),
+            });
+        }
+        m.features.validate()?;
+        Ok(m)
+    }
+}
+
+struct Adam {
+    m: Vec<f64>,
+    v: Vec<f64>,
+    t: i32,
+}
+
+impl Adam {
+    fn new(n: usize) -> Self {
+        Self {
+            m: vec![0.0; n],
+            v: vec![0.0; n],
+            t: 0,
+        }
+    }
+    fn step(&mut self, w: &mut [f32], g: &[f64], lr: f64) {
+        self.t += 1;
+        let (b1, b2) = (0.9f64, 0.999f64);
+        for i in 0..w.len() {
+            self.m[i] = b1 * self.m[i] + (1.0 - b1) * g[i];
+            self.v[i] = b2 * self.v[i] + (1.0 - b2) * g[i] * g[i];
+            let mh = self.m[i] / (1.0 - b1.powi(self.t));
+            let vh = self.v[i] / (1.0 - b2.powi(self.t));
+            w[i] -= (lr * mh / (vh.sqrt() + 1e-8)) as f32;
+        }
     }
 }
 
 /// Trains the speaker model on the training split's speakers and calibrates its
-/// threshold on the held-out speakers. `progress` sees `(epoch, mean loss)`.
+/// threshold on the held-out speakers. `progress` sees `(step, mean loss)` every 50 steps.
 pub fn train_speaker_model(
     cfg: &SpeakerTrainConfig,
     progress: &mut dyn FnMut(usize, f64),
 ) -> Result<SpeakerModel, AuditError> {
-    if cfg.epochs == 0 || cfg.batch_size == 0 || !(cfg.lr.is_finite() && cfg.lr > 0.0) {
+    if cfg.steps == 0 || !(cfg.lr.is_finite() && cfg.lr > 0.0) {
         return Err(AuditError::Option {
             option: "speaker training",
-            reason: "epochs and batch size ≥ 1, a positive learning rate".into(),
+            reason: "at least 1 step and a positive learning rate".into(),
         });
     }
     let features = speaker_features();
@@ -311,100 +347,121 @@ pub fn train_speaker_model(
         .filter(|c| c.split == Split::Train)
         .filter_map(|c| speakers.binary_search(&c.speaker).ok().map(|i| (c, i)))
         .collect();
-    let bins = features.dim();
-    let io = IoShape {
-        frames: frames(),
-        bins,
-        classes: speakers.len(),
-    };
-    let arch = ArchConfig::DsCnnS(DsCnnConfig {
-        channels: 32,
-        blocks: 2,
-        dropout: 0.0,
-        ..DsCnnConfig::small(io)
-    });
-    let device = Device::flex().autodiff();
-    device.seed(cfg.seed);
-    let mut model = arch.init(&device)?;
-    let per = frames() * bins;
-    let (mean, scale) = {
-        let n = (train.len() * frames()).max(1) as f64;
-        let mut s = vec![0f64; bins];
-        let mut q = vec![0f64; bins];
-        for (c, _) in &train {
-            for row in c.features.chunks_exact(bins) {
-                for (i, &v) in row.iter().enumerate() {
-                    s[i] += f64::from(v);
-                    q[i] += f64::from(v).powi(2);
-                }
-            }
-        }
-        let mean: Vec<f32> = s.iter().map(|v| (v / n) as f32).collect();
-        let scale: Vec<f32> = s
-            .iter()
-            .zip(&q)
-            .map(|(a, b)| (1.0 / (b / n - (a / n).powi(2)).max(1e-6).sqrt()) as f32)
-            .collect();
-        (mean, scale)
-    };
-    model.set_input_norm(&mean, &scale)?;
-    let mut opt = AdamWConfig::new().with_weight_decay(1e-3).init();
-    let mut rng = ChaCha8Rng::seed_from_u64(cfg.seed);
-    let mut order: Vec<usize> = (0..train.len()).collect();
+    let d = 2 * features.dim();
     let k = speakers.len();
-    for epoch in 1..=cfg.epochs {
-        order.shuffle(&mut rng);
-        let mut loss_sum = 0.0;
-        for chunk in order.chunks(cfg.batch_size) {
-            let b = chunk.len();
-            let mut feats = Vec::with_capacity(b * per);
-            let mut targets = vec![0f32; b * k];
-            for (i, &j) in chunk.iter().enumerate() {
-                feats.extend_from_slice(&train[j].0.features);
-                targets[i * k + train[j].1] = 1.0;
-            }
-            let batch = Batch {
-                features: feats,
-                targets,
-                batch: b,
-                frames: frames(),
-                bins,
-                classes: k,
-            };
-            let (loss, grads) = loss_and_grads(&model, &batch, &device)?;
-            model = apply_grads(&mut opt, cfg.lr, model, grads);
-            loss_sum += f64::from(loss) * b as f64;
-        }
-        progress(epoch, loss_sum / train.len().max(1) as f64);
+    let n = train.len() as f64;
+    let mut input_mean = vec![0f32; d];
+    let mut input_scale = vec![0f32; d];
+    for j in 0..d {
+        let m = train
+            .iter()
+            .map(|(c, _)| f64::from(c.stats[j]))
+            .sum::<f64>()
+            / n;
+        let v = train
+            .iter()
+            .map(|(c, _)| (f64::from(c.stats[j]) - m).powi(2))
+            .sum::<f64>()
+            / n;
+        input_mean[j] = m as f32;
+        input_scale[j] = (1.0 / v.max(1e-8).sqrt()) as f32;
     }
-    let plain = model.valid();
-    let features_json = serde_json::to_value(&features).map_err(|e| AuditError::Option {
-        option: "features",
-        reason: e.to_string(),
-    })?;
-    let card = ModelCard::new(arch, features_json, speakers.clone(), &plain)?;
-    let mut sm = SpeakerModel {
+    let mut rng = ChaCha8Rng::seed_from_u64(cfg.seed);
+    let init = |fan_in: usize, len: usize, rng: &mut ChaCha8Rng| -> Vec<f32> {
+        let std = (2.0 / fan_in as f64).sqrt();
+        let normal = Normal::new(0.0, std).unwrap_or_else(|_| unreachable!("std > 0"));
+        (0..len).map(|_| normal.sample(rng) as f32).collect()
+    };
+    let mut model = SpeakerModel {
+        w1: init(d, d * HIDDEN, &mut rng),
+        b1: vec![0.0; HIDDEN],
+        w2: init(HIDDEN, HIDDEN * k, &mut rng),
+        b2: vec![0.0; k],
         features,
-        model: plain,
+        speakers: speakers.clone(),
+        input_mean,
+        input_scale,
         calibration: SpeakerCalibration {
             threshold: 0.5,
             eer: 0.5,
             heldout_speakers: 0,
             trials: [0, 0],
-            frames: frames(),
         },
-        card,
     };
+    let (mut a1, mut ab1, mut a2, mut ab2) = (
+        Adam::new(d * HIDDEN),
+        Adam::new(HIDDEN),
+        Adam::new(HIDDEN * k),
+        Adam::new(k),
+    );
+    let mut order: Vec<usize> = (0..train.len()).collect();
+    for step in 1..=cfg.steps {
+        order.shuffle(&mut rng);
+        let (mut g1, mut gb1, mut g2, mut gb2) = (
+            vec![0.0; d * HIDDEN],
+            vec![0.0; HIDDEN],
+            vec![0.0; HIDDEN * k],
+            vec![0.0; k],
+        );
+        let mut loss = 0.0;
+        for &i in &order {
+            let (clip, y) = train[i];
+            let x: Vec<f32> = clip
+                .stats
+                .iter()
+                .zip(&model.input_mean)
+                .zip(&model.input_scale)
+                .map(|((v, m), s)| (v - m) * s)
+                .collect();
+            let h = model.hidden(&clip.stats);
+            let mut z = model.b2.clone();
+            for (j, &hj) in h.iter().enumerate() {
+                for (zc, w) in z.iter_mut().zip(&model.w2[j * k..(j + 1) * k]) {
+                    *zc += hj * w;
+                }
+            }
+            let max = z.iter().cloned().fold(f32::MIN, f32::max);
+            let e: Vec<f64> = z.iter().map(|&v| f64::from(v - max).exp()).collect();
+            let sum: f64 = e.iter().sum();
+            loss += -(e[y] / sum).ln();
+            let dz: Vec<f64> = e
+                .iter()
+                .enumerate()
+                .map(|(c, &v)| (v / sum - f64::from(u8::from(c == y))) / n)
+                .collect();
+            let mut dh = vec![0.0; HIDDEN];
+            for j in 0..HIDDEN {
+                for c in 0..k {
+                    g2[j * k + c] += f64::from(h[j]) * dz[c];
+                    dh[j] += f64::from(model.w2[j * k + c]) * dz[c];
+                }
+                if h[j] <= 0.0 {
+                    dh[j] = 0.0;
+                }
+            }
+            for (g, v) in gb2.iter_mut().zip(&dz) {
+                *g += v;
+            }
+            for (i, &xi) in x.iter().enumerate() {
+                for j in 0..HIDDEN {
+                    g1[i * HIDDEN + j] += f64::from(xi) * dh[j];
+                }
+            }
+            for (g, v) in gb1.iter_mut().zip(&dh) {
+                *g += v;
+            }
+        }
+        a1.step(&mut model.w1, &g1, cfg.lr);
+        ab1.step(&mut model.b1, &gb1, cfg.lr);
+        a2.step(&mut model.w2, &g2, cfg.lr);
+        ab2.step(&mut model.b2, &gb2, cfg.lr);
+        if step % 50 == 0 || step == cfg.steps {
+            progress(step, loss / n);
+        }
+    }
     // Calibrate on held-out speakers: every pair of their clips.
     let held: Vec<&SpeakerClip> = clips.iter().filter(|c| c.split != Split::Train).collect();
-    let mut embs = Vec::with_capacity(held.len());
-    for chunk in held.chunks(64) {
-        let feats: Vec<f32> = chunk
-            .iter()
-            .flat_map(|c| c.features.iter().copied())
-            .collect();
-        embs.extend(sm.embed_features(&feats, chunk.len()));
-    }
+    let embs: Vec<Vec<f32>> = held.iter().map(|c| model.hidden(&c.stats)).collect();
     let (mut same, mut diff) = (Vec::new(), Vec::new());
     for i in 0..held.len() {
         for j in i + 1..held.len() {
@@ -423,14 +480,13 @@ pub fn train_speaker_model(
     let mut hs: Vec<&str> = held.iter().map(|c| c.speaker.as_str()).collect();
     hs.sort_unstable();
     hs.dedup();
-    sm.calibration = SpeakerCalibration {
+    model.calibration = SpeakerCalibration {
         threshold,
         eer,
         heldout_speakers: hs.len(),
         trials: [same.len(), diff.len()],
-        frames: frames(),
     };
-    Ok(sm)
+    Ok(model)
 }
 
 #[cfg(test)]

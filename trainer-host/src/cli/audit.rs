@@ -164,13 +164,13 @@ pub struct SpeakerModelArgs {
     /// Corpus (Speech Commands layout with speaker ids).
     #[arg(long)]
     data: PathBuf,
-    /// Epochs.
-    #[arg(long, default_value_t = 12)]
-    epochs: usize,
+    /// Full-batch Adam steps.
+    #[arg(long, default_value_t = 400)]
+    steps: usize,
     /// Seed.
     #[arg(long, default_value_t = 0)]
     seed: u64,
-    /// Output package directory.
+    /// Output directory (`speaker.json`).
     #[arg(long)]
     out: PathBuf,
 }
@@ -480,7 +480,7 @@ fn load_or_train_speaker(
             .with_context(|| format!("loading the speaker model {}", dir.display()));
     }
     let dir = out.join("speaker-model");
-    if dir.join(hush_host::audit::speaker::CALIBRATION).is_file() {
+    if dir.join(hush_host::audit::speaker::SPEAKER_JSON).is_file() {
         eprintln!("reusing the speaker model in {}", dir.display());
         return SpeakerModel::load(&dir).with_context(|| format!("loading {}", dir.display()));
     }
@@ -584,13 +584,13 @@ fn report(args: ReportArgs) -> anyhow::Result<()> {
 
 fn speaker_model(args: SpeakerModelArgs) -> anyhow::Result<()> {
     let mut cfg = SpeakerTrainConfig::new(&args.data);
-    cfg.epochs = args.epochs;
+    cfg.steps = args.steps;
     cfg.seed = args.seed;
-    let m = train_speaker_model(&cfg, &mut |e, l| eprintln!("epoch {e:>2}: loss {l:.3}"))?;
+    let m = train_speaker_model(&cfg, &mut |e, l| eprintln!("step {e:>3}: loss {l:.3}"))?;
     m.save(&args.out)?;
     println!(
         "speaker model ({} training speakers): EER {:.3} at cosine threshold {:.3} on {} held-out speakers ({} same / {} different trials) → {}",
-        m.card.labels.len(),
+        m.speakers.len(),
         m.calibration.eer,
         m.calibration.threshold,
         m.calibration.heldout_speakers,

@@ -296,3 +296,10 @@ pub fn random_features(target: &AttackTarget, seed: u64) -> Vec<f32> {
     let x: Vec<f64> = (0..n).map(|_| StandardNormal.sample(&mut rng)).collect();
     target.net.denormalise(&x)
 }
+
+/// The training-set average (the model's input normalisation mean, every frame): the best
+/// guess that needs no update at all, the baseline a DP-protected update should not beat.
+pub fn mean_features(target: &AttackTarget) -> Vec<f32> {
+    let n = target.net.shape.frames * target.net.shape.bins;
+    target.net.denormalise(&vec![0.0; n])
+}

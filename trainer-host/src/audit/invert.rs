@@ -54,10 +54,10 @@ pub struct InvertConfig {
 impl Default for InvertConfig {
     fn default() -> Self {
         Self {
-            iterations: 300,
+            iterations: 1000,
             restarts: 2,
             lr: 0.1,
-            tv_weight: 1e-2,
+            tv_weight: 5e-2,
             seed: 0,
         }
     }

@@ -1,15 +1,18 @@
 //! `audit report`: the gradient-leakage paper's tables for our setting. For each attacked
 //! model (Mel and MFCC front-ends), each clip, and each setting — the raw gradient, then
 //! clipped updates with noise multipliers σ — the attack runs and the leakage metrics are
-//! averaged; a random-features baseline and the true features (the ceiling of the
-//! waveform reconstruction) are scored beside them. Written as `report.md`,
+//! averaged; two baselines that need no update (random features, and the training-set
+//! average) and the true features (the ceiling of the waveform reconstruction) are
+//! scored beside them. Written as `report.md`,
 //! `report.json` and `report.png` (STOI per setting).
 
 use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
 
-use super::attack::{attack_clip, random_features, score_features, AttackOptions, AttackTarget};
+use super::attack::{
+    attack_clip, mean_features, random_features, score_features, AttackOptions, AttackTarget,
+};
 use super::invert::{DpNoise, InvertConfig};
 use super::speaker::SpeakerModel;
 use super::AuditError;
@@ -156,7 +159,7 @@ pub fn run_report(
             ));
         }
         let mut accs: Vec<Acc> = settings.iter().map(|_| Acc::default()).collect();
-        let (mut random, mut truth) = (Acc::default(), Acc::default());
+        let (mut random, mut mean, mut truth) = (Acc::default(), Acc::default(), Acc::default());
         for (ci, clip) in clips.iter().enumerate() {
             let samples = target.read_clip(&clip.path)?;
             let label = target
@@ -200,6 +203,16 @@ pub fn run_report(
                         target,
                         &samples,
                         &a.original_features,
+                        &mean_features(target),
+                        cfg.griffin_lim_iterations,
+                        ci as u64,
+                        speaker,
+                    )?;
+                    mean.add(&m);
+                    let (_, m) = score_features(
+                        target,
+                        &samples,
+                        &a.original_features,
                         &a.original_features,
                         cfg.griffin_lim_iterations,
                         ci as u64,
@@ -213,6 +226,7 @@ pub fn run_report(
             rows.push(acc.row(name, setting, dp.map(|d| d.noise_multiplier)));
         }
         rows.push(random.row(name, "random features".into(), None));
+        rows.push(mean.row(name, "mean features (training average)".into(), None));
         rows.push(truth.row(name, "true features (ceiling)".into(), None));
     }
     Ok(rows)

@@ -10,7 +10,8 @@ use anyhow::{bail, Context};
 use hush_device::audio::{read_audio, write_wav_i16, Audio};
 use hush_device::features::npy::write_npy_f32;
 use hush_host::audit::attack::{
-    attack_clip, random_features, score_features, AttackFeatures, AttackOptions, AttackTarget,
+    attack_clip, mean_features, random_features, score_features, AttackFeatures, AttackOptions,
+    AttackTarget,
 };
 use hush_host::audit::invert::{DpNoise, InvertConfig};
 use hush_host::audit::report::{pick_clips, run_report, write_report, ReportConfig};
@@ -61,7 +62,7 @@ impl From<FeaturesArg> for AttackFeatures {
 #[derive(clap::Args)]
 pub struct AttackArgs {
     /// Adam steps per restart.
-    #[arg(long, default_value_t = 300)]
+    #[arg(long, default_value_t = 1000)]
     iterations: usize,
     /// Random restarts (the best by gradient loss is kept).
     #[arg(long, default_value_t = 2)]
@@ -70,7 +71,7 @@ pub struct AttackArgs {
     #[arg(long, default_value_t = 0.1)]
     lr: f64,
     /// Total-variation prior weight.
-    #[arg(long, default_value_t = 1e-2)]
+    #[arg(long, default_value_t = 5e-2)]
     tv_weight: f64,
     /// Griffin-Lim iterations.
     #[arg(long, default_value_t = 64)]
@@ -304,6 +305,7 @@ struct InvertReport {
     grad_loss: f64,
     metrics: hush_host::audit::attack::LeakMetrics,
     random_features_baseline: hush_host::audit::attack::LeakMetrics,
+    mean_features_baseline: hush_host::audit::attack::LeakMetrics,
     speaker_threshold: Option<f64>,
 }
 
@@ -379,6 +381,15 @@ fn invert(args: InvertArgs) -> anyhow::Result<()> {
         opts.invert.seed,
         speaker.as_ref(),
     )?;
+    let (_, mean_baseline) = score_features(
+        &target,
+        &samples,
+        &a.original_features,
+        &mean_features(&target),
+        opts.griffin_lim_iterations,
+        opts.invert.seed,
+        speaker.as_ref(),
+    )?;
     let rate = target.features.frame.sample_rate;
     let (frames, dim) = (target.net.shape.frames, target.net.shape.bins);
     write_wav(
@@ -431,6 +442,7 @@ fn invert(args: InvertArgs) -> anyhow::Result<()> {
         grad_loss: a.grad_loss,
         metrics: a.metrics.clone(),
         random_features_baseline: baseline.clone(),
+        mean_features_baseline: mean_baseline.clone(),
         speaker_threshold: speaker.as_ref().map(|s| s.calibration.threshold),
     };
     let p = args.out.join("report.json");

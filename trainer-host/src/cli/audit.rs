@@ -498,7 +498,7 @@ fn load_or_train_speaker(
     }
     let cfg = SpeakerTrainConfig::new(data);
     let m = train_speaker_model(&cfg, &mut |e, l| {
-        eprintln!("speaker model epoch {e:>2}: loss {l:.3}")
+        eprintln!("speaker model step {e:>3}: loss {l:.3}")
     })?;
     m.save(&dir)?;
     eprintln!(
@@ -522,8 +522,12 @@ fn report(args: ReportArgs) -> anyhow::Result<()> {
             if !dir.join("model.json").is_file() {
                 let cfg = twin_config(&first, &args.data, args.twin_epochs, args.attack.seed);
                 eprintln!(
-                    "training the {} twin into {}",
-                    AttackTarget::load(&args.model, None)?.kind.name(),
+                    "training the {} twin of the {} model into {}",
+                    match first.kind {
+                        AttackFeatures::Mel => "mfcc",
+                        AttackFeatures::Mfcc => "mel",
+                    },
+                    first.kind.name(),
                     dir.display()
                 );
                 train_kws(&cfg, &dir, "hush-host audit report (twin)", &mut |e| {

@@ -189,36 +189,24 @@ pub fn run_report(
                 acc.grad.0 += a.grad_loss;
                 acc.grad.1 += 1;
                 if dp.is_none() {
-                    let (_, m) = score_features(
-                        target,
-                        &samples,
-                        &a.original_features,
-                        &random_features(target, ci as u64),
-                        cfg.griffin_lim_iterations,
-                        ci as u64,
-                        speaker,
-                    )?;
-                    random.add(&m);
-                    let (_, m) = score_features(
-                        target,
-                        &samples,
-                        &a.original_features,
-                        &mean_features(target),
-                        cfg.griffin_lim_iterations,
-                        ci as u64,
-                        speaker,
-                    )?;
-                    mean.add(&m);
-                    let (_, m) = score_features(
-                        target,
-                        &samples,
-                        &a.original_features,
-                        &a.original_features,
-                        cfg.griffin_lim_iterations,
-                        ci as u64,
-                        speaker,
-                    )?;
-                    truth.add(&m);
+                    // The baselines and the ceiling, scored once per clip.
+                    let references = [
+                        (&mut random, random_features(target, ci as u64)),
+                        (&mut mean, mean_features(target)),
+                        (&mut truth, a.original_features.clone()),
+                    ];
+                    for (acc, features) in references {
+                        let (_, m) = score_features(
+                            target,
+                            &samples,
+                            &a.original_features,
+                            &features,
+                            cfg.griffin_lim_iterations,
+                            ci as u64,
+                            speaker,
+                        )?;
+                        acc.add(&m);
+                    }
                 }
             }
         }

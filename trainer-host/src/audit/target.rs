@@ -37,17 +37,7 @@ pub fn target_config(
     cfg.features = audit_features(kind, 40);
     cfg.frames = 98;
     cfg.augment = Augment::none();
-    let io = IoShape {
-        frames: cfg.frames,
-        bins: cfg.features.dim(),
-        classes: cfg.keywords.len() + 2,
-    };
-    cfg.arch = Some(ArchConfig::LeakCnn(LeakCnnConfig {
-        channels: [8, 16],
-        hidden: 64,
-        dropout: 0.0,
-        ..LeakCnnConfig::new(io)
-    }));
+    set_leak_arch(&mut cfg, [8, 16], 64);
     cfg.epochs = epochs;
     cfg.batch_size = 16;
     cfg.seed = seed;
@@ -70,20 +60,25 @@ pub fn twin_config(target: &AttackTarget, data: &Path, epochs: usize, seed: u64)
     }
     cfg.features = features;
     cfg.frames = target.net.shape.frames;
+    if target.labels.len() >= 3 {
+        cfg.keywords = target.labels[..target.labels.len() - 2].to_vec();
+    }
+    let sh = target.net.shape;
+    set_leak_arch(&mut cfg, sh.channels, sh.hidden);
+    cfg
+}
+
+/// A leak-CNN without dropout over `cfg`'s frames, feature width and classes.
+fn set_leak_arch(cfg: &mut KwsTrainConfig, channels: [usize; 2], hidden: usize) {
     let io = IoShape {
         frames: cfg.frames,
         bins: cfg.features.dim(),
         classes: cfg.keywords.len() + 2,
     };
-    let sh = target.net.shape;
     cfg.arch = Some(ArchConfig::LeakCnn(LeakCnnConfig {
-        channels: sh.channels,
-        hidden: sh.hidden,
+        channels,
+        hidden,
         dropout: 0.0,
         ..LeakCnnConfig::new(io)
     }));
-    if target.labels.len() >= 3 {
-        cfg.keywords = target.labels[..target.labels.len() - 2].to_vec();
-    }
-    cfg
 }

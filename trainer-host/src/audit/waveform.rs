@@ -373,13 +373,15 @@ mod tests {
             .collect()
     }
 
+    /// The STFT of `cfg` over `frames` frames and a test signal of its length.
+    fn stft_and_tone(cfg: &FeatureConfig, frames: usize) -> (Stft, Vec<f64>) {
+        let n = clip_samples(cfg, frames);
+        (Stft::new(cfg, frames, n), tone(n))
+    }
+
     #[test]
     fn stft_inverse_reconstructs_the_signal() {
-        let cfg = FeatureConfig::kaldi(FeatureKind::Fbank);
-        let frames = 40;
-        let n = clip_samples(&cfg, frames);
-        let stft = Stft::new(&cfg, frames, n);
-        let x = tone(n);
+        let (stft, x) = stft_and_tone(&FeatureConfig::kaldi(FeatureKind::Fbank), 40);
         let y = stft.inverse(&stft.forward(&x));
         let err = x
             .iter()
@@ -391,11 +393,7 @@ mod tests {
 
     #[test]
     fn griffin_lim_recovers_a_known_magnitude() {
-        let cfg = FeatureConfig::librosa(FeatureKind::Fbank);
-        let frames = 60;
-        let n = clip_samples(&cfg, frames);
-        let stft = Stft::new(&cfg, frames, n);
-        let x = tone(n);
+        let (stft, x) = stft_and_tone(&FeatureConfig::librosa(FeatureKind::Fbank), 60);
         let mag: Vec<f64> = stft.forward(&x).iter().map(|c| c.norm()).collect();
         let random = griffin_lim(&stft, &mag, 0, 1);
         let y = griffin_lim(&stft, &mag, 100, 1);

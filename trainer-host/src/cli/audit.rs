@@ -573,7 +573,7 @@ fn report(args: ReportArgs) -> anyhow::Result<()> {
     let preamble = format!(
         "Models: {} ({}), {} ({}); {} test clips ({}); clip bound C = {}; {} iterations × {} \
          restarts, lr {}, TV weight {}; Griffin-Lim {} iterations; seed {}. Speaker model: EER \
-         {:.3} at cosine {:.3} on {} held-out speakers.\n\nCommand: `{}`\n",
+         {:.3} at cosine {:.3} on {} held-out speakers.\n\nClips: {}.\n\nCommand: `{}`\n",
         targets[0].dir.display(),
         targets[0].kind.name(),
         targets[1].dir.display(),
@@ -590,6 +590,11 @@ fn report(args: ReportArgs) -> anyhow::Result<()> {
         speaker.calibration.eer,
         speaker.calibration.threshold,
         speaker.calibration.heldout_speakers,
+        clips
+            .iter()
+            .map(|c| format!("`{}`", c.path.display()))
+            .collect::<Vec<_>>()
+            .join(", "),
         std::env::args().collect::<Vec<_>>().join(" "),
     );
     write_report(&args.out, &rows, &preamble)?;

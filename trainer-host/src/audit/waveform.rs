@@ -8,11 +8,8 @@
 //! re-derived here. What cannot be undone is approximated and documented: pre-emphasis is
 //! divided out of the magnitude (floored), DC removal and dither are ignored, and with
 //! Kaldi's `use_energy` the missing `c0` cepstrum is estimated from the frame log energy.
-//!
-//! ```
-//! use hush_host::audit::waveform::griffin_lim;
-//! # let _ = griffin_lim;
-//! ```
+//! Even true features cap the quality (40 Mel bins: STOI ≈ 0.93 on the bundled corpus), so
+//! `audit report` scores the true features too, as the ceiling.
 
 use std::sync::Arc;
 
@@ -383,9 +380,12 @@ mod tests {
     fn stft_inverse_reconstructs_the_signal() {
         let (stft, x) = stft_and_tone(&FeatureConfig::kaldi(FeatureKind::Fbank), 40);
         let y = stft.inverse(&stft.forward(&x));
-        let err = x
+        // Kaldi's povey window is zero at both ends: the first and last sample are in no
+        // frame's support and cannot come back.
+        let n = x.len();
+        let err = x[1..n - 1]
             .iter()
-            .zip(&y)
+            .zip(&y[1..n - 1])
             .map(|(a, b)| (a - b).abs())
             .fold(0.0, f64::max);
         assert!(err < 1e-9, "{err}");
@@ -434,28 +434,22 @@ mod tests {
     }
 
     #[test]
-    fn fbank_round_trip_keeps_the_magnitude_envelope() {
-        let mut cfg = FeatureConfig::kaldi(FeatureKind::Fbank);
-        cfg.mel.num_bins = 80;
-        let frames = 50;
-        let n = clip_samples(&cfg, frames);
-        let x: Vec<f32> = tone(n).iter().map(|&v| v as f32).collect();
-        let f = hush_device::features::compute(&cfg, &x).unwrap();
-        let y = features_to_waveform(&cfg, &f.data, frames, &WaveformOptions::default()).unwrap();
-        let g = hush_device::features::compute(&cfg, &y).unwrap();
-        // Log-mel error of the round trip, against the spread of the features themselves.
-        let mse = f
-            .data
-            .iter()
-            .zip(&g.data)
-            .map(|(a, b)| (a - b).powi(2))
-            .sum::<f32>()
-            / f.data.len() as f32;
-        let mean = f.data.iter().sum::<f32>() / f.data.len() as f32;
-        let var = f.data.iter().map(|a| (a - mean).powi(2)).sum::<f32>() / f.data.len() as f32;
-        assert!(
-            mse < 0.1 * var,
-            "round-trip log-mel mse {mse} vs variance {var}"
-        );
+    fn true_fbank_features_give_back_intelligible_speech() {
+        use hush_device::audio::read_audio;
+        use hush_device::infer::{clip_features, fit_clip};
+        let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("../data/corpus/kws/yes/f95727ef_nohash_0.flac");
+        let audio = read_audio(&path).unwrap();
+        for (kind, floor) in [(FeatureKind::Fbank, 0.85), (FeatureKind::Mfcc, 0.7)] {
+            let mut cfg = FeatureConfig::kaldi(kind);
+            cfg.mel.num_bins = 40;
+            cfg.mfcc.use_energy = false;
+            let x = fit_clip(&audio.samples, clip_samples(&cfg, 98));
+            let f = clip_features(&cfg, &x, 98).unwrap();
+            let y = features_to_waveform(&cfg, &f, 98, &WaveformOptions::default()).unwrap();
+            let s = crate::audit::stoi(&x, &y, 16_000).unwrap();
+            // The ceiling of any feature inversion (the field notes: 0.946 at 40 bins).
+            assert!(s > floor, "{kind:?}: STOI {s}");
+        }
     }
 }

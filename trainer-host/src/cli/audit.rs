@@ -79,6 +79,13 @@ pub struct AttackArgs {
     /// Seed of the restarts, the DP noise and Griffin-Lim.
     #[arg(long, default_value_t = 0)]
     seed: u64,
+    /// A speaker model (`audit speaker-model`) for the speaker-similarity score
+    /// (`audit report` trains one into OUT/speaker-model when absent).
+    #[arg(long)]
+    speaker_model: Option<PathBuf>,
+    /// Output directory.
+    #[arg(long)]
+    out: PathBuf,
 }
 
 impl AttackArgs {
@@ -114,14 +121,8 @@ pub struct InvertArgs {
     /// DP on the device's update: noise multiplier σ (noise std σ·C).
     #[arg(long, requires = "dp_clip")]
     dp_noise: Option<f64>,
-    /// A speaker model (`audit speaker-model`) for the speaker-similarity score.
-    #[arg(long)]
-    speaker_model: Option<PathBuf>,
     #[command(flatten)]
     attack: AttackArgs,
-    /// Output directory.
-    #[arg(long)]
-    out: PathBuf,
 }
 
 /// Flags of `audit report`.
@@ -149,14 +150,8 @@ pub struct ReportArgs {
     /// Epochs of the twin model, when it is trained.
     #[arg(long, default_value_t = 10)]
     twin_epochs: usize,
-    /// Speaker model; when absent it is trained (`OUT/speaker-model`).
-    #[arg(long)]
-    speaker_model: Option<PathBuf>,
     #[command(flatten)]
     attack: AttackArgs,
-    /// Output directory.
-    #[arg(long)]
-    out: PathBuf,
 }
 
 /// Flags of `audit speaker-model`.
@@ -337,7 +332,7 @@ fn invert(args: InvertArgs) -> anyhow::Result<()> {
             target.labels.join(", ")
         );
     };
-    let speaker = match &args.speaker_model {
+    let speaker = match &args.attack.speaker_model {
         Some(dir) => Some(
             SpeakerModel::load(dir)
                 .with_context(|| format!("loading the speaker model {}", dir.display()))?,
@@ -357,8 +352,8 @@ fn invert(args: InvertArgs) -> anyhow::Result<()> {
         griffin_lim_iterations: args.attack.griffin_lim_iterations,
     };
     opts.invert.check()?;
-    std::fs::create_dir_all(&args.out)
-        .with_context(|| format!("creating {}", args.out.display()))?;
+    std::fs::create_dir_all(&args.attack.out)
+        .with_context(|| format!("creating {}", args.attack.out.display()))?;
     let pb = bar(
         (opts.invert.iterations * opts.invert.restarts) as u64,
         "inverting",
@@ -393,21 +388,25 @@ fn invert(args: InvertArgs) -> anyhow::Result<()> {
     let rate = target.features.frame.sample_rate;
     let (frames, dim) = (target.net.shape.frames, target.net.shape.bins);
     write_wav(
-        &args.out.join("reconstructed.wav"),
+        &args.attack.out.join("reconstructed.wav"),
         &a.reconstructed_wave,
         rate,
     )?;
-    write_wav(&args.out.join("original.wav"), &a.original_wave, rate)?;
+    write_wav(
+        &args.attack.out.join("original.wav"),
+        &a.original_wave,
+        rate,
+    )?;
     for (name, data) in [
         ("original_features.npy", &a.original_features),
         ("reconstructed_features.npy", &a.reconstructed_features),
     ] {
-        let p = args.out.join(name);
+        let p = args.attack.out.join(name);
         write_npy_f32(&p, data, &[frames, dim])
             .with_context(|| format!("writing {}", p.display()))?;
     }
     heatmaps(
-        &args.out.join("spectrograms.png"),
+        &args.attack.out.join("spectrograms.png"),
         &format!(
             "{} features: original vs reconstructed from one update",
             target.kind.name()
@@ -445,7 +444,7 @@ fn invert(args: InvertArgs) -> anyhow::Result<()> {
         mean_features_baseline: mean_baseline.clone(),
         speaker_threshold: speaker.as_ref().map(|s| s.calibration.threshold),
     };
-    let p = args.out.join("report.json");
+    let p = args.attack.out.join("report.json");
     std::fs::write(&p, serde_json::to_string_pretty(&report)? + "\n")
         .with_context(|| format!("writing {}", p.display()))?;
     let m = &a.metrics;
@@ -478,7 +477,7 @@ fn invert(args: InvertArgs) -> anyhow::Result<()> {
         fmt(m.speaker_similarity),
         fmt(baseline.speaker_similarity)
     );
-    println!("wrote {}", args.out.display());
+    println!("wrote {}", args.attack.out.display());
     Ok(())
 }
 
@@ -518,7 +517,7 @@ fn report(args: ReportArgs) -> anyhow::Result<()> {
         Some(dir) => AttackTarget::load(dir, None)
             .with_context(|| format!("loading the twin {}", dir.display()))?,
         None => {
-            let dir = args.out.join("twin-model");
+            let dir = args.attack.out.join("twin-model");
             if !dir.join("model.json").is_file() {
                 let cfg = twin_config(&first, &args.data, args.twin_epochs, args.attack.seed);
                 eprintln!(
@@ -548,7 +547,11 @@ fn report(args: ReportArgs) -> anyhow::Result<()> {
     }
     let mut targets = vec![first, twin];
     targets.sort_by_key(|t| t.kind.name());
-    let speaker = load_or_train_speaker(args.speaker_model.as_ref(), &args.data, &args.out)?;
+    let speaker = load_or_train_speaker(
+        args.attack.speaker_model.as_ref(),
+        &args.data,
+        &args.attack.out,
+    )?;
     let clips = pick_clips(&args.data, &targets[0].labels, args.clips)?;
     let cfg = ReportConfig {
         sigmas: args.sigmas.clone(),
@@ -597,9 +600,9 @@ fn report(args: ReportArgs) -> anyhow::Result<()> {
             .join(", "),
         std::env::args().collect::<Vec<_>>().join(" "),
     );
-    write_report(&args.out, &rows, &preamble)?;
+    write_report(&args.attack.out, &rows, &preamble)?;
     print!("{}", hush_host::audit::report::markdown(&rows, ""));
-    println!("wrote {}", args.out.join("report.md").display());
+    println!("wrote {}", args.attack.out.join("report.md").display());
     Ok(())
 }
 

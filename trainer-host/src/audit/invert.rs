@@ -54,7 +54,7 @@ pub struct InvertConfig {
 impl Default for InvertConfig {
     fn default() -> Self {
         Self {
-            iterations: 1000,
+            iterations: 3000,
             restarts: 2,
             lr: 0.1,
             tv_weight: 5e-2,

@@ -18,6 +18,10 @@ use super::speaker::SpeakerModel;
 use super::AuditError;
 use crate::plot::{line_plot, Series};
 
+/// The setting names of the two baselines.
+const RANDOM: &str = "random features";
+const MEAN: &str = "mean features (training average)";
+
 /// One clip to attack.
 #[derive(Debug, Clone)]
 pub struct AuditClip {
@@ -213,8 +217,8 @@ pub fn run_report(
         for ((setting, dp), acc) in settings.into_iter().zip(&accs) {
             rows.push(acc.row(name, setting, dp.map(|d| d.noise_multiplier)));
         }
-        rows.push(random.row(name, "random features".into(), None));
-        rows.push(mean.row(name, "mean features (training average)".into(), None));
+        rows.push(random.row(name, RANDOM.into(), None));
+        rows.push(mean.row(name, MEAN.into(), None));
         rows.push(truth.row(name, "true features (ceiling)".into(), None));
     }
     Ok(rows)
@@ -285,14 +289,16 @@ pub fn write_report(out: &Path, rows: &[ReportRow], preamble: &str) -> Result<()
             name: format!("{kind}: attack"),
             points,
         });
-        if let Some(r) = rows
-            .iter()
-            .find(|r| r.features == kind && r.setting == "random features")
-        {
-            series.push(Series {
-                name: format!("{kind}: random features"),
-                points: vec![(0.0, r.stoi), (last, r.stoi)],
-            });
+        for (setting, label) in [(RANDOM, "random features"), (MEAN, "training mean")] {
+            if let Some(r) = rows
+                .iter()
+                .find(|r| r.features == kind && r.setting == setting)
+            {
+                series.push(Series {
+                    name: format!("{kind}: {label}"),
+                    points: vec![(0.0, r.stoi), (last, r.stoi)],
+                });
+            }
         }
     }
     line_plot(

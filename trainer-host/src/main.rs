@@ -30,7 +30,8 @@ enum Command {
     Train(cli::train::TrainArgs),
     /// Run the federated round server (devices register, train, upload): `--config hush.toml`.
     Serve(cli::serve::ServeArgs),
-    /// Privacy audits: speech-quality metrics of reconstructed audio (`audit metrics`).
+    /// Privacy audits: gradient inversion of shared updates (`audit invert`, `audit report`)
+    /// and the speech-quality metrics of reconstructed audio (`audit metrics`).
     #[command(subcommand)]
     Audit(cli::audit::AuditCommand),
     /// PATE: teachers on speaker-disjoint private data, noisy labels for public clips, a

@@ -77,6 +77,31 @@ impl Mfcc {
             }
         }
     }
+
+    /// The least-squares inverse of [`Mfcc::apply`] (for the privacy audit's waveform
+    /// reconstruction): undo the lifter, then apply the transposed DCT. The DCT's rows are
+    /// orthonormal, so this is its pseudo-inverse: the cepstra that were dropped come back
+    /// as zeros (a smoothed log mel spectrum). With `use_energy`, `ceps[0]` is a log energy,
+    /// not a cepstrum: `c0` gives the cepstrum to use in its place (`None`: `ceps[0]` as
+    /// given).
+    pub fn invert(&self, ceps: &[f32], c0: Option<f32>, log_mel: &mut [f32]) {
+        log_mel.iter_mut().for_each(|v| *v = 0.0);
+        for (k, ((row, l), &c)) in self
+            .dct
+            .chunks_exact(self.num_bins)
+            .zip(&self.lifter)
+            .zip(ceps)
+            .enumerate()
+        {
+            let c = match (k, c0) {
+                (0, Some(c0)) => c0,
+                _ => c / l,
+            };
+            for (m, &d) in log_mel.iter_mut().zip(row) {
+                *m += d * c;
+            }
+        }
+    }
 }
 
 #[cfg(test)]
@@ -97,6 +122,24 @@ mod tests {
                 let want = if a == b { 1.0 } else { 0.0 };
                 assert!((d - want).abs() < 1e-5);
             }
+        }
+    }
+
+    #[test]
+    fn invert_undoes_apply_with_all_cepstra() {
+        let opts = MfccOptions {
+            num_ceps: 6,
+            lifter: Lifter::Kaldi(22.0),
+            use_energy: false,
+        };
+        let m = Mfcc::new(&opts, 6);
+        let log_mel = [1.0f32, -2.0, 0.5, 3.0, 0.0, 1.5];
+        let mut ceps = [0.0f32; 6];
+        m.apply(&log_mel, 0.0, &mut ceps);
+        let mut back = [0.0f32; 6];
+        m.invert(&ceps, None, &mut back);
+        for (a, b) in log_mel.iter().zip(&back) {
+            assert!((a - b).abs() < 1e-4, "{a} vs {b}");
         }
     }
 }

@@ -5,9 +5,82 @@
 //!   checked against pystoi);
 //! - [`quality::pesq_mos`]: PESQ MOS-LQO, wideband at 16 kHz and narrowband at 8 kHz;
 //! - [`waveform_mse`]: W-MSE, the mean squared error between two waveforms.
+//!
+//! and the attack itself:
+//!
+//! - [`leak_net`]: the leak-CNN written out by hand, with the exact second-order pass
+//!   gradient inversion needs (burn has no double backprop);
+//! - [`invert`]: the shared update of one clip (optionally clipped and noised), iDLG label
+//!   recovery, and feature reconstruction by gradient matching;
+//! - [`waveform`]: features back to audio (inverse DCT, NNLS onto |STFT|, Griffin-Lim);
+//! - [`speaker`]: a small speaker-embedding model with an equal-error-rate threshold;
+//! - [`attack`]: one clip end to end, with every metric; [`report`]: many clips, Mel vs
+//!   MFCC, with and without DP; [`target`]: the models the audit attacks.
 
+pub mod attack;
+pub mod invert;
+pub mod leak_net;
 pub mod quality;
+pub mod report;
+pub mod speaker;
 pub mod stoi;
+pub mod target;
+pub mod waveform;
+
+use std::path::PathBuf;
+
+/// Why an audit failed.
+#[derive(Debug, thiserror::Error)]
+pub enum AuditError {
+    /// The model cannot be attacked (wrong architecture, a missing layer).
+    #[error("unsupported model: {reason}")]
+    UnsupportedModel {
+        /// What is missing or different.
+        reason: String,
+    },
+    /// An option is out of range.
+    #[error("option {option}: {reason}")]
+    Option {
+        /// The option (as the CLI flag).
+        option: &'static str,
+        /// What is expected.
+        reason: String,
+    },
+    /// The input does not fit the model (feature kind, sample rate, length).
+    #[error("{path}: {reason}")]
+    Input {
+        /// The file.
+        path: PathBuf,
+        /// What is wrong.
+        reason: String,
+    },
+    /// A file could not be read or written.
+    #[error("{path}: {source}")]
+    Io {
+        /// The path.
+        path: PathBuf,
+        /// The underlying error.
+        source: std::io::Error,
+    },
+    /// Audio could not be read or written.
+    #[error(transparent)]
+    Audio(#[from] hush_device::audio::AudioError),
+    /// The feature front-end failed.
+    #[error(transparent)]
+    Features(#[from] hush_device::features::FeatureError),
+    /// The model or its package failed.
+    #[error(transparent)]
+    Model(#[from] hush_models::ModelError),
+    /// Clipping or noise failed.
+    #[error(transparent)]
+    Dp(#[from] hush_models::dp::DpError),
+    /// STOI could not be computed.
+    #[error(transparent)]
+    Stoi(#[from] StoiError),
+    /// A plot could not be drawn.
+    #[error(transparent)]
+    Plot(#[from] crate::plot::PlotError),
+}
 
 pub use quality::{pesq_mos, PesqError, PesqMode};
 pub use stoi::{stoi, StoiError};

@@ -1,12 +1,26 @@
-//! `hush-host audit …`: privacy audits. Today: `audit metrics`, the speech-quality
-//! metrics the gradient-leakage paper reports (STOI, PESQ, W-MSE), for any pair of
-//! recordings.
+//! `hush-host audit …`: privacy audits. `audit metrics`, the speech-quality metrics the
+//! gradient-leakage paper reports (STOI, PESQ, W-MSE), for any pair of recordings;
+//! `audit invert`, the gradient-inversion attack on one clip's update; `audit report`,
+//! the attack over many clips, Mel vs MFCC, with and without DP; `audit speaker-model`
+//! and `audit target-model`, the models they use.
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
 use anyhow::{bail, Context};
-use hush_device::audio::read_audio;
+use hush_device::audio::{read_audio, write_wav_i16, Audio};
+use hush_device::features::npy::write_npy_f32;
+use hush_host::audit::attack::{
+    attack_clip, mean_features, random_features, score_features, AttackFeatures, AttackOptions,
+    AttackTarget,
+};
+use hush_host::audit::invert::{DpNoise, InvertConfig};
+use hush_host::audit::report::{pick_clips, run_report, write_report, ReportConfig};
+use hush_host::audit::speaker::{train_speaker_model, SpeakerModel, SpeakerTrainConfig};
+use hush_host::audit::target::{target_config, twin_config};
 use hush_host::audit::{pesq_mos, stoi, waveform_mse, PesqMode};
+use hush_host::plot::{heatmaps, Heatmap};
+use hush_host::train::train_kws;
+use indicatif::{ProgressBar, ProgressStyle};
 use serde::Serialize;
 
 /// Subcommands of `hush-host audit`.
@@ -14,6 +28,168 @@ use serde::Serialize;
 pub enum AuditCommand {
     /// STOI, PESQ and W-MSE of a degraded (e.g. reconstructed) recording against its reference.
     Metrics(MetricsArgs),
+    /// Invert one clip's shared update (single-example gradient of a leak-cnn model):
+    /// recover its label and features, rebuild the audio, score what leaked.
+    Invert(InvertArgs),
+    /// The attack over N test clips for a Mel and an MFCC model, without DP and at several
+    /// noise levels: report.md, report.json, report.png.
+    Report(ReportArgs),
+    /// Train the speaker-embedding model the audit scores speaker similarity with.
+    SpeakerModel(SpeakerModelArgs),
+    /// Train the audit's small leak-cnn (98 × 40 input, 8/16 channels) on Mel or MFCC.
+    TargetModel(TargetModelArgs),
+}
+
+/// Mel or MFCC, on the command line.
+#[derive(Clone, Copy, clap::ValueEnum)]
+pub enum FeaturesArg {
+    /// Log Mel filterbank.
+    Mel,
+    /// MFCC.
+    Mfcc,
+}
+
+impl From<FeaturesArg> for AttackFeatures {
+    fn from(f: FeaturesArg) -> Self {
+        match f {
+            FeaturesArg::Mel => Self::Mel,
+            FeaturesArg::Mfcc => Self::Mfcc,
+        }
+    }
+}
+
+/// Options of the optimisation shared by `invert` and `report`.
+#[derive(clap::Args)]
+pub struct AttackArgs {
+    /// Adam steps per restart (the bundled corpus's clips need 1000–3000 on the audit's
+    /// leak-CNN; fewer leave the gradient loss above 0.01 on some).
+    #[arg(long, default_value_t = 3000)]
+    iterations: usize,
+    /// Random restarts (the best by gradient loss is kept).
+    #[arg(long, default_value_t = 2)]
+    restarts: usize,
+    /// Initial learning rate (decays ×0.1 at 3/8, 5/8, 7/8).
+    #[arg(long, default_value_t = 0.1)]
+    lr: f64,
+    /// Total-variation prior weight.
+    #[arg(long, default_value_t = 5e-2)]
+    tv_weight: f64,
+    /// Griffin-Lim iterations.
+    #[arg(long, default_value_t = 64)]
+    griffin_lim_iterations: usize,
+    /// Seed of the restarts, the DP noise and Griffin-Lim.
+    #[arg(long, default_value_t = 0)]
+    seed: u64,
+    /// A speaker model (`audit speaker-model`) for the speaker-similarity score
+    /// (`audit report` trains one into OUT/speaker-model when absent).
+    #[arg(long)]
+    speaker_model: Option<PathBuf>,
+    /// Output directory.
+    #[arg(long)]
+    out: PathBuf,
+}
+
+impl AttackArgs {
+    fn config(&self) -> InvertConfig {
+        InvertConfig {
+            iterations: self.iterations,
+            restarts: self.restarts,
+            lr: self.lr,
+            tv_weight: self.tv_weight,
+            seed: self.seed,
+        }
+    }
+}
+
+/// Flags of `audit invert`.
+#[derive(clap::Args)]
+pub struct InvertArgs {
+    /// The attacked model package (a leak-cnn).
+    #[arg(long)]
+    model: PathBuf,
+    /// The clip whose update is attacked (at the model's sample rate).
+    #[arg(long)]
+    input: PathBuf,
+    /// The model's feature kind, checked against the package.
+    #[arg(long, value_enum)]
+    features: Option<FeaturesArg>,
+    /// The clip's class (default: its folder name, as in Speech Commands).
+    #[arg(long)]
+    label: Option<String>,
+    /// DP on the device's update: flat clip bound C.
+    #[arg(long, requires = "dp_noise")]
+    dp_clip: Option<f32>,
+    /// DP on the device's update: noise multiplier σ (noise std σ·C).
+    #[arg(long, requires = "dp_clip")]
+    dp_noise: Option<f64>,
+    #[command(flatten)]
+    attack: AttackArgs,
+}
+
+/// Flags of `audit report`.
+#[derive(clap::Args)]
+pub struct ReportArgs {
+    /// The attacked model package (leak-cnn, Mel or MFCC).
+    #[arg(long)]
+    model: PathBuf,
+    /// Its twin on the other front-end; when absent it is trained (`OUT/twin-model`) with
+    /// the same widths, frames and Mel bank.
+    #[arg(long)]
+    twin: Option<PathBuf>,
+    /// Corpus (Speech Commands layout): clips come from its test split.
+    #[arg(long)]
+    data: PathBuf,
+    /// Clips to attack per model and setting.
+    #[arg(long, default_value_t = 4)]
+    clips: usize,
+    /// Noise multipliers of the DP settings.
+    #[arg(long, value_delimiter = ',', default_value = "0.001,0.01,0.1,1")]
+    sigmas: Vec<f64>,
+    /// Flat clip bound of the DP settings.
+    #[arg(long, default_value_t = 1.0)]
+    clip: f32,
+    /// Epochs of the twin model, when it is trained.
+    #[arg(long, default_value_t = 10)]
+    twin_epochs: usize,
+    #[command(flatten)]
+    attack: AttackArgs,
+}
+
+/// Flags of `audit speaker-model`.
+#[derive(clap::Args)]
+pub struct SpeakerModelArgs {
+    /// Corpus (Speech Commands layout with speaker ids).
+    #[arg(long)]
+    data: PathBuf,
+    /// Full-batch Adam steps.
+    #[arg(long, default_value_t = 400)]
+    steps: usize,
+    /// Seed.
+    #[arg(long, default_value_t = 0)]
+    seed: u64,
+    /// Output directory (`speaker.json`).
+    #[arg(long)]
+    out: PathBuf,
+}
+
+/// Flags of `audit target-model`.
+#[derive(clap::Args)]
+pub struct TargetModelArgs {
+    /// Corpus (Speech Commands layout).
+    #[arg(long)]
+    data: PathBuf,
+    /// Front-end.
+    #[arg(long, value_enum, default_value = "mel")]
+    features: FeaturesArg,
+    /// Epochs.
+    #[arg(long, default_value_t = 10)]
+    epochs: usize,
+    /// Seed.
+    #[arg(long, default_value_t = 0)]
+    seed: u64,
+    /// Output package directory.
+    #[arg(long)]
+    out: PathBuf,
 }
 
 /// Flags of `audit metrics`.
@@ -45,6 +221,10 @@ struct MetricsReport {
 pub fn run(cmd: AuditCommand) -> anyhow::Result<()> {
     match cmd {
         AuditCommand::Metrics(args) => metrics(args),
+        AuditCommand::Invert(args) => invert(args),
+        AuditCommand::Report(args) => report(args),
+        AuditCommand::SpeakerModel(args) => speaker_model(args),
+        AuditCommand::TargetModel(args) => target_model(args),
     }
 }
 
@@ -95,5 +275,377 @@ fn metrics(args: MetricsArgs) -> anyhow::Result<()> {
         }
         println!("W-MSE  {:.6e}", report.wmse);
     }
+    Ok(())
+}
+
+fn bar(total: u64, what: &str) -> ProgressBar {
+    let pb = ProgressBar::new(total);
+    if let Ok(style) = ProgressStyle::with_template(
+        "{msg} [{elapsed_precise}] {wide_bar} {pos}/{len} steps (eta {eta})",
+    ) {
+        pb.set_style(style);
+    }
+    pb.set_message(what.to_string());
+    pb
+}
+
+#[derive(Serialize)]
+struct InvertReport {
+    model: String,
+    input: String,
+    features: AttackFeatures,
+    options: AttackOptions,
+    true_label: String,
+    recovered_label: String,
+    label_recovered: bool,
+    grad_loss: f64,
+    metrics: hush_host::audit::attack::LeakMetrics,
+    random_features_baseline: hush_host::audit::attack::LeakMetrics,
+    mean_features_baseline: hush_host::audit::attack::LeakMetrics,
+    speaker_threshold: Option<f64>,
+}
+
+fn write_wav(path: &Path, samples: &[f32], rate: u32) -> anyhow::Result<()> {
+    let audio = Audio {
+        samples: samples.to_vec(),
+        sample_rate: rate,
+    };
+    write_wav_i16(path, &audio).with_context(|| format!("writing {}", path.display()))
+}
+
+fn invert(args: InvertArgs) -> anyhow::Result<()> {
+    let target = AttackTarget::load(&args.model, args.features.map(Into::into))
+        .with_context(|| format!("loading the model {}", args.model.display()))?;
+    let samples = target.read_clip(&args.input)?;
+    let word = match &args.label {
+        Some(w) => w.clone(),
+        None => args
+            .input
+            .parent()
+            .and_then(Path::file_name)
+            .and_then(|n| n.to_str())
+            .unwrap_or_default()
+            .to_string(),
+    };
+    let Some(true_label) = target.class_of(&word) else {
+        bail!(
+            "the clip's class `{word}` is not one of the model's ({}); give it with --label",
+            target.labels.join(", ")
+        );
+    };
+    let speaker = match &args.attack.speaker_model {
+        Some(dir) => Some(
+            SpeakerModel::load(dir)
+                .with_context(|| format!("loading the speaker model {}", dir.display()))?,
+        ),
+        None => None,
+    };
+    let dp = match (args.dp_clip, args.dp_noise) {
+        (Some(clip), Some(noise_multiplier)) => Some(DpNoise {
+            clip,
+            noise_multiplier,
+        }),
+        _ => None,
+    };
+    let opts = AttackOptions {
+        invert: args.attack.config(),
+        dp,
+        griffin_lim_iterations: args.attack.griffin_lim_iterations,
+    };
+    opts.invert.check()?;
+    std::fs::create_dir_all(&args.attack.out)
+        .with_context(|| format!("creating {}", args.attack.out.display()))?;
+    let pb = bar(
+        (opts.invert.iterations * opts.invert.restarts) as u64,
+        "inverting",
+    );
+    let a = attack_clip(
+        &target,
+        &samples,
+        true_label,
+        &opts,
+        speaker.as_ref(),
+        &mut || pb.inc(1),
+    )?;
+    pb.finish_and_clear();
+    let (_, baseline) = score_features(
+        &target,
+        &samples,
+        &a.original_features,
+        &random_features(&target, opts.invert.seed),
+        opts.griffin_lim_iterations,
+        opts.invert.seed,
+        speaker.as_ref(),
+    )?;
+    let (_, mean_baseline) = score_features(
+        &target,
+        &samples,
+        &a.original_features,
+        &mean_features(&target),
+        opts.griffin_lim_iterations,
+        opts.invert.seed,
+        speaker.as_ref(),
+    )?;
+    let rate = target.features.frame.sample_rate;
+    let (frames, dim) = (target.net.shape.frames, target.net.shape.bins);
+    write_wav(
+        &args.attack.out.join("reconstructed.wav"),
+        &a.reconstructed_wave,
+        rate,
+    )?;
+    write_wav(
+        &args.attack.out.join("original.wav"),
+        &a.original_wave,
+        rate,
+    )?;
+    for (name, data) in [
+        ("original_features.npy", &a.original_features),
+        ("reconstructed_features.npy", &a.reconstructed_features),
+    ] {
+        let p = args.attack.out.join(name);
+        write_npy_f32(&p, data, &[frames, dim])
+            .with_context(|| format!("writing {}", p.display()))?;
+    }
+    heatmaps(
+        &args.attack.out.join("spectrograms.png"),
+        &format!(
+            "{} features: original vs reconstructed from one update",
+            target.kind.name()
+        ),
+        &[
+            Heatmap {
+                title: "original",
+                values: &a.original_features,
+                rows: frames,
+                cols: dim,
+            },
+            Heatmap {
+                title: "reconstructed",
+                values: &a.reconstructed_features,
+                rows: frames,
+                cols: dim,
+            },
+        ],
+    )?;
+    let report = InvertReport {
+        model: args.model.display().to_string(),
+        input: args.input.display().to_string(),
+        features: target.kind,
+        options: opts,
+        true_label: target.labels[a.true_label].clone(),
+        recovered_label: target
+            .labels
+            .get(a.recovered_label)
+            .cloned()
+            .unwrap_or_default(),
+        label_recovered: a.true_label == a.recovered_label,
+        grad_loss: a.grad_loss,
+        metrics: a.metrics.clone(),
+        random_features_baseline: baseline.clone(),
+        mean_features_baseline: mean_baseline.clone(),
+        speaker_threshold: speaker.as_ref().map(|s| s.calibration.threshold),
+    };
+    let p = args.attack.out.join("report.json");
+    std::fs::write(&p, serde_json::to_string_pretty(&report)? + "\n")
+        .with_context(|| format!("writing {}", p.display()))?;
+    let m = &a.metrics;
+    let fmt = |v: Option<f64>| v.map_or("-".to_string(), |v| format!("{v:.3}"));
+    println!(
+        "label: true {}, recovered {} ({})",
+        report.true_label,
+        report.recovered_label,
+        if report.label_recovered {
+            "recovered"
+        } else {
+            "wrong"
+        }
+    );
+    println!("gradient loss (1 - cos): {:.4}", a.grad_loss);
+    println!("                 attack   random features");
+    println!("F-MSE          {:>8.3}   {:>8.3}", m.f_mse, baseline.f_mse);
+    println!(
+        "W-MSE          {:>8.2e}   {:>8.2e}",
+        m.w_mse, baseline.w_mse
+    );
+    println!("STOI           {:>8.3}   {:>8.3}", m.stoi, baseline.stoi);
+    println!(
+        "PESQ           {:>8}   {:>8}",
+        fmt(m.pesq),
+        fmt(baseline.pesq)
+    );
+    println!(
+        "speaker cos    {:>8}   {:>8}",
+        fmt(m.speaker_similarity),
+        fmt(baseline.speaker_similarity)
+    );
+    println!("wrote {}", args.attack.out.display());
+    Ok(())
+}
+
+fn load_or_train_speaker(
+    given: Option<&PathBuf>,
+    data: &Path,
+    out: &Path,
+) -> anyhow::Result<SpeakerModel> {
+    if let Some(dir) = given {
+        return SpeakerModel::load(dir)
+            .with_context(|| format!("loading the speaker model {}", dir.display()));
+    }
+    let dir = out.join("speaker-model");
+    if dir.join(hush_host::audit::speaker::SPEAKER_JSON).is_file() {
+        eprintln!("reusing the speaker model in {}", dir.display());
+        return SpeakerModel::load(&dir).with_context(|| format!("loading {}", dir.display()));
+    }
+    let cfg = SpeakerTrainConfig::new(data);
+    let m = train_speaker_model(&cfg, &mut |e, l| {
+        eprintln!("speaker model step {e:>3}: loss {l:.3}")
+    })?;
+    m.save(&dir)?;
+    eprintln!(
+        "speaker model: EER {:.3} at cosine {:.3} on {} held-out speakers → {}",
+        m.calibration.eer,
+        m.calibration.threshold,
+        m.calibration.heldout_speakers,
+        dir.display()
+    );
+    Ok(m)
+}
+
+fn report(args: ReportArgs) -> anyhow::Result<()> {
+    let first = AttackTarget::load(&args.model, None)
+        .with_context(|| format!("loading the model {}", args.model.display()))?;
+    let twin = match &args.twin {
+        Some(dir) => AttackTarget::load(dir, None)
+            .with_context(|| format!("loading the twin {}", dir.display()))?,
+        None => {
+            let dir = args.attack.out.join("twin-model");
+            if !dir.join("model.json").is_file() {
+                let cfg = twin_config(&first, &args.data, args.twin_epochs, args.attack.seed);
+                eprintln!(
+                    "training the {} twin of the {} model into {}",
+                    match first.kind {
+                        AttackFeatures::Mel => "mfcc",
+                        AttackFeatures::Mfcc => "mel",
+                    },
+                    first.kind.name(),
+                    dir.display()
+                );
+                train_kws(&cfg, &dir, "hush-host audit report (twin)", &mut |e| {
+                    eprintln!(
+                        "twin epoch {:>2}: loss {:.3}, val acc {:.3}",
+                        e.epoch, e.train_loss, e.val_accuracy
+                    )
+                })?;
+            }
+            AttackTarget::load(&dir, None)?
+        }
+    };
+    if twin.kind == first.kind {
+        bail!(
+            "--model and --twin both read {} features; give one Mel and one MFCC model",
+            first.kind.name()
+        );
+    }
+    let mut targets = vec![first, twin];
+    targets.sort_by_key(|t| t.kind.name());
+    let speaker = load_or_train_speaker(
+        args.attack.speaker_model.as_ref(),
+        &args.data,
+        &args.attack.out,
+    )?;
+    let clips = pick_clips(&args.data, &targets[0].labels, args.clips)?;
+    let cfg = ReportConfig {
+        sigmas: args.sigmas.clone(),
+        clip: args.clip,
+        invert: args.attack.config(),
+        griffin_lim_iterations: args.attack.griffin_lim_iterations,
+    };
+    cfg.invert.check()?;
+    let attacks = targets.len() * clips.len() * (1 + cfg.sigmas.len());
+    let steps = attacks * cfg.invert.iterations * cfg.invert.restarts;
+    let pb = bar(steps as u64, "attacking");
+    let pb2 = pb.clone();
+    let rows = run_report(
+        &targets,
+        &clips,
+        Some(&speaker),
+        &cfg,
+        &mut |m| pb2.set_message(m.to_string()),
+        &mut || pb.inc(1),
+    )?;
+    pb.finish_and_clear();
+    let preamble = format!(
+        "Models: {} ({}), {} ({}); {} test clips ({}); clip bound C = {}; {} iterations × {} \
+         restarts, lr {}, TV weight {}; Griffin-Lim {} iterations; seed {}. Speaker model: EER \
+         {:.3} at cosine {:.3} on {} held-out speakers.\n\nClips: {}.\n\nCommand: `{}`\n",
+        targets[0].dir.display(),
+        targets[0].kind.name(),
+        targets[1].dir.display(),
+        targets[1].kind.name(),
+        clips.len(),
+        args.data.display(),
+        cfg.clip,
+        cfg.invert.iterations,
+        cfg.invert.restarts,
+        cfg.invert.lr,
+        cfg.invert.tv_weight,
+        cfg.griffin_lim_iterations,
+        cfg.invert.seed,
+        speaker.calibration.eer,
+        speaker.calibration.threshold,
+        speaker.calibration.heldout_speakers,
+        clips
+            .iter()
+            .map(|c| format!("`{}`", c.path.display()))
+            .collect::<Vec<_>>()
+            .join(", "),
+        std::env::args().collect::<Vec<_>>().join(" "),
+    );
+    write_report(&args.attack.out, &rows, &preamble)?;
+    print!("{}", hush_host::audit::report::markdown(&rows, ""));
+    println!("wrote {}", args.attack.out.join("report.md").display());
+    Ok(())
+}
+
+fn speaker_model(args: SpeakerModelArgs) -> anyhow::Result<()> {
+    let mut cfg = SpeakerTrainConfig::new(&args.data);
+    cfg.steps = args.steps;
+    cfg.seed = args.seed;
+    let m = train_speaker_model(&cfg, &mut |e, l| eprintln!("step {e:>3}: loss {l:.3}"))?;
+    m.save(&args.out)?;
+    println!(
+        "speaker model ({} training speakers): EER {:.3} at cosine threshold {:.3} on {} held-out speakers ({} same / {} different trials) → {}",
+        m.speakers.len(),
+        m.calibration.eer,
+        m.calibration.threshold,
+        m.calibration.heldout_speakers,
+        m.calibration.trials[0],
+        m.calibration.trials[1],
+        args.out.display()
+    );
+    Ok(())
+}
+
+fn target_model(args: TargetModelArgs) -> anyhow::Result<()> {
+    let cfg = target_config(&args.data, args.features.into(), args.epochs, args.seed);
+    let command = std::env::args().collect::<Vec<_>>().join(" ");
+    let r = train_kws(&cfg, &args.out, &command, &mut |e| {
+        eprintln!(
+            "epoch {:>2}: loss {:.3}, val acc {:.3}",
+            e.epoch, e.train_loss, e.val_accuracy
+        )
+    })?;
+    let test = r
+        .card
+        .metrics
+        .as_ref()
+        .and_then(|m| m.splits.get("test"))
+        .map_or(0.0, |s| s.accuracy);
+    println!(
+        "{} leak-cnn ({} parameters), test accuracy {test:.3} → {}",
+        AttackFeatures::from(args.features).name(),
+        r.card.num_trainable,
+        args.out.display()
+    );
     Ok(())
 }

@@ -33,6 +33,9 @@ enum Command {
     /// Privacy audits: speech-quality metrics of reconstructed audio (`audit metrics`).
     #[command(subcommand)]
     Audit(cli::audit::AuditCommand),
+    /// Experiments written as results.json, results.md and a plot (`experiment dp-sgd`).
+    #[command(subcommand)]
+    Experiment(cli::experiment::ExperimentCommand),
 }
 
 fn main() -> anyhow::Result<()> {
@@ -45,5 +48,6 @@ fn main() -> anyhow::Result<()> {
         Command::Serve(args) => cli::serve::run(args),
         Command::Simulate(args) => cli::simulate::run(args),
         Command::Audit(cmd) => cli::audit::run(cmd),
+        Command::Experiment(cmd) => cli::experiment::run(cmd),
     }
 }

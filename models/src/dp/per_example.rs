@@ -88,8 +88,9 @@ pub fn trainable_layout(model: &KwsModel) -> Result<Vec<(String, usize)>, ModelE
         .collect())
 }
 
-/// How per-example gradients are computed (both give the same gradients).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+/// How per-example gradients are computed (all give the same gradients).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "kebab-case")]
 pub enum PerExampleMethod {
     /// Per-example weight copies, one forward and backward per physical batch
     /// ([`super::vectorized`]).
@@ -101,6 +102,22 @@ pub enum PerExampleMethod {
     /// gradient ([`super::activations`]); linear weights' gradients are never
     /// materialised (norms and the clipped sum come from the two factors).
     Activations,
+}
+
+impl std::str::FromStr for PerExampleMethod {
+    type Err = super::DpError;
+    fn from_str(s: &str) -> Result<Self, super::DpError> {
+        match s {
+            "vectorized" => Ok(Self::Vectorized),
+            "loop" => Ok(Self::Loop),
+            "activations" => Ok(Self::Activations),
+            _ => Err(super::bad(
+                "per-example method",
+                s,
+                "one of vectorized, activations, loop",
+            )),
+        }
+    }
 }
 
 /// Per-example gradient computation: the method and the memory budget.

@@ -43,6 +43,8 @@ use crate::step::{scalar, soft_cross_entropy, Batch};
 use crate::ModelError;
 
 /// One bounded tensor's per-example gradients over a physical batch of `B`.
+// A handful live per step, each holding tensor handles (not data): size does not matter.
+#[allow(clippy::large_enum_variant)]
 pub(crate) enum LayerGrads {
     /// Materialised, `[B, numel]`.
     Rows(Tensor<2>),
@@ -168,6 +170,8 @@ pub(crate) fn clip_on_tensors(
 }
 
 /// What one bounded layer saved in the forward.
+// One per bounded layer per step, tensor handles only: size does not matter.
+#[allow(clippy::large_enum_variant)]
 enum Saved {
     Linear {
         weight: Option<String>,

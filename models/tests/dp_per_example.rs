@@ -303,13 +303,17 @@ fn named_grads_go_back_into_burn_and_sgd_applies_them() {
     }
 }
 
+/// Per-example gradients from activations, in one physical batch.
+fn activations() -> PerExampleConfig {
+    PerExampleConfig {
+        method: PerExampleMethod::Activations,
+        max_grad_memory: usize::MAX,
+    }
+}
+
 #[test]
 fn fast_per_example_grads_equal_the_loop_for_every_arch() {
     let device = Device::flex().autodiff();
-    let activations = PerExampleConfig {
-        method: PerExampleMethod::Activations,
-        max_grad_memory: usize::MAX,
-    };
     for cfg in archs() {
         let m = model(&cfg, &device);
         let b = batch(6, 17);
@@ -321,7 +325,7 @@ fn fast_per_example_grads_equal_the_loop_for_every_arch() {
             ),
             (
                 "activations",
-                per_example_grads_with(&m, &b, &activations, &device).unwrap(),
+                per_example_grads_with(&m, &b, &activations(), &device).unwrap(),
             ),
         ] {
             assert_eq!(fast.len(), looped.len());
@@ -348,10 +352,6 @@ fn fast_per_example_grads_equal_the_loop_for_every_arch() {
 #[test]
 fn clipped_sum_from_activations_equals_the_loop() {
     let device = Device::flex().autodiff();
-    let activations = PerExampleConfig {
-        method: PerExampleMethod::Activations,
-        max_grad_memory: usize::MAX,
-    };
     for cfg in archs() {
         let m = model(&cfg, &device);
         let b = batch(7, 29);
@@ -373,7 +373,7 @@ fn clipped_sum_from_activations_equals_the_loop() {
             )
             .unwrap();
             let got =
-                clipped_grad_sum_with(&m, &b, &bounds, bounding, &activations, &device).unwrap();
+                clipped_grad_sum_with(&m, &b, &bounds, bounding, &activations(), &device).unwrap();
             let what = format!("{} {strategy} {bounding:?} frozen {frozen}", cfg.name());
             assert_eq!(got.examples, 7, "{what}");
             assert_eq!(got.clipped, want.clipped, "{what}");

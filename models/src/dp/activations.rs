@@ -34,7 +34,9 @@ use burn::tensor::module::conv2d;
 use burn::tensor::ops::ConvOptions;
 use burn::tensor::{Gradients, Tensor, TensorData};
 
-use super::vectorized::{padding_pairs, taps, unfold, PhysicalSum};
+use super::vectorized::{
+    normalize_with_stored_statistics, padding_pairs, taps, unfold, PhysicalSum,
+};
 use super::ClipBounds;
 use crate::arch::layers::{named, LayerRunner, TensorVisitor};
 use crate::arch::{is_trainable, KwsModel};
@@ -221,10 +223,6 @@ impl TensorVisitor for NameCollector<'_> {
     }
 }
 
-fn probe<const D: usize>(y: &Tensor<D>) -> Tensor<D> {
-    Tensor::zeros(y.shape(), &y.device()).require_grad()
-}
-
 impl ActivationRecorder {
     /// A recorder for the tensors of `model` named in `only`.
     pub(crate) fn new(model: &KwsModel, only: &[String]) -> Result<Self, ModelError> {
@@ -237,6 +235,19 @@ impl ActivationRecorder {
             names: v.names,
             saved: RefCell::new(Vec::new()),
         })
+    }
+
+    /// `y` plus a zero probe leaf (its gradient will be `∂L/∂y`), saving what `save` makes
+    /// of the probe.
+    fn record<const D: usize>(
+        &self,
+        y: Tensor<D>,
+        save: impl FnOnce(Tensor<D>) -> Saved,
+    ) -> Tensor<D> {
+        let probe: Tensor<D> = Tensor::zeros(y.shape(), &y.device()).require_grad();
+        let out = y + probe.clone();
+        self.saved.borrow_mut().push(save(probe));
+        out
     }
 
     fn name<const D: usize>(&self, p: &Param<Tensor<D>>) -> Option<String> {
@@ -366,51 +377,31 @@ impl LayerRunner for ActivationRecorder {
         if weight.is_none() && bias.is_none() {
             return y;
         }
-        let probe = probe(&y);
-        let out = y + probe.clone();
-        self.saved.borrow_mut().push(Saved::Conv {
+        self.record(y, |probe| Saved::Conv {
             weight,
             bias,
             conv: c.clone(),
             input: x.detach(),
             probe,
-        });
-        out
+        })
     }
 
     fn batch_norm(&self, bn: &BatchNorm, x: Tensor<4>) -> Tensor<4> {
         let [_, c, _, _] = x.dims();
-        let device = x.device();
-        let mean = bn
-            .running_mean
-            .value()
-            .to_device(&device)
-            .reshape([1, c, 1, 1]);
-        let inv_std = bn
-            .running_var
-            .value()
-            .to_device(&device)
-            .add_scalar(bn.epsilon)
-            .sqrt()
-            .recip()
-            .reshape([1, c, 1, 1]);
         let gamma = bn.gamma.val().detach().reshape([1, c, 1, 1]);
         let beta = bn.beta.val().detach().reshape([1, c, 1, 1]);
-        let normalized = (x - mean) * inv_std;
+        let normalized = normalize_with_stored_statistics(bn, x);
         let y = normalized.clone() * gamma + beta;
-        let (g, be) = (self.name(&bn.gamma), self.name(&bn.beta));
-        if g.is_none() && be.is_none() {
+        let (gamma, beta) = (self.name(&bn.gamma), self.name(&bn.beta));
+        if gamma.is_none() && beta.is_none() {
             return y;
         }
-        let probe = probe(&y);
-        let out = y + probe.clone();
-        self.saved.borrow_mut().push(Saved::BatchNorm {
-            gamma: g,
-            beta: be,
+        self.record(y, |probe| Saved::BatchNorm {
+            gamma,
+            beta,
             normalized: normalized.detach(),
             probe,
-        });
-        out
+        })
     }
 
     fn linear(&self, l: &Linear, x: Tensor<2>) -> Tensor<2> {
@@ -424,15 +415,12 @@ impl LayerRunner for ActivationRecorder {
         if weight.is_none() && bias.is_none() {
             return y;
         }
-        let probe = probe(&y);
-        let out = y + probe.clone();
-        self.saved.borrow_mut().push(Saved::Linear {
+        self.record(y, |probe| Saved::Linear {
             weight,
             bias,
             input: x.detach(),
             probe,
-        });
-        out
+        })
     }
 }
 

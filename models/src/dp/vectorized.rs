@@ -231,6 +231,17 @@ pub(crate) fn unfold(c: &Conv2d, x: Tensor<4>) -> Tensor<5> {
     Tensor::stack(taps(c, x), 2)
 }
 
+/// `(x − running mean) / sqrt(running var + ε)`, per channel: batch norm on its stored
+/// statistics (what DP runs, see [`super::per_example`]), before `gamma` and `beta`.
+pub(crate) fn normalize_with_stored_statistics(bn: &BatchNorm, x: Tensor<4>) -> Tensor<4> {
+    let [_, c, _, _] = x.dims();
+    let device = x.device();
+    let stat = |t: Tensor<1>| t.to_device(&device).reshape([1, c, 1, 1]);
+    let mean = stat(bn.running_mean.value());
+    let inv_std = stat(bn.running_var.value().add_scalar(bn.epsilon).sqrt().recip());
+    (x - mean) * inv_std
+}
+
 impl LayerRunner for PerExampleWeights {
     /// Dense convs (`groups = 1`): a batched matmul of each example's weights
     /// `[C_out, C_in·k]` with its unfolded input `[C_in·k, H'·W']` (a 1×1 unstrided,
@@ -281,23 +292,9 @@ impl LayerRunner for PerExampleWeights {
 
     fn batch_norm(&self, bn: &BatchNorm, x: Tensor<4>) -> Tensor<4> {
         let [b, c, _, _] = x.dims();
-        let device = x.device();
-        let mean = bn
-            .running_mean
-            .value()
-            .to_device(&device)
-            .reshape([1, c, 1, 1]);
-        let inv_std = bn
-            .running_var
-            .value()
-            .to_device(&device)
-            .add_scalar(bn.epsilon)
-            .sqrt()
-            .recip()
-            .reshape([1, c, 1, 1]);
         let gamma = self.rows(&bn.gamma).reshape([b, c, 1, 1]);
         let beta = self.rows(&bn.beta).reshape([b, c, 1, 1]);
-        (x - mean) * inv_std * gamma + beta
+        normalize_with_stored_statistics(bn, x) * gamma + beta
     }
 
     fn linear(&self, l: &Linear, x: Tensor<2>) -> Tensor<2> {

@@ -240,6 +240,38 @@ pub struct RunResult {
     pub model: PathBuf,
 }
 
+impl RunResult {
+    /// A run of `setting` with no numbers yet.
+    fn blank(
+        setting: String,
+        variant: Option<Variant>,
+        target_epsilon: Option<f64>,
+        model: PathBuf,
+    ) -> Self {
+        Self {
+            setting,
+            variant,
+            target_epsilon,
+            epsilon_rdp: None,
+            epsilon_pld: None,
+            noise_multiplier: None,
+            sampling_rate: None,
+            steps: None,
+            frozen_layers: Vec::new(),
+            train_examples: 0,
+            public_examples: 0,
+            test_accuracy: None,
+            test_balanced_keyword_accuracy: None,
+            validation_accuracy: None,
+            epochs_run: 0,
+            best_epoch: 0,
+            refused: None,
+            seconds: 0.0,
+            model,
+        }
+    }
+}
+
 /// The corpus the experiment ran on.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct CorpusInfo {
@@ -443,25 +475,14 @@ pub fn run_dp_sgd(
     let card = &report.card;
     let split = |name: &str| card.metrics.as_ref().and_then(|m| m.splits.get(name));
     results.runs.push(RunResult {
-        setting: "non-private".into(),
-        variant: None,
-        target_epsilon: None,
-        epsilon_rdp: None,
-        epsilon_pld: None,
-        noise_multiplier: None,
-        sampling_rate: None,
-        steps: None,
-        frozen_layers: Vec::new(),
         train_examples: results.corpus.train,
-        public_examples: 0,
         test_accuracy: split("test").map(|s| s.accuracy),
         test_balanced_keyword_accuracy: split("test").map(|s| s.balanced_keyword_accuracy),
         validation_accuracy: split("validation").map(|s| s.accuracy),
         epochs_run: report.epochs.len(),
         best_epoch: card.provenance.as_ref().map_or(0, |p| p.best_epoch),
-        refused: None,
         seconds: start.elapsed().as_secs_f64(),
-        model: dir,
+        ..RunResult::blank("non-private".into(), None, None, dir)
     });
     log_result(log, results.runs.last());
     write_results(&cfg.out, &results)?;
@@ -499,9 +520,6 @@ pub fn run_dp_sgd(
                     let card = &report.card;
                     let split = |name: &str| card.metrics.as_ref().and_then(|m| m.splits.get(name));
                     RunResult {
-                        setting,
-                        variant: Some(variant),
-                        target_epsilon: Some(eps),
                         epsilon_rdp: Some(p.epsilon_rdp),
                         epsilon_pld: p.epsilon_pld,
                         noise_multiplier: Some(p.noise_multiplier),
@@ -516,32 +534,15 @@ pub fn run_dp_sgd(
                         validation_accuracy: split("validation").map(|s| s.accuracy),
                         epochs_run: report.epochs.len(),
                         best_epoch: card.provenance.as_ref().map_or(0, |p| p.best_epoch),
-                        refused: None,
                         seconds,
-                        model: dir,
+                        ..RunResult::blank(setting, Some(variant), Some(eps), dir)
                     }
                 }
                 // A refused setting (say, an ε out of reach for these steps) is a result.
                 Err(e @ TrainError::Option { .. }) => RunResult {
-                    setting,
-                    variant: Some(variant),
-                    target_epsilon: Some(eps),
-                    epsilon_rdp: None,
-                    epsilon_pld: None,
-                    noise_multiplier: None,
-                    sampling_rate: None,
-                    steps: None,
-                    frozen_layers: Vec::new(),
-                    train_examples: 0,
-                    public_examples: 0,
-                    test_accuracy: None,
-                    test_balanced_keyword_accuracy: None,
-                    validation_accuracy: None,
-                    epochs_run: 0,
-                    best_epoch: 0,
                     refused: Some(e.to_string()),
                     seconds,
-                    model: dir,
+                    ..RunResult::blank(setting, Some(variant), Some(eps), dir)
                 },
                 Err(source) => return Err(ExperimentError::Train { run: label, source }),
             };

@@ -1,5 +1,5 @@
-//! Per-example gradients for every architecture: the vectorised fast path equals the
-//! per-example loop, their mean equals the batch gradient, memory-aware physical batches
+//! Per-example gradients for every architecture: both fast paths (weight copies, and
+//! activations with output gradients) equal the per-example loop, their mean equals the batch gradient, memory-aware physical batches
 //! add up to one big batch, clipped norms stay within their bounds, names match
 //! `named_tensors()`, and named gradients go back into burn losslessly.
 //!
@@ -303,28 +303,84 @@ fn named_grads_go_back_into_burn_and_sgd_applies_them() {
     }
 }
 
+/// Per-example gradients from activations, in one physical batch.
+fn activations() -> PerExampleConfig {
+    PerExampleConfig {
+        method: PerExampleMethod::Activations,
+        max_grad_memory: usize::MAX,
+    }
+}
+
 #[test]
-fn vectorized_per_example_grads_equal_the_loop_for_every_arch() {
+fn fast_per_example_grads_equal_the_loop_for_every_arch() {
     let device = Device::flex().autodiff();
     for cfg in archs() {
         let m = model(&cfg, &device);
         let b = batch(6, 17);
         let looped = per_example_grads(&m, &b, &device).unwrap();
-        let fast = per_example_grads_vectorized(&m, &b, &device).unwrap();
-        assert_eq!(fast.len(), looped.len());
-        let mut worst = (0f32, 0f32);
-        for (f, l) in fast.iter().zip(&looped) {
-            let (diff, scale) = max_abs_diff(l, f);
-            worst = (worst.0.max(diff), worst.1.max(scale));
+        for (method, fast) in [
+            (
+                "vectorised",
+                per_example_grads_vectorized(&m, &b, &device).unwrap(),
+            ),
+            (
+                "activations",
+                per_example_grads_with(&m, &b, &activations(), &device).unwrap(),
+            ),
+        ] {
+            assert_eq!(fast.len(), looped.len());
+            let mut worst = (0f32, 0f32);
+            for (f, l) in fast.iter().zip(&looped) {
+                let (diff, scale) = max_abs_diff(l, f);
+                worst = (worst.0.max(diff), worst.1.max(scale));
+            }
+            eprintln!(
+                "{}: max |{method} − loop| = {:e} (largest gradient value {:e})",
+                cfg.name(),
+                worst.0,
+                worst.1
+            );
+            assert!(worst.0 <= 1e-5, "{} {method}: {}", cfg.name(), worst.0);
+            assert!(worst.1 > 1e-3, "{}: gradients are all ~0", cfg.name());
         }
-        eprintln!(
-            "{}: max |vectorised − loop| = {:e} (largest gradient value {:e})",
-            cfg.name(),
-            worst.0,
-            worst.1
-        );
-        assert!(worst.0 <= 1e-5, "{}: {}", cfg.name(), worst.0);
-        assert!(worst.1 > 1e-3, "{}: gradients are all ~0", cfg.name());
+    }
+}
+
+/// The clipped sum from activations (linear weights never materialised) equals the
+/// loop's, for flat and per-layer bounds, clipping and normalising, with and without
+/// frozen layers.
+#[test]
+fn clipped_sum_from_activations_equals_the_loop() {
+    let device = Device::flex().autodiff();
+    for cfg in archs() {
+        let m = model(&cfg, &device);
+        let b = batch(7, 29);
+        let layout = trainable_layout(&m).unwrap();
+        for (strategy, bounding, frozen) in [
+            (ClipStrategy::Flat, Bounding::Clip, 0),
+            (ClipStrategy::PerLayerDim, Bounding::Clip, 0),
+            (ClipStrategy::PerLayerDim, Bounding::Normalize, 0),
+            (ClipStrategy::Flat, Bounding::Clip, 2),
+        ] {
+            let bounds = ClipBounds::new(strategy, 0.5, &layout[frozen..]).unwrap();
+            let want = clipped_grad_sum_with(
+                &m,
+                &b,
+                &bounds,
+                bounding,
+                &PerExampleConfig::looped(),
+                &device,
+            )
+            .unwrap();
+            let got =
+                clipped_grad_sum_with(&m, &b, &bounds, bounding, &activations(), &device).unwrap();
+            let what = format!("{} {strategy} {bounding:?} frozen {frozen}", cfg.name());
+            assert_eq!(got.examples, 7, "{what}");
+            assert_eq!(got.clipped, want.clipped, "{what}");
+            assert!(want.clipped > 0, "{what}: the bound clips nothing");
+            let (diff, scale) = max_abs_diff(&want.sum, &got.sum);
+            assert!(diff <= 1e-5 * scale.max(1.0), "{what}: {diff}");
+        }
     }
 }
 

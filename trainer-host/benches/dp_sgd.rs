@@ -2,8 +2,10 @@
 //! DP-SGD step (per-example gradients, flat clipping at C = 1, noise σ = 1, AdamW) against
 //! the non-private step (batch gradient, AdamW) on the same model and batch, for the
 //! DS-CNN-S and the leak-CNN over `[98, 40]` features, 12 classes, batch 64, on the CPU
-//! (`flex`). The DP step runs both ways: vectorised per-example gradients (the default,
-//! within the default 256 MiB per-example memory budget) and the per-example loop. When
+//! (`flex`). The DP step runs three ways: per-example gradients from activations and
+//! output gradients (`PerExampleMethod::Activations`), from per-example weight copies
+//! (`Vectorized`; both within the default 256 MiB per-example memory budget) and the
+//! per-example loop. hush/Opacus is the activations path's ratio. When
 //! `HUSH_BENCH_PYTHON` names a Python interpreter with `torch` and `opacus` installed (or
 //! `python3` has them), `dp_sgd_opacus.py` times Opacus on the same architectures, batch and
 //! clipping in the same run and the ratio is printed.
@@ -29,7 +31,7 @@ use burn::tensor::Device;
 use hush_models::arch::{ArchConfig, IoShape, KwsModel};
 use hush_models::dp::{
     clipped_grad_sum_with, per_example_model, trainable_layout, Bounding, ClipBounds, ClipStrategy,
-    ExpectedCount, GaussianMechanism, NoiseKind, NoiseSource, PerExampleConfig,
+    ExpectedCount, GaussianMechanism, NoiseKind, NoiseSource, PerExampleConfig, PerExampleMethod,
 };
 use hush_models::step::{apply_grads, loss_and_grads, Batch};
 
@@ -83,7 +85,9 @@ fn throughput(mut step: impl FnMut()) -> f64 {
 }
 
 /// Examples/s of the non-private step, the vectorised DP step and the looped DP step.
-fn bench_arch(name: &str) -> (f64, f64, f64) {
+/// Examples/s of one arch: non-private, then DP from activations, with weight copies
+/// and with the loop.
+fn bench_arch(name: &str) -> (f64, f64, f64, f64) {
     let device = Device::flex().autodiff();
     device.seed(1);
     let cfg = ArchConfig::default_for(name, IO).unwrap();
@@ -125,9 +129,16 @@ fn bench_arch(name: &str) -> (f64, f64, f64) {
             model = Some(apply_grads(&mut opt, 1e-3, m, grads));
         })
     };
-    let vectorized = dp(PerExampleConfig::default());
+    let activations = dp(PerExampleConfig {
+        method: PerExampleMethod::Activations,
+        ..PerExampleConfig::default()
+    });
+    let vectorized = dp(PerExampleConfig {
+        method: PerExampleMethod::Vectorized,
+        ..PerExampleConfig::default()
+    });
     let looped = dp(PerExampleConfig::looped());
-    (plain, vectorized, looped)
+    (plain, activations, vectorized, looped)
 }
 
 fn opacus(python: &str, arch: &str) -> Option<f64> {
@@ -183,25 +194,26 @@ fn main() {
         steps()
     );
     println!(
-        "{:<10} {:>12} {:>14} {:>12} {:>8} {:>10} {:>12} {:>12}",
+        "{:<10} {:>12} {:>15} {:>14} {:>9} {:>8} {:>10} {:>11} {:>12}",
         "arch",
         "non-private",
+        "DP activations",
         "DP vectorised",
         "DP loop",
         "DP/np",
-        "vec/loop",
+        "act/vec",
         "Opacus DP",
         "hush/Opacus"
     );
     for arch in archs.split(',') {
-        let (plain, vectorized, looped) = bench_arch(arch);
+        let (plain, activations, vectorized, looped) = bench_arch(arch);
         let op = python.as_deref().and_then(|py| opacus(py, arch));
         println!(
-            "{arch:<10} {plain:>12.1} {vectorized:>14.1} {looped:>12.1} {:>8.3} {:>10.2} {:>12} {:>12}",
-            vectorized / plain,
-            vectorized / looped,
+            "{arch:<10} {plain:>12.1} {activations:>15.1} {vectorized:>14.1} {looped:>9.1} {:>8.3} {:>10.2} {:>11} {:>12}",
+            activations / plain,
+            activations / vectorized,
             op.map_or("-".into(), |o| format!("{o:.1}")),
-            op.map_or("-".into(), |o| format!("{:.2}", vectorized / o)),
+            op.map_or("-".into(), |o| format!("{:.2}", activations / o)),
         );
     }
 }

@@ -7,6 +7,7 @@ pub mod accountant;
 pub mod audit;
 pub mod corpus;
 pub mod demo;
+pub mod experiment;
 pub mod fl;
 pub mod ledger;
 pub mod pate;

@@ -38,6 +38,9 @@ enum Command {
     /// student trained on them.
     #[command(subcommand)]
     Pate(cli::pate::PateCommand),
+    /// Experiments written as results.json, results.md and a plot (`experiment dp-sgd`).
+    #[command(subcommand)]
+    Experiment(cli::experiment::ExperimentCommand),
 }
 
 fn main() -> anyhow::Result<()> {
@@ -51,5 +54,6 @@ fn main() -> anyhow::Result<()> {
         Command::Simulate(args) => cli::simulate::run(args),
         Command::Audit(cmd) => cli::audit::run(cmd),
         Command::Pate(cmd) => cli::pate::run(cmd),
+        Command::Experiment(cmd) => cli::experiment::run(cmd),
     }
 }

@@ -15,6 +15,7 @@
 //! Gradients and updates are lists of [`NamedTensor`](crate::checkpoint::NamedTensor)s
 //! (the trainable tensors, named as in `weights.safetensors`); a "layer" is one tensor.
 
+pub mod activations;
 pub mod adaptive;
 pub mod clip;
 pub mod noise;

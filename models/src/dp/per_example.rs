@@ -38,6 +38,7 @@
 use burn::optim::{GradientsParams, SgdConfig};
 use burn::tensor::Device;
 
+use super::activations::{self, ActivationRecorder};
 use super::vectorized::{clipped_sum, grads_and_loss_sum, PerExampleWeights};
 use super::ClipBounds;
 use crate::arch::{is_trainable, KwsModel};
@@ -87,8 +88,9 @@ pub fn trainable_layout(model: &KwsModel) -> Result<Vec<(String, usize)>, ModelE
         .collect())
 }
 
-/// How per-example gradients are computed (both give the same gradients).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+/// How per-example gradients are computed (all give the same gradients).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "kebab-case")]
 pub enum PerExampleMethod {
     /// Per-example weight copies, one forward and backward per physical batch
     /// ([`super::vectorized`]).
@@ -96,6 +98,26 @@ pub enum PerExampleMethod {
     Vectorized,
     /// Forward and backward on one example at a time (reference and fallback).
     Loop,
+    /// No weight copies: per-example gradients from each layer's saved input and output
+    /// gradient ([`super::activations`]); linear weights' gradients are never
+    /// materialised (norms and the clipped sum come from the two factors).
+    Activations,
+}
+
+impl std::str::FromStr for PerExampleMethod {
+    type Err = super::DpError;
+    fn from_str(s: &str) -> Result<Self, super::DpError> {
+        match s {
+            "vectorized" => Ok(Self::Vectorized),
+            "loop" => Ok(Self::Loop),
+            "activations" => Ok(Self::Activations),
+            _ => Err(super::bad(
+                "per-example method",
+                s,
+                "one of vectorized, activations, loop",
+            )),
+        }
+    }
 }
 
 /// Per-example gradient computation: the method and the memory budget.
@@ -135,7 +157,7 @@ impl PerExampleConfig {
     pub fn physical_batch(&self, numel: usize) -> usize {
         match self.method {
             PerExampleMethod::Loop => 1,
-            PerExampleMethod::Vectorized => {
+            PerExampleMethod::Vectorized | PerExampleMethod::Activations => {
                 self.max_grad_memory / PerExampleWeights::bytes(1, numel.max(1))
             }
         }
@@ -163,27 +185,38 @@ fn physical_batches(
     batch: &Batch,
     only: Option<&[String]>,
     per: &PerExampleConfig,
-) -> Result<Vec<(Batch, bool)>, ModelError> {
+) -> Result<Vec<(Batch, PerExampleMethod)>, ModelError> {
     check_sizes(batch)?;
-    let numel: usize = match only {
-        Some(names) => trainable_layout(model)?
+    let numel: usize = match (per.method, only) {
+        // Linear weights' per-example gradients are not materialised.
+        (PerExampleMethod::Activations, Some(names)) => {
+            ActivationRecorder::materialised_numel(model, names)?
+        }
+        (PerExampleMethod::Activations, None) => {
+            let names: Vec<String> = trainable_layout(model)?
+                .into_iter()
+                .map(|(n, _)| n)
+                .collect();
+            ActivationRecorder::materialised_numel(model, &names)?
+        }
+        (_, Some(names)) => trainable_layout(model)?
             .iter()
             .filter(|(n, _)| names.contains(n))
             .map(|(_, d)| d)
             .sum(),
-        None => model.num_trainable()?,
+        (_, None) => model.num_trainable()?,
     };
     let physical = per.physical_batch(numel);
-    let (size, vectorized) = if per.method == PerExampleMethod::Loop || physical == 0 {
-        (1, false)
+    let (size, method) = if physical == 0 {
+        (1, PerExampleMethod::Loop)
     } else {
-        (physical, true)
+        (physical, per.method)
     };
     Ok((0..batch.batch)
         .step_by(size)
         .map(|start| {
             let end = (start + size).min(batch.batch);
-            (examples(batch, start..end), vectorized)
+            (examples(batch, start..end), method)
         })
         .collect())
 }
@@ -193,15 +226,20 @@ fn physical_batches(
 fn physical_grads(
     model: &KwsModel,
     batch: &Batch,
-    vectorized: bool,
+    method: PerExampleMethod,
     only: Option<&[String]>,
     device: &Device,
 ) -> Result<(Vec<Vec<NamedTensor>>, f32), ModelError> {
-    if vectorized {
-        return grads_and_loss_sum(model, batch, only, device);
+    match method {
+        PerExampleMethod::Vectorized => grads_and_loss_sum(model, batch, only, device),
+        PerExampleMethod::Activations => {
+            activations::grads_and_loss_sum(model, batch, only, device)
+        }
+        PerExampleMethod::Loop => {
+            let (loss, grads) = loss_and_grads(model, batch, device)?;
+            Ok((vec![model.named_grads(&grads)?], loss))
+        }
     }
-    let (loss, grads) = loss_and_grads(model, batch, device)?;
-    Ok((vec![model.named_grads(&grads)?], loss))
 }
 
 fn check_sizes(batch: &Batch) -> Result<(), ModelError> {
@@ -257,8 +295,8 @@ pub fn per_example_grads_with(
 ) -> Result<Vec<Vec<NamedTensor>>, ModelError> {
     let model = per_example_model(model);
     let mut out = Vec::with_capacity(batch.batch);
-    for (b, vectorized) in physical_batches(&model, batch, None, per)? {
-        out.extend(physical_grads(&model, &b, vectorized, None, device)?.0);
+    for (b, method) in physical_batches(&model, batch, None, per)? {
+        out.extend(physical_grads(&model, &b, method, None, device)?.0);
     }
     Ok(out)
 }
@@ -320,21 +358,26 @@ pub fn clipped_grad_sum_with(
     };
     let model = per_example_model(model);
     let only = Some(bounds.layers());
-    for (b, vectorized) in physical_batches(&model, batch, only, per)? {
-        if vectorized {
-            let exact = bounding == Bounding::Normalize;
-            if let Some(p) = clipped_sum(&model, &b, bounds, exact, device)? {
-                for (s, g) in sum.iter_mut().zip(&p.sum) {
-                    s.data.iter_mut().zip(g).for_each(|(s, g)| *s += g);
-                }
-                out.loss_sum += p.loss_sum;
-                out.clipped += p.clipped;
-                out.examples += b.batch;
-                continue;
+    for (b, method) in physical_batches(&model, batch, only, per)? {
+        let exact = bounding == Bounding::Normalize;
+        let on_tensors = match method {
+            PerExampleMethod::Vectorized => clipped_sum(&model, &b, bounds, exact, device)?,
+            PerExampleMethod::Activations => {
+                activations::clipped_sum(&model, &b, bounds, exact, device)?
             }
+            PerExampleMethod::Loop => None,
+        };
+        if let Some(p) = on_tensors {
+            for (s, g) in sum.iter_mut().zip(&p.sum) {
+                s.data.iter_mut().zip(g).for_each(|(s, g)| *s += g);
+            }
+            out.loss_sum += p.loss_sum;
+            out.clipped += p.clipped;
+            out.examples += b.batch;
+            continue;
         }
         // The loop, or a physical batch with a non-finite gradient: clip on the host.
-        let (grads, loss_sum) = physical_grads(&model, &b, vectorized, only, device)?;
+        let (grads, loss_sum) = physical_grads(&model, &b, method, only, device)?;
         for all in grads {
             add_clipped(&mut out, &mut sum, all, bounds, bounding)?;
         }

@@ -42,6 +42,7 @@ use burn::tensor::module::conv2d;
 use burn::tensor::ops::{ConvOptions, PadMode};
 use burn::tensor::{Device, Gradients, Slice, Tensor, TensorData};
 
+use super::activations::{clip_on_tensors, LayerGrads};
 use super::ClipBounds;
 use crate::arch::layers::{named, LayerRunner, TensorVisitor};
 use crate::arch::KwsModel;
@@ -167,7 +168,7 @@ impl PerExampleWeights {
 /// `[(top, bottom), (left, right)]` padding of `c` over an `h × w` input, as
 /// `Conv2d::forward` computes it (burn-nn 0.22.1 `padding.rs`, whose helper is private;
 /// `Same` puts an odd extra pad at the end).
-fn padding_pairs(c: &Conv2d, h: usize, w: usize) -> [(usize, usize); 2] {
+pub(crate) fn padding_pairs(c: &Conv2d, h: usize, w: usize) -> [(usize, usize); 2] {
     let same = |k: usize, stride: usize, size: usize| {
         let out = size.div_ceil(stride);
         let total = if out > 0 {
@@ -187,10 +188,10 @@ fn padding_pairs(c: &Conv2d, h: usize, w: usize) -> [(usize, usize); 2] {
     }
 }
 
-/// The input of a conv with `c`'s kernel, stride, dilation and padding, unfolded: for each
-/// kernel tap `(i, j)` (in that order) the shifted, strided window of `x` `[B, C, H, W]`
-/// that the tap multiplies, stacked as `[B, C, kh·kw, H', W']`.
-fn unfold(c: &Conv2d, x: Tensor<4>) -> Tensor<5> {
+/// The input of a conv with `c`'s kernel, stride, dilation and padding, one tensor per
+/// kernel tap `(i, j)` (in that order): the shifted, strided window of `x` `[B, C, H, W]`
+/// that the tap multiplies, `[B, C, H', W']`.
+pub(crate) fn taps(c: &Conv2d, x: Tensor<4>) -> Vec<Tensor<4>> {
     let [_, _, h, w] = x.dims();
     let [kh, kw] = c.kernel_size;
     let [sh, sw] = c.stride;
@@ -222,7 +223,23 @@ fn unfold(c: &Conv2d, x: Tensor<4>) -> Tensor<5> {
             ]));
         }
     }
-    Tensor::stack(taps, 2)
+    taps
+}
+
+/// [`taps`] stacked: `[B, C, kh·kw, H', W']`.
+pub(crate) fn unfold(c: &Conv2d, x: Tensor<4>) -> Tensor<5> {
+    Tensor::stack(taps(c, x), 2)
+}
+
+/// `(x − running mean) / sqrt(running var + ε)`, per channel: batch norm on its stored
+/// statistics (what DP runs, see [`super::per_example`]), before `gamma` and `beta`.
+pub(crate) fn normalize_with_stored_statistics(bn: &BatchNorm, x: Tensor<4>) -> Tensor<4> {
+    let [_, c, _, _] = x.dims();
+    let device = x.device();
+    let stat = |t: Tensor<1>| t.to_device(&device).reshape([1, c, 1, 1]);
+    let mean = stat(bn.running_mean.value());
+    let inv_std = stat(bn.running_var.value().add_scalar(bn.epsilon).sqrt().recip());
+    (x - mean) * inv_std
 }
 
 impl LayerRunner for PerExampleWeights {
@@ -275,23 +292,9 @@ impl LayerRunner for PerExampleWeights {
 
     fn batch_norm(&self, bn: &BatchNorm, x: Tensor<4>) -> Tensor<4> {
         let [b, c, _, _] = x.dims();
-        let device = x.device();
-        let mean = bn
-            .running_mean
-            .value()
-            .to_device(&device)
-            .reshape([1, c, 1, 1]);
-        let inv_std = bn
-            .running_var
-            .value()
-            .to_device(&device)
-            .add_scalar(bn.epsilon)
-            .sqrt()
-            .recip()
-            .reshape([1, c, 1, 1]);
         let gamma = self.rows(&bn.gamma).reshape([b, c, 1, 1]);
         let beta = self.rows(&bn.beta).reshape([b, c, 1, 1]);
-        (x - mean) * inv_std * gamma + beta
+        normalize_with_stored_statistics(bn, x) * gamma + beta
     }
 
     fn linear(&self, l: &Linear, x: Tensor<2>) -> Tensor<2> {
@@ -367,43 +370,8 @@ pub(crate) fn clipped_sum(
         })
         .collect::<Result<_, _>>()?;
     drop(grads);
-    // norms[layer][example]
-    let norms: Vec<Vec<f32>> = rows
-        .iter()
-        .map(|g| {
-            let sq = (g.clone() * g.clone()).sum_dim(1);
-            Ok(named("per-example norms", sq)?
-                .data
-                .into_iter()
-                .map(f32::sqrt)
-                .collect())
-        })
-        .collect::<Result<_, ModelError>>()?;
-    let mut factors = vec![Vec::with_capacity(b); rows.len()];
-    let mut clipped = 0;
-    for ex in 0..b {
-        let n: Vec<f32> = norms.iter().map(|l| l[ex]).collect();
-        let f = bounds.factors(&n, exact);
-        if f.contains(&0.0) {
-            return Ok(None);
-        }
-        clipped += usize::from(bounds.is_over(&n));
-        for (col, v) in factors.iter_mut().zip(f) {
-            col.push(v);
-        }
-    }
-    let device = rows.first().map(Tensor::device);
-    let mut sum = Vec::with_capacity(rows.len());
-    for (g, f) in rows.into_iter().zip(factors) {
-        let Some(device) = &device else { break };
-        let f = Tensor::<2>::from_data(TensorData::new(f, [b, 1]), device);
-        sum.push(named("clipped sum", (g * f).sum_dim(0))?.data);
-    }
-    Ok(Some(PhysicalSum {
-        sum,
-        loss_sum,
-        clipped,
-    }))
+    let layers = rows.into_iter().map(LayerGrads::Rows).collect();
+    clip_on_tensors(layers, bounds, exact, b, loss_sum)
 }
 
 #[cfg(test)]

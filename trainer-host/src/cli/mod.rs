@@ -4,6 +4,7 @@
 pub mod audit;
 pub mod corpus;
 pub mod demo;
+pub mod experiment;
 pub mod pate;
 pub mod privacy;
 pub mod serve;

@@ -148,6 +148,11 @@ pub struct TrainArgs {
     /// as several physical batches with gradient accumulation).
     #[arg(long, requires = "dp", default_value_t = 256)]
     pub max_grad_memory_mb: usize,
+    /// DP: per-example gradients from weight copies (vectorized), from activations and
+    /// output gradients (activations; fastest for models dominated by linear layers), or
+    /// one example at a time (loop). All give the same gradients.
+    #[arg(long, requires = "dp", default_value = "vectorized")]
+    pub per_example_method: String,
     /// DP: adaptive clipping (Andrew et al. 2021): move the clip bound, starting at --clip,
     /// toward this quantile of the per-example gradient norms, in (0, 1).
     #[arg(long, requires = "dp")]
@@ -179,6 +184,7 @@ fn dp_config(args: &TrainArgs) -> anyhow::Result<DpConfig> {
     dp.budget_epsilon = args.budget_epsilon;
     dp.reproducible = args.reproducible_noise;
     dp.max_grad_memory_mb = args.max_grad_memory_mb;
+    dp.per_example_method = args.per_example_method.parse()?;
     dp.adaptive_clip_quantile = args.adaptive_clip_quantile;
     dp.adaptive_clip_lr = args.adaptive_clip_lr;
     dp.adaptive_clip_count_noise = args.adaptive_clip_count_noise;

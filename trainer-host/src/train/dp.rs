@@ -123,6 +123,10 @@ pub struct DpConfig {
     /// split into physical batches with gradient accumulation ([`PerExampleConfig`]).
     #[serde(default = "default_max_grad_memory_mb")]
     pub max_grad_memory_mb: usize,
+    /// How per-example gradients are computed (all give the same gradients; speed
+    /// differs by architecture, BENCHMARKS.md).
+    #[serde(default)]
+    pub per_example_method: PerExampleMethod,
     /// Adaptive clipping ([`AdaptiveClip`], Andrew et al. 2021): starting from `clip`, move
     /// the bound toward this quantile of the per-example gradient norms, in `(0, 1)`.
     /// `None`: a fixed bound.
@@ -167,6 +171,7 @@ impl DpConfig {
             budget_epsilon: None,
             reproducible: false,
             max_grad_memory_mb: default_max_grad_memory_mb(),
+            per_example_method: PerExampleMethod::default(),
             adaptive_clip_quantile: None,
             adaptive_clip_lr: default_adaptive_clip_lr(),
             adaptive_clip_count_noise: None,
@@ -663,7 +668,7 @@ pub fn train_kws_dp(
         )
     };
     let per_example = PerExampleConfig {
-        method: PerExampleMethod::Vectorized,
+        method: dp.per_example_method,
         max_grad_memory: dp.max_grad_memory_mb << 20,
     };
     let bounding = if dp.normalize_layers {

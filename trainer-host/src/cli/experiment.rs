@@ -1,0 +1,109 @@
+//! `hush-host experiment …`: experiments that write `results.json`, `results.md` and a plot.
+
+use std::path::PathBuf;
+
+use anyhow::Context;
+use hush_host::experiment::dp_sgd::{results_markdown, run_dp_sgd, DpSgdExperimentConfig};
+
+/// Subcommands of `hush-host experiment`.
+#[derive(clap::Subcommand)]
+pub enum ExperimentCommand {
+    /// KWS test accuracy against ε for DP-SGD: non-private, then flat and per-layer-dim
+    /// clipping, each without and with a public warm start and layer freezing, at every
+    /// target ε. Generates a large enough corpus first when --data is missing or empty.
+    DpSgd(DpSgdArgs),
+}
+
+/// Arguments of `hush-host experiment dp-sgd`.
+#[derive(clap::Args)]
+pub struct DpSgdArgs {
+    /// Output folder (results.json, results.md, accuracy_vs_epsilon.png, runs/).
+    #[arg(long)]
+    pub out: PathBuf,
+    /// Keyword corpus; generated here when missing or empty (default: OUT/corpus).
+    #[arg(long)]
+    pub data: Option<PathBuf>,
+    /// A small run that checks the pipeline in minutes (40 speakers, ε ∈ {1, 8}, 3
+    /// epochs); its accuracies are not meaningful.
+    #[arg(long)]
+    pub quick: bool,
+    /// Speakers of the generated corpus (default 300; --quick 40).
+    #[arg(long)]
+    pub speakers: Option<usize>,
+    /// Takes of every keyword per speaker in the generated corpus (default 2; --quick 1).
+    #[arg(long)]
+    pub takes: Option<usize>,
+    /// Target ε values, comma-separated (default 1,2,4,8; --quick 1,8).
+    #[arg(long, value_delimiter = ',')]
+    pub epsilons: Vec<f64>,
+    /// δ of every DP run (default 1e-5; --quick 1e-4).
+    #[arg(long)]
+    pub delta: Option<f64>,
+    /// Epochs of every run (default 15; --quick 3).
+    #[arg(long)]
+    pub epochs: Option<usize>,
+    /// Expected batch of the DP runs (default 256; --quick 64).
+    #[arg(long)]
+    pub dp_batch_size: Option<usize>,
+    /// Peak learning rate of the DP runs (default 3e-3).
+    #[arg(long)]
+    pub dp_lr: Option<f64>,
+    /// Total clip bound C (default 1).
+    #[arg(long)]
+    pub clip: Option<f32>,
+    /// Seed.
+    #[arg(long, default_value_t = 0)]
+    pub seed: u64,
+}
+
+/// Runs one `experiment` subcommand.
+pub fn run(cmd: ExperimentCommand) -> anyhow::Result<()> {
+    match cmd {
+        ExperimentCommand::DpSgd(a) => {
+            let data = a.data.clone().unwrap_or_else(|| a.out.join("corpus"));
+            let mut cfg = if a.quick {
+                DpSgdExperimentConfig::quick(&data, &a.out)
+            } else {
+                DpSgdExperimentConfig::new(&data, &a.out)
+            };
+            if let Some(s) = a.speakers {
+                cfg.corpus.speakers = s;
+            }
+            if let Some(t) = a.takes {
+                cfg.corpus.takes = t;
+            }
+            if !a.epsilons.is_empty() {
+                cfg.epsilons = a.epsilons.clone();
+            }
+            if let Some(d) = a.delta {
+                cfg.delta = d;
+            }
+            if let Some(e) = a.epochs {
+                cfg.epochs = e;
+            }
+            if let Some(b) = a.dp_batch_size {
+                cfg.dp_batch_size = b;
+            }
+            if let Some(lr) = a.dp_lr {
+                cfg.dp_lr = lr;
+            }
+            if let Some(c) = a.clip {
+                cfg.clip = c;
+            }
+            cfg.seed = a.seed;
+            let command = std::env::args().collect::<Vec<_>>().join(" ");
+            let start = std::time::Instant::now();
+            let results = run_dp_sgd(&cfg, &command, &mut |line| {
+                eprintln!("[{:>6.0} s] {line}", start.elapsed().as_secs_f64())
+            })
+            .context("hush-host experiment dp-sgd")?;
+            print!("{}", results_markdown(&results));
+            println!(
+                "results: {} ({:.0} s)",
+                a.out.join("results.md").display(),
+                start.elapsed().as_secs_f64()
+            );
+            Ok(())
+        }
+    }
+}

@@ -30,18 +30,26 @@ pub struct TeachersArgs {
     /// The private corpus (Speech Commands layout; all its splits train teachers).
     #[arg(long)]
     pub private: PathBuf,
-    /// Number of teachers (each gets whole speakers; at most the number of speakers).
-    #[arg(long)]
-    pub teachers: usize,
     /// Output directory (teacher-NNN/ packages and partition.json).
     #[arg(long)]
     pub out: PathBuf,
-    /// Seed of the speaker partition.
-    #[arg(long, default_value_t = 0)]
-    pub partition_seed: u64,
+    /// How many teachers, over which speakers.
+    #[command(flatten)]
+    pub ensemble: EnsembleArgs,
     /// The teachers' model and training.
     #[command(flatten)]
     pub model: ModelArgs,
+}
+
+/// The teacher count and the partition seed.
+#[derive(clap::Args, Clone, Copy)]
+pub struct EnsembleArgs {
+    /// Number of teachers (each gets whole speakers; at most the number of speakers).
+    #[arg(long)]
+    pub teachers: usize,
+    /// Seed of the speaker partition.
+    #[arg(long, default_value_t = 0)]
+    pub partition_seed: u64,
 }
 
 /// The aggregator flags.
@@ -159,15 +167,12 @@ pub struct RunArgs {
     /// The public corpus.
     #[arg(long)]
     pub public: PathBuf,
-    /// Number of teachers.
-    #[arg(long)]
-    pub teachers: usize,
     /// Output directory: teachers/, labels.json, student/.
     #[arg(long)]
     pub out: PathBuf,
-    /// Seed of the speaker partition.
-    #[arg(long, default_value_t = 0)]
-    pub partition_seed: u64,
+    /// How many teachers, over which speakers.
+    #[command(flatten)]
+    pub ensemble: EnsembleArgs,
     /// The aggregator, its noise and the ledger.
     #[command(flatten)]
     pub agg: AggregatorArgs,
@@ -179,21 +184,13 @@ pub struct RunArgs {
 /// Runs a `pate` subcommand.
 pub fn run(cmd: PateCommand) -> anyhow::Result<()> {
     match cmd {
-        PateCommand::TrainTeachers(a) => {
-            teachers(&a.private, a.teachers, a.partition_seed, &a.model, &a.out)
-        }
+        PateCommand::TrainTeachers(a) => teachers(&a.private, a.ensemble, &a.model, &a.out),
         PateCommand::Label(a) => label(&a.agg, &a.teachers, &a.public, &a.out),
         PateCommand::Student(a) => student(&a.public, &a.labels, &a.model, &a.out),
         PateCommand::Run(a) => {
             let teachers_dir = a.out.join("teachers");
             let labels = a.out.join("labels.json");
-            teachers(
-                &a.private,
-                a.teachers,
-                a.partition_seed,
-                &a.model,
-                &teachers_dir,
-            )?;
+            teachers(&a.private, a.ensemble, &a.model, &teachers_dir)?;
             label(&a.agg, &teachers_dir, &a.public, &labels)?;
             student(&a.public, &labels, &a.model, &a.out.join("student"))
         }
@@ -202,12 +199,12 @@ pub fn run(cmd: PateCommand) -> anyhow::Result<()> {
 
 fn teachers(
     private: &Path,
-    n: usize,
-    seed: u64,
+    ensemble: EnsembleArgs,
     model: &ModelArgs,
     out: &Path,
 ) -> anyhow::Result<()> {
     let cfg = model.kws_config(private);
+    let (n, seed) = (ensemble.teachers, ensemble.partition_seed);
     let dirs = train_teachers(&cfg, n, seed, out, &mut |t, n, done| {
         if done {
             eprintln!("teacher {}/{n}: already trained, kept", t + 1);

@@ -190,17 +190,21 @@ mod tests {
         assert!(m.abs() < 0.05 && (s / 5.0 - 1.0).abs() < 0.01, "{m} {s}");
     }
 
+    /// How often `agg` answers `class` on `votes`, over 100 000 seeded draws.
+    fn answer_rate(agg: Aggregator, votes: &[f64], class: usize, seed: u64) -> f64 {
+        let mut noise = NoiseSource::from_seed(seed);
+        let n = 100_000;
+        (0..n)
+            .filter(|_| agg.answer(votes, &mut noise) == Some(class))
+            .count() as f64
+            / n as f64
+    }
+
     #[test]
     fn gnmax_flips_a_two_vote_margin_as_often_as_the_gaussian_says() {
         // Votes [12, 10]: GNMax(σ) answers class 1 when N(0, 2σ²) > 2, probability
         // Φ(−2/(σ√2)). With σ = 2: Φ(−0.7071) = 0.23975.
-        let agg = Aggregator::GnMax { sigma: 2.0 };
-        let mut noise = NoiseSource::from_seed(11);
-        let n = 100_000;
-        let flips = (0..n)
-            .filter(|_| agg.answer(&[12.0, 10.0], &mut noise) == Some(1))
-            .count() as f64
-            / n as f64;
+        let flips = answer_rate(Aggregator::GnMax { sigma: 2.0 }, &[12.0, 10.0], 1, 11);
         // 4 standard errors: √(0.24·0.76/1e5) = 0.00135.
         assert!((flips - 0.23975).abs() < 0.0054, "{flips}");
     }
@@ -209,13 +213,7 @@ mod tests {
     fn lnmax_flips_a_margin_as_often_as_the_laplace_says() {
         // Votes [11, 10], Laplace(b = 1) on each: P(L₁ − L₀ > 1) for the difference of two
         // Laplace(1) variables = e^{-1}(2 + 1)/4 = 0.27591.
-        let agg = Aggregator::LnMax { lambda: 1.0 };
-        let mut noise = NoiseSource::from_seed(5);
-        let n = 100_000;
-        let flips = (0..n)
-            .filter(|_| agg.answer(&[11.0, 10.0], &mut noise) == Some(1))
-            .count() as f64
-            / n as f64;
+        let flips = answer_rate(Aggregator::LnMax { lambda: 1.0 }, &[11.0, 10.0], 1, 5);
         assert!((flips - 0.27591).abs() < 0.0057, "{flips}");
     }
 

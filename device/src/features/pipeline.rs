@@ -96,10 +96,14 @@ impl FramePipeline {
             return;
         }
         let SpectrumOptions { log, floor, .. } = self.spectrum_opts;
+        // A full block takes the log of every lane at once; a partial one (streaming in
+        // small chunks) only of its own rows, so a lone frame costs one frame's logs.
+        let block_log = n == LANES;
         if let Some(mel) = &self.mel {
             mel.apply_lanes(&self.spectra, &mut self.mel_lanes);
-            // The log over every lane at once (unstaged lanes hold stale, finite values).
-            compress(self.mel_lanes.as_flattened_mut(), log, floor);
+            if block_log {
+                compress(self.mel_lanes.as_flattened_mut(), log, floor);
+            }
         }
         for (lane, &row) in rows.iter().enumerate().take(n) {
             match (self.kind, &self.mfcc) {
@@ -115,10 +119,16 @@ impl FramePipeline {
                     for (d, m) in dst.iter_mut().zip(&self.mel_lanes) {
                         *d = m[lane];
                     }
+                    if !block_log {
+                        compress(dst, log, floor);
+                    }
                 }
                 (FeatureKind::Mfcc, Some(mfcc)) => {
                     for (d, m) in self.mel_row.iter_mut().zip(&self.mel_lanes) {
                         *d = m[lane];
+                    }
+                    if !block_log {
+                        compress(&mut self.mel_row, log, floor);
                     }
                     let energy = if log == LogKind::Decibel {
                         self.energy[lane] * (10.0 / std::f32::consts::LN_10)

@@ -15,20 +15,23 @@ use super::PateError;
 
 /// How the teachers' votes on one query become (at most) one label.
 #[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
-#[serde(tag = "kind", rename_all = "kebab-case")]
+#[serde(tag = "kind")]
 pub enum Aggregator {
     /// Laplace noise of scale `lambda` on every count, then the argmax (pure `2/λ`-DP).
+    #[serde(rename = "lnmax")]
     LnMax {
         /// Laplace scale λ.
         lambda: f64,
     },
     /// Gaussian noise of std `sigma` on every count, then the argmax.
+    #[serde(rename = "gnmax")]
     GnMax {
         /// Noise std σ.
         sigma: f64,
     },
     /// Answer only if the top count plus `N(0, σ₁²)` reaches `threshold`; then GNMax
     /// with `sigma2`. A refused query has no label.
+    #[serde(rename = "confident-gnmax")]
     ConfidentGnMax {
         /// Threshold T on the noisy top count.
         threshold: f64,
@@ -280,6 +283,23 @@ mod tests {
         .validate()
         .unwrap_err();
         assert!(e.to_string().contains("--threshold"), "{e}");
+    }
+
+    #[test]
+    fn labels_files_name_the_aggregator_as_the_cli_does() {
+        for a in [
+            Aggregator::LnMax { lambda: 1.0 },
+            Aggregator::GnMax { sigma: 1.0 },
+            Aggregator::ConfidentGnMax {
+                threshold: 1.0,
+                sigma1: 1.0,
+                sigma2: 1.0,
+            },
+        ] {
+            let json = serde_json::to_value(a).unwrap();
+            assert_eq!(json["kind"], a.name());
+            assert_eq!(serde_json::from_value::<Aggregator>(json).unwrap(), a);
+        }
     }
 
     #[test]

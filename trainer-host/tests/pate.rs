@@ -67,8 +67,9 @@ fn teachers_are_speaker_disjoint_resumable_and_vote_once_each() {
     }
 }
 
-/// Hard-links the clips of the speakers `keep` accepts (and the background noises) from the
-/// corpus `src` into `dst`, keeping the layout.
+/// Copies the clips of the speakers `keep` accepts (and the background noises) from the
+/// corpus `src` into `dst`, keeping the layout (copies, not links: the temporary directory
+/// may be on another file system).
 fn sub_corpus(src: &Path, dst: &Path, keep: &dyn Fn(&str, Split) -> bool) {
     let (_, examples) = read_corpus(src).unwrap();
     for ex in examples {
@@ -77,13 +78,13 @@ fn sub_corpus(src: &Path, dst: &Path, keep: &dyn Fn(&str, Split) -> bool) {
         }
         let rel = ex.path.strip_prefix(src).unwrap();
         std::fs::create_dir_all(dst.join(rel).parent().unwrap()).unwrap();
-        std::fs::hard_link(&ex.path, dst.join(rel)).unwrap();
+        std::fs::copy(&ex.path, dst.join(rel)).unwrap();
     }
     let noise = src.join("_background_noise_");
     std::fs::create_dir_all(dst.join("_background_noise_")).unwrap();
     for f in std::fs::read_dir(&noise).unwrap() {
         let f = f.unwrap().path();
-        std::fs::hard_link(
+        std::fs::copy(
             &f,
             dst.join("_background_noise_").join(f.file_name().unwrap()),
         )

@@ -16,7 +16,6 @@ pub struct Spectrum {
     input: Vec<f32>,
     output: Vec<Complex<f32>>,
     scratch: Vec<Complex<f32>>,
-    spectrum: Vec<f32>,
     kind: SpectrumKind,
 }
 
@@ -37,7 +36,6 @@ impl Spectrum {
         let output = fft.make_output_vec();
         let scratch = fft.make_scratch_vec();
         Self {
-            spectrum: vec![0.0; output.len()],
             fft,
             input,
             output,
@@ -47,23 +45,14 @@ impl Spectrum {
     }
 
     /// The FFT input buffer: write the windowed frame at the start, then call
-    /// [`Spectrum::compute`] with its length (the rest is zeroed there).
+    /// [`Spectrum::compute_into_lane`] with its length (the rest is zeroed there).
     pub fn input_mut(&mut self) -> &mut [f32] {
         &mut self.input
     }
 
-    /// Zero-pads the input after `len` samples, transforms, and returns the power or
-    /// magnitude spectrum (`fft / 2 + 1` bins).
-    pub fn compute(&mut self, len: usize) -> &[f32] {
-        self.transform(len);
-        for (s, c) in self.spectrum.iter_mut().zip(&self.output) {
-            *s = bin_value(c, self.kind);
-        }
-        &self.spectrum
-    }
-
-    /// [`Spectrum::compute`] written straight into lane `lane` of bin-major `lanes`
-    /// (`lanes[k][lane]` is bin `k`), without the intermediate copy.
+    /// Zero-pads the input after `len` samples, transforms, and writes the power or
+    /// magnitude spectrum (`fft / 2 + 1` bins) into lane `lane` of bin-major `lanes`
+    /// (`lanes[k][lane]` is bin `k`).
     pub fn compute_into_lane(&mut self, len: usize, lanes: &mut [[f32; LANES]], lane: usize) {
         self.transform(len);
         for (s, c) in lanes.iter_mut().zip(&self.output) {
@@ -169,8 +158,9 @@ mod tests {
         for (i, x) in s.input_mut().iter_mut().enumerate() {
             *x = (2.0 * std::f32::consts::PI * 5.0 * i as f32 / 64.0).cos();
         }
-        let m = s.compute(64).to_vec();
-        assert_eq!(m.len(), 33);
+        let mut lanes = vec![[f32::NAN; LANES]; 33];
+        s.compute_into_lane(64, &mut lanes, 3);
+        let m: Vec<f32> = lanes.iter().map(|l| l[3]).collect();
         assert!((m[5] - 32.0).abs() < 1e-3);
         assert!(m.iter().enumerate().all(|(i, v)| i == 5 || *v < 1e-3));
     }

@@ -207,18 +207,7 @@ pub fn label_public(
             reason: e.to_string(),
         })?;
 
-    let partition: super::Partition = serde_json::from_str(
-        &std::fs::read_to_string(cfg.teachers.join(PARTITION_JSON)).map_err(|source| {
-            PateError::Io {
-                path: cfg.teachers.join(PARTITION_JSON),
-                source,
-            }
-        })?,
-    )
-    .map_err(|e| PateError::File {
-        path: cfg.teachers.join(PARTITION_JSON),
-        reason: e.to_string(),
-    })?;
+    let partition = super::Partition::read(&cfg.teachers.join(PARTITION_JSON))?;
     let speakers: usize = partition.teachers.iter().map(Vec::len).sum();
     let privacy = |e: crate::ledger::LedgerError| PateError::Option {
         option: "--ledger",

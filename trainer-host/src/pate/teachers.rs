@@ -36,6 +36,18 @@ pub struct Partition {
     pub teachers: Vec<Vec<String>>,
 }
 
+impl Partition {
+    /// Reads `partition.json`, naming the file in errors.
+    pub fn read(path: &Path) -> Result<Self, PateError> {
+        let bad = |reason: String| PateError::File {
+            path: path.to_path_buf(),
+            reason,
+        };
+        let text = std::fs::read_to_string(path).map_err(|e| bad(e.to_string()))?;
+        serde_json::from_str(&text).map_err(|e| bad(e.to_string()))
+    }
+}
+
 /// The package directory of teacher `t` under `root`.
 pub fn teacher_dir(root: &Path, t: usize) -> PathBuf {
     root.join(format!("teacher-{t:03}"))
@@ -121,9 +133,7 @@ fn check_or_write_partition(path: &Path, partition: &Partition) -> Result<(), Pa
         reason,
     };
     if path.exists() {
-        let text = std::fs::read_to_string(path).map_err(|e| bad(e.to_string()))?;
-        let old: Partition = serde_json::from_str(&text).map_err(|e| bad(e.to_string()))?;
-        if &old != partition {
+        if &Partition::read(path)? != partition {
             return Err(bad(
                 "it records another partition (other private data, teacher count or seed); \
                  use a new output directory"

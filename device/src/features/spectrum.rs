@@ -133,10 +133,7 @@ impl Spectrum {
                 scratch,
             } => {
                 // The buffers come from the plan and always fit; zeros if they did not.
-                if fft
-                    .process_with_scratch(input, output, scratch)
-                    .is_err()
-                {
+                if fft.process_with_scratch(input, output, scratch).is_err() {
                     output.fill(Complex::new(0.0, 0.0));
                 }
                 for (b, c) in self.bins.iter_mut().zip(output.iter()) {

@@ -45,7 +45,7 @@ pub enum AsrArchConfig {
     CtcGru(CtcGruConfig),
 }
 
-/// Names accepted by [`AsrArchConfig::default_for`]: `ctc-gru` (≈1.4 M parameters over
+/// Names accepted by [`AsrArchConfig::default_for`]: `ctc-gru` (1.35 M parameters over
 /// 80 bins) and `ctc-gru-small` (the same layers, smaller; for tests and quick runs).
 pub const ASR_ARCH_NAMES: [&str; 2] = ["ctc-gru", "ctc-gru-small"];
 

@@ -178,8 +178,8 @@ pub struct AsrData {
     pub validation: Vec<Utterance>,
     /// Test utterances (the final report only).
     pub test: Vec<Utterance>,
-    /// Background noises for augmentation (`_background_noise_/` beside the corpus, if
-    /// any).
+    /// Background noises for augmentation (the corpus's `_background_noise_/`, if any;
+    /// at least as long as the longest training utterance).
     pub noises: Vec<Vec<f32>>,
 }
 
@@ -233,6 +233,18 @@ pub fn load_asr(dir: &Path, sample_rate: u32) -> Result<AsrData, TrainError> {
             Split::Test => data.test.push(u),
         }
     }
+    let longest = data
+        .train
+        .iter()
+        .map(|u| u.samples.len())
+        .max()
+        .unwrap_or(0);
+    // Room for the augmentation's padding (speed and shifts).
+    data.noises = super::data::read_noises(
+        dir,
+        sample_rate,
+        longest + longest / 4 + sample_rate as usize / 2,
+    )?;
     for (name, split) in [
         ("train", &data.train),
         ("validation", &data.validation),

@@ -386,6 +386,8 @@ pub fn train_asr(
     progress: &mut dyn FnMut(&AsrEpochReport),
 ) -> Result<AsrTrainReport, TrainError> {
     cfg.check()?;
+    // A bad architecture fails before the corpus is decoded.
+    cfg.resolve_arch(&Vocabulary::characters())?;
     let data = load_asr(&cfg.data, cfg.features.frame.sample_rate)?;
     train_asr_on(cfg, &data, out, command, progress)
 }

@@ -23,6 +23,9 @@ enum Command {
     /// Spot keywords in a long recording, streamed through the model window by window:
     /// one JSON line per detection.
     Spot(cli::spot::SpotArgs),
+    /// Transcribe audio files (or directories, recursively) with a speech-recognition
+    /// model package: one JSON line per file, `{"file", "text"}`.
+    Transcribe(cli::transcribe::TranscribeArgs),
     /// Run one local training round offline, as `join` would when picked, and report
     /// it; nothing is sent.
     Rehearse(cli::rehearse::RehearseArgs),
@@ -43,6 +46,7 @@ fn main() -> anyhow::Result<()> {
         Command::Info(args) => cli::info::run(args),
         Command::Classify(args) => cli::classify::run(args),
         Command::Spot(args) => cli::spot::run(args),
+        Command::Transcribe(args) => cli::transcribe::run(args),
         Command::Rehearse(args) => cli::rehearse::run(args),
         Command::Features(args) => cli::features::run(args),
         Command::Record(args) => cli::record::run(args),

@@ -7,6 +7,7 @@
 //! once, so a device and the host can never disagree about it.
 //!
 //! - [`arch`]: keyword-spotting architectures (DS-CNN-S, BC-ResNet, the leakage CNN);
+//! - [`asr`]: CTC speech recognisers (`ctc-gru`), greedy and beam-search decoding, WER;
 //! - [`checkpoint`]: `weights.safetensors`, tensors named per layer;
 //! - [`package`]: the model package (`model.json` + weights + `model.onnx`);
 //! - [`export`]: the ONNX writer;
@@ -14,6 +15,7 @@
 //! - [`step`]: the loss and gradient step shared by every trainer.
 
 pub mod arch;
+pub mod asr;
 pub mod checkpoint;
 pub mod dp;
 mod error;

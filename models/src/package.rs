@@ -1,5 +1,8 @@
 //! The model package: one directory that every `--model` flag takes.
 //!
+//! A package is a keyword spotter ([`ModelCard`], task `kws`) or a speech recogniser
+//! ([`AsrCard`], task `asr`); each reader refuses the other task by name.
+//!
 //! ```text
 //! MODEL_DIR/
 //!   model.json          ModelCard: format, task, architecture + config, feature config,
@@ -20,6 +23,7 @@ use burn::tensor::Device;
 use serde::{Deserialize, Serialize};
 
 use crate::arch::{is_trainable, ArchConfig, KwsModel};
+use crate::asr::{AsrArchConfig, CtcGru, Vocabulary};
 use crate::checkpoint::{load_safetensors, save_safetensors, TensorSource};
 use crate::ModelError;
 
@@ -38,6 +42,105 @@ pub const ONNX: &str = "model.onnx";
 pub enum Task {
     /// Keyword spotting: one label per fixed-length clip.
     Kws,
+    /// Speech recognition: text per utterance (CTC over characters).
+    Asr,
+}
+
+impl Task {
+    /// The name `model.json` uses: `kws` or `asr`.
+    pub fn name(self) -> &'static str {
+        match self {
+            Task::Kws => "kws",
+            Task::Asr => "asr",
+        }
+    }
+}
+
+/// Just the `task` of a `model.json`, read before the rest so that a package of the other
+/// task is refused by name rather than by a serde error about its architecture.
+#[derive(Deserialize)]
+struct TaskOnly {
+    task: Option<Task>,
+}
+
+/// Reads `dir/model.json` as text after checking that it is a package of `task`.
+fn read_card_text(dir: &Path, task: Task) -> Result<(PathBuf, String), ModelError> {
+    if !dir.is_dir() {
+        return Err(ModelError::BadPackage {
+            path: dir.to_path_buf(),
+            reason: "not a directory; a model package is a directory holding model.json, \
+                     weights.safetensors and model.onnx"
+                .into(),
+        });
+    }
+    let path = dir.join(MODEL_JSON);
+    let text = std::fs::read_to_string(&path).map_err(ModelError::io(&path))?;
+    if let Ok(TaskOnly { task: Some(found) }) = serde_json::from_str::<TaskOnly>(&text) {
+        if found != task {
+            return Err(ModelError::BadPackage {
+                path,
+                reason: format!(
+                    "this is a `{}` model (model.json task `{}`); this command needs a `{}` model",
+                    found.name(),
+                    found.name(),
+                    task.name()
+                ),
+            });
+        }
+    }
+    Ok((path, text))
+}
+
+/// Writes `value` pretty-printed to `dir/model.json`.
+fn write_card_json<T: Serialize>(dir: &Path, value: &T) -> Result<(), ModelError> {
+    let path = dir.join(MODEL_JSON);
+    let text = serde_json::to_string_pretty(value).map_err(|e| ModelError::BadPackage {
+        path: path.clone(),
+        reason: e.to_string(),
+    })?;
+    std::fs::write(&path, text + "\n").map_err(ModelError::io(&path))
+}
+
+/// The `parameters` list of a card and its trainable count, from a model's tensors.
+fn param_infos(tensors: Vec<crate::checkpoint::NamedTensor>) -> (Vec<ParamInfo>, usize) {
+    let parameters: Vec<ParamInfo> = tensors
+        .into_iter()
+        .map(|t| ParamInfo {
+            trainable: is_trainable(&t.name),
+            name: t.name,
+            shape: t.shape,
+        })
+        .collect();
+    let num_trainable = parameters
+        .iter()
+        .filter(|p| p.trainable)
+        .map(|p| p.shape.iter().product::<usize>())
+        .sum();
+    (parameters, num_trainable)
+}
+
+/// Errors unless `actual` (a loaded model's tensors) lists the same names and shapes as
+/// the card's `parameters`.
+fn check_parameters(
+    dir: &Path,
+    listed: &[ParamInfo],
+    actual: &[crate::checkpoint::NamedTensor],
+) -> Result<(), ModelError> {
+    let listed: Vec<(&str, &[usize])> = listed
+        .iter()
+        .map(|p| (p.name.as_str(), p.shape.as_slice()))
+        .collect();
+    let actual: Vec<(&str, &[usize])> = actual
+        .iter()
+        .map(|t| (t.name.as_str(), t.shape.as_slice()))
+        .collect();
+    if listed != actual {
+        return Err(ModelError::BadPackage {
+            path: dir.join(MODEL_JSON),
+            reason: "its `parameters` list does not match the architecture's tensors".into(),
+        });
+    }
+    Ok(())
 }
 
 /// One tensor of `weights.safetensors`.
@@ -126,20 +229,7 @@ impl ModelCard {
         labels: Vec<String>,
         model: &KwsModel,
     ) -> Result<Self, ModelError> {
-        let parameters: Vec<ParamInfo> = model
-            .named_tensors()?
-            .into_iter()
-            .map(|t| ParamInfo {
-                trainable: is_trainable(&t.name),
-                name: t.name,
-                shape: t.shape,
-            })
-            .collect();
-        let num_trainable = parameters
-            .iter()
-            .filter(|p| p.trainable)
-            .map(|p| p.shape.iter().product::<usize>())
-            .sum();
+        let (parameters, num_trainable) = param_infos(model.named_tensors()?);
         Ok(Self {
             format: FORMAT.into(),
             task: Task::Kws,
@@ -166,6 +256,12 @@ impl ModelCard {
                 self.format
             )));
         }
+        if self.task != Task::Kws {
+            return Err(bad(format!(
+                "task is `{}`, expected `kws`",
+                self.task.name()
+            )));
+        }
         let classes = self.arch.io().classes;
         if self.labels.len() != classes {
             return Err(bad(format!(
@@ -181,18 +277,10 @@ impl ModelCard {
         Ok(())
     }
 
-    /// Reads and validates `dir/model.json`.
+    /// Reads and validates `dir/model.json` (a keyword spotter's: an ASR package is
+    /// refused, naming its task).
     pub fn read(dir: &Path) -> Result<Self, ModelError> {
-        if !dir.is_dir() {
-            return Err(ModelError::BadPackage {
-                path: dir.to_path_buf(),
-                reason: "not a directory; a model package is a directory holding model.json, \
-                         weights.safetensors and model.onnx"
-                    .into(),
-            });
-        }
-        let path = dir.join(MODEL_JSON);
-        let text = std::fs::read_to_string(&path).map_err(ModelError::io(&path))?;
+        let (path, text) = read_card_text(dir, Task::Kws)?;
         let card: ModelCard = serde_json::from_str(&text).map_err(|e| ModelError::BadPackage {
             path: path.clone(),
             reason: format!("not a hush model.json: {e}"),
@@ -203,12 +291,7 @@ impl ModelCard {
 
     /// Writes `dir/model.json` (pretty-printed).
     pub fn write(&self, dir: &Path) -> Result<(), ModelError> {
-        let path = dir.join(MODEL_JSON);
-        let text = serde_json::to_string_pretty(self).map_err(|e| ModelError::BadPackage {
-            path: path.clone(),
-            reason: e.to_string(),
-        })?;
-        std::fs::write(&path, text + "\n").map_err(ModelError::io(&path))
+        write_card_json(dir, self)
     }
 }
 
@@ -232,21 +315,161 @@ pub fn load_package(dir: &Path, device: &Device) -> Result<(ModelCard, KwsModel)
     let tensors = load_safetensors(&weights)?;
     let model = card.arch.init(device)?;
     let model = model.load_tensors(TensorSource::new(&weights, tensors), card.arch.name())?;
-    let listed: Vec<(&str, &[usize])> = card
-        .parameters
-        .iter()
-        .map(|p| (p.name.as_str(), p.shape.as_slice()))
-        .collect();
-    let actual = model.named_tensors()?;
-    let actual: Vec<(&str, &[usize])> = actual
-        .iter()
-        .map(|t| (t.name.as_str(), t.shape.as_slice()))
-        .collect();
-    if listed != actual {
-        return Err(ModelError::BadPackage {
-            path: dir.join(MODEL_JSON),
-            reason: "its `parameters` list does not match the architecture's tensors".into(),
-        });
+    check_parameters(dir, &card.parameters, &model.named_tensors()?)?;
+    Ok((card, model))
+}
+
+/// Recognition quality on one split.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct AsrSplitMetrics {
+    /// Utterances scored.
+    pub utterances: usize,
+    /// Reference words.
+    pub words: usize,
+    /// Word error rate of greedy decoding.
+    pub greedy_wer: f64,
+    /// Character error rate of greedy decoding.
+    pub greedy_cer: f64,
+    /// Beam width of the beam-search numbers (absent: not run).
+    #[serde(default)]
+    pub beam_width: Option<usize>,
+    /// Word error rate of prefix beam search.
+    #[serde(default)]
+    pub beam_wer: Option<f64>,
+    /// Character error rate of prefix beam search.
+    #[serde(default)]
+    pub beam_cer: Option<f64>,
+}
+
+/// Metrics of a speech recogniser.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct AsrMetrics {
+    /// Per split (`train`, `validation`, `test`).
+    pub splits: BTreeMap<String, AsrSplitMetrics>,
+}
+
+/// `model.json` of a speech recogniser (task `asr`).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct AsrCard {
+    /// Always [`FORMAT`].
+    pub format: String,
+    /// Always [`Task::Asr`].
+    pub task: Task,
+    /// Architecture and its configuration.
+    pub arch: AsrArchConfig,
+    /// Feature front-end configuration (hush-device's `FeatureConfig`, opaque here).
+    pub features: serde_json::Value,
+    /// Output symbols in index order, blank first.
+    pub vocabulary: Vec<String>,
+    /// Trainable parameter count.
+    pub num_trainable: usize,
+    /// Every tensor of `weights.safetensors`.
+    pub parameters: Vec<ParamInfo>,
+    /// How it was trained.
+    #[serde(default)]
+    pub provenance: Option<Provenance>,
+    /// How well it does.
+    #[serde(default)]
+    pub metrics: Option<AsrMetrics>,
+}
+
+impl AsrCard {
+    /// A card for `model`, parameters filled in from it.
+    pub fn new(
+        arch: AsrArchConfig,
+        features: serde_json::Value,
+        vocabulary: &Vocabulary,
+        model: &CtcGru,
+    ) -> Result<Self, ModelError> {
+        let (parameters, num_trainable) = param_infos(model.named_tensors()?);
+        Ok(Self {
+            format: FORMAT.into(),
+            task: Task::Asr,
+            arch,
+            features,
+            vocabulary: vocabulary.symbols().to_vec(),
+            num_trainable,
+            parameters,
+            provenance: None,
+            metrics: None,
+        })
     }
+
+    /// The card's vocabulary, checked.
+    pub fn vocabulary(&self) -> Result<Vocabulary, String> {
+        Vocabulary::from_symbols(&self.vocabulary)
+    }
+
+    /// Checks the card against itself: format, task, vocabulary against the
+    /// architecture's outputs.
+    pub fn validate(&self, path: &Path) -> Result<(), ModelError> {
+        let bad = |reason: String| ModelError::BadPackage {
+            path: path.to_path_buf(),
+            reason,
+        };
+        if self.format != FORMAT {
+            return Err(bad(format!(
+                "format is `{}`, expected `{FORMAT}`",
+                self.format
+            )));
+        }
+        if self.task != Task::Asr {
+            return Err(bad(format!(
+                "task is `{}`, expected `asr`",
+                self.task.name()
+            )));
+        }
+        self.vocabulary().map_err(bad)?;
+        if self.vocabulary.len() != self.arch.vocab() {
+            return Err(bad(format!(
+                "{} vocabulary symbols but the {} architecture has {} outputs",
+                self.vocabulary.len(),
+                self.arch.name(),
+                self.arch.vocab()
+            )));
+        }
+        Ok(())
+    }
+
+    /// Reads and validates `dir/model.json` (a speech recogniser's: a keyword spotter's
+    /// package is refused, naming its task).
+    pub fn read(dir: &Path) -> Result<Self, ModelError> {
+        let (path, text) = read_card_text(dir, Task::Asr)?;
+        let card: AsrCard = serde_json::from_str(&text).map_err(|e| ModelError::BadPackage {
+            path: path.clone(),
+            reason: format!("not a hush ASR model.json: {e}"),
+        })?;
+        card.validate(&path)?;
+        Ok(card)
+    }
+
+    /// Writes `dir/model.json` (pretty-printed).
+    pub fn write(&self, dir: &Path) -> Result<(), ModelError> {
+        write_card_json(dir, self)
+    }
+}
+
+/// Writes a whole ASR package: `weights.safetensors`, `model.onnx` (from `model` in
+/// inference mode) and `model.json`. Creates `dir` if needed.
+pub fn write_asr_package(dir: &Path, card: &AsrCard, model: &CtcGru) -> Result<(), ModelError> {
+    std::fs::create_dir_all(dir).map_err(ModelError::io(dir))?;
+    save_safetensors(&dir.join(WEIGHTS), &model.named_tensors()?)?;
+    let onnx = model.to_onnx(&card.arch)?;
+    let p = dir.join(ONNX);
+    std::fs::write(&p, onnx).map_err(ModelError::io(&p))?;
+    card.write(dir)
+}
+
+/// Reads an ASR package's card and rebuilds its burn model from `weights.safetensors` on
+/// `device`, checking every tensor against the architecture and the card.
+pub fn load_asr_package(dir: &Path, device: &Device) -> Result<(AsrCard, CtcGru), ModelError> {
+    let card = AsrCard::read(dir)?;
+    let weights: PathBuf = dir.join(WEIGHTS);
+    let tensors = load_safetensors(&weights)?;
+    let model = card
+        .arch
+        .init(device)?
+        .load_tensors(TensorSource::new(&weights, tensors), card.arch.name())?;
+    check_parameters(dir, &card.parameters, &model.named_tensors()?)?;
     Ok((card, model))
 }

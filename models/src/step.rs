@@ -102,13 +102,14 @@ pub fn loss_and_grads(
     Ok((value, grads))
 }
 
-/// One optimizer update with learning rate `lr`.
-pub fn apply_grads(
+/// One optimizer update with learning rate `lr` (any model: keyword spotters, the CTC
+/// recogniser).
+pub fn apply_grads<M: burn::module::Module>(
     optimizer: &mut ModuleOptimizer,
     lr: f64,
-    model: KwsModel,
+    model: M,
     grads: GradientsParams,
-) -> KwsModel {
+) -> M {
     optimizer.step(lr, model, grads)
 }
 

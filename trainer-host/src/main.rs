@@ -26,7 +26,8 @@ enum Command {
     /// Fleet simulation: a real host on loopback and one device client per training
     /// speaker; federated training with user-level DP, accuracy per round, ε.
     Simulate(cli::simulate::SimulateArgs),
-    /// Train a model centrally (non-private) into a model package: `--task kws`.
+    /// Train a model centrally into a model package: `--task kws` (non-private or `--dp`) or
+    /// `--task asr` (CTC speech recognition).
     Train(cli::train::TrainArgs),
     /// Run the federated round server (devices register, train, upload): `--config hush.toml`.
     Serve(cli::serve::ServeArgs),

@@ -8,3 +8,4 @@ pub mod join;
 pub mod record;
 pub mod rehearse;
 pub mod spot;
+pub mod transcribe;

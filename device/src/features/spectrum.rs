@@ -60,7 +60,7 @@ impl std::fmt::Debug for Spectrum {
 impl Spectrum {
     /// Plans an FFT of `size` points (at least 1).
     pub fn new(size: usize, kind: SpectrumKind) -> Self {
-        let plan = if size % 2 == 0 && size >= 2 {
+        let plan = if size.is_multiple_of(2) && size >= 2 {
             let half = size / 2;
             let fft = FftPlanner::<f32>::new().plan_fft_forward(half);
             let scratch = vec![Complex::new(0.0, 0.0); fft.get_inplace_scratch_len()];
@@ -176,7 +176,7 @@ fn split_power(z: &[Complex<f32>], twiddles: &[(f32, f32)], bins: &mut [f32]) {
     for k in k..=pairs {
         (bins[k], bins[m - k]) = split_pair(z[k], z[m - k], twiddles[k]);
     }
-    if m % 2 == 0 {
+    if m.is_multiple_of(2) {
         // k = m / 2 pairs with itself: X[m/2] is the conjugate of z[m/2].
         bins[m / 2] = z[m / 2].norm_sqr();
     }

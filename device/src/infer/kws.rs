@@ -160,24 +160,33 @@ pub(crate) fn best_class(probs: &[f32]) -> (usize, f32) {
 /// (named in errors).
 pub fn card_features(card: &ModelCard, dir: &Path) -> Result<FeatureConfig, InferError> {
     let json = dir.join(hush_models::package::MODEL_JSON);
+    parse_features(&card.features, &json, card.arch.io().bins, card.arch.name())
+}
+
+/// Parses and validates a `model.json` `features` value (`json` names the file in errors)
+/// and checks that it gives `bins` values per frame, as the architecture `arch` takes.
+pub fn parse_features(
+    value: &serde_json::Value,
+    json: &Path,
+    bins: usize,
+    arch: &str,
+) -> Result<FeatureConfig, InferError> {
     let features: FeatureConfig =
-        serde_json::from_value(card.features.clone()).map_err(|e| InferError::FeatureConfig {
-            path: json.clone(),
+        serde_json::from_value(value.clone()).map_err(|e| InferError::FeatureConfig {
+            path: json.to_path_buf(),
             reason: e.to_string(),
         })?;
     features.validate().map_err(|e| InferError::FeatureConfig {
-        path: json.clone(),
+        path: json.to_path_buf(),
         reason: e.to_string(),
     })?;
-    let io = card.arch.io();
-    if features.dim() != io.bins {
+    if features.dim() != bins {
         return Err(InferError::Mismatch {
-            path: json,
+            path: json.to_path_buf(),
             reason: format!(
-                "the feature config gives {} values per frame but the {} architecture takes {}",
+                "the feature config gives {} values per frame but the {arch} architecture takes \
+                 {bins}",
                 features.dim(),
-                card.arch.name(),
-                io.bins
             ),
         });
     }

@@ -2,17 +2,20 @@
 //! `model.onnx`) in, class scores out. [`clip`] fits audio to the model's window and
 //! computes its features — the one definition the host trainer uses too, so training
 //! and inference see the same numbers. [`kws`] loads and runs keyword spotters;
-//! [`stream`] runs one over a stream of audio, window by window.
+//! [`stream`] runs one over a stream of audio, window by window; [`asr`] loads and runs
+//! CTC speech recognisers over whole utterances.
 //!
 //! It does not train (that is hush-models' step and the host's trainer) and does not
 //! resample: audio at another rate than the model's features is refused.
 
+pub mod asr;
 pub mod clip;
 pub mod kws;
 pub mod stream;
 
 use std::path::PathBuf;
 
+pub use asr::{utterance_features, AsrRecognizer, Decoder, Transcription};
 pub use clip::{clip_features, clip_samples, fit_clip};
 pub use kws::{card_features, Classification, KwsClassifier};
 pub use stream::{KwsStream, WindowVerdict};

@@ -4,7 +4,11 @@
 //! straight out of burn layers under the names they have in `weights.safetensors`.
 //!
 //! The graph's contract (checked by the device before it trusts a file):
-//! input `features` `[N, frames, bins]` f32; outputs `logits` and `probs`, `[N, classes]`.
+//! - keyword spotters ([`OnnxGraph::finish`]): input `features` `[N, frames, bins]` f32;
+//!   outputs `logits` and `probs`, `[N, classes]`;
+//! - CTC recognisers ([`OnnxGraph::finish_ctc`]): input `features` `[1, frames, bins]`
+//!   with a symbolic frame count; output `log_probs` `[1, steps, vocab]`.
+//!
 //! `producer_name` is `hush` and the metadata holds `hush.arch`.
 //!
 //! It does not run models: tract does that on the device.
@@ -26,6 +30,8 @@ pub const INPUT: &str = "features";
 pub const LOGITS: &str = "logits";
 /// Name of the probabilities output.
 pub const PROBS: &str = "probs";
+/// Name of the per-step log-probabilities output of a CTC model.
+pub const LOG_PROBS: &str = "log_probs";
 /// `producer_name` of every file hush writes.
 pub const PRODUCER: &str = "hush";
 
@@ -69,14 +75,20 @@ fn as_i64(v: &[usize]) -> Vec<i64> {
 }
 
 fn value_info(name: &str, dims: &[Option<usize>]) -> pb::ValueInfoProto {
+    let dims: Vec<Result<usize, &str>> = dims.iter().map(|d| d.ok_or("N")).collect();
+    value_info_sym(name, &dims)
+}
+
+/// A float tensor's value info; `Err(symbol)` is a symbolic dimension.
+fn value_info_sym(name: &str, dims: &[Result<usize, &str>]) -> pb::ValueInfoProto {
     use pb::tensor_shape_proto::{dimension::Value, Dimension};
     let dim = dims
         .iter()
         .map(|d| Dimension {
             denotation: String::new(),
             value: Some(match d {
-                Some(n) => Value::DimValue(*n as i64),
-                None => Value::DimParam("N".into()),
+                Ok(n) => Value::DimValue(*n as i64),
+                Err(sym) => Value::DimParam((*sym).into()),
             }),
         })
         .collect();
@@ -282,15 +294,40 @@ impl OnnxGraph {
     ) -> Vec<u8> {
         self.node_named("Identity", &[logits], vec![], LOGITS);
         self.node_named("Softmax", &[LOGITS], vec![attr_int("axis", -1)], PROBS);
+        let input = value_info(INPUT, &[None, Some(frames), Some(bins)]);
+        let outputs = vec![
+            value_info(LOGITS, &[None, Some(classes)]),
+            value_info(PROBS, &[None, Some(classes)]),
+        ];
+        self.encode(input, outputs, arch)
+    }
+
+    /// Finishes a CTC graph: `scores` `[1, steps, vocab]` → `LogSoftmax` named
+    /// `log_probs`; the input `features` is `[1, frames, bins]` with `frames` symbolic.
+    pub fn finish_ctc(mut self, scores: &str, bins: usize, vocab: usize, arch: &str) -> Vec<u8> {
+        self.node_named(
+            "LogSoftmax",
+            &[scores],
+            vec![attr_int("axis", -1)],
+            LOG_PROBS,
+        );
+        let input = value_info_sym(INPUT, &[Ok(1), Err("frames"), Ok(bins)]);
+        let outputs = vec![value_info_sym(LOG_PROBS, &[Ok(1), Err("steps"), Ok(vocab)])];
+        self.encode(input, outputs, arch)
+    }
+
+    fn encode(
+        self,
+        input: pb::ValueInfoProto,
+        output: Vec<pb::ValueInfoProto>,
+        arch: &str,
+    ) -> Vec<u8> {
         let graph = pb::GraphProto {
             node: self.nodes,
             name: format!("hush-{arch}"),
             initializer: self.initializers,
-            input: vec![value_info(INPUT, &[None, Some(frames), Some(bins)])],
-            output: vec![
-                value_info(LOGITS, &[None, Some(classes)]),
-                value_info(PROBS, &[None, Some(classes)]),
-            ],
+            input: vec![input],
+            output,
             ..Default::default()
         };
         let model = pb::ModelProto {
@@ -309,5 +346,83 @@ impl OnnxGraph {
             ..Default::default()
         };
         model.encode_to_vec()
+    }
+
+    /// `Transpose` with permutation `perm`.
+    pub fn transpose(&mut self, x: &str, perm: &[i64]) -> String {
+        self.node("Transpose", &[x], vec![attr_ints("perm", perm)])
+    }
+
+    /// `Reshape` to `shape` (ONNX rules: `0` copies the input's dimension, `-1` is
+    /// inferred).
+    pub fn reshape(&mut self, x: &str, shape: &[i64]) -> String {
+        let name = self.fresh("shape");
+        let s = self.initializer_i64(&name, shape);
+        self.node("Reshape", &[x, &s], vec![])
+    }
+
+    /// `Squeeze` at `axes` (opset 13+: axes as an input).
+    pub fn squeeze(&mut self, x: &str, axes: &[i64]) -> String {
+        let name = self.fresh("axes");
+        let a = self.initializer_i64(&name, axes);
+        self.node("Squeeze", &[x, &a], vec![])
+    }
+
+    /// `MatMul` then `Add`: a burn [`Linear`] over the last axis of a tensor of any rank
+    /// (`Gemm` takes only matrices).
+    pub fn linear_nd(&mut self, name: &str, x: &str, l: &Linear) -> Result<String, ModelError> {
+        let w = self.initializer(named(&format!("{name}.weight"), l.weight.val())?);
+        let y = self.node("MatMul", &[x, &w], vec![]);
+        match &l.bias {
+            Some(b) => {
+                let b = self.initializer(named(&format!("{name}.bias"), b.val())?);
+                Ok(self.add(&y, &b))
+            }
+            None => Ok(y),
+        }
+    }
+
+    /// A forward ONNX `GRU` over `x` `[steps, 1, input]` (ONNX's default, sequence-first
+    /// layout) with `W` `[1, 3H, input]`, `R` `[1, 3H, H]`, `B` `[1, 6H]` given as
+    /// initializers named `{name}.W`, `{name}.R`, `{name}.B` (gate order z, r, h) and
+    /// `linear_before_reset` as told; returns `Y` `[steps, 1, 1, H]`.
+    pub fn gru(
+        &mut self,
+        name: &str,
+        x: &str,
+        [w, r, b]: [NamedTensor; 3],
+        hidden: usize,
+        linear_before_reset: bool,
+    ) -> Result<String, ModelError> {
+        let expect = |t: &NamedTensor, shape: Vec<usize>| {
+            if t.shape == shape {
+                Ok(())
+            } else {
+                Err(ModelError::ShapeMismatch {
+                    name: t.name.clone(),
+                    expected: shape,
+                    got: t.shape.clone(),
+                })
+            }
+        };
+        let input = w.shape.get(2).copied().unwrap_or(0);
+        expect(&w, vec![1, 3 * hidden, input])?;
+        expect(&r, vec![1, 3 * hidden, hidden])?;
+        expect(&b, vec![1, 6 * hidden])?;
+        let rename = |mut t: NamedTensor, part: &str| {
+            t.name = format!("{name}.{part}");
+            t
+        };
+        let w = self.initializer(rename(w, "W"));
+        let r = self.initializer(rename(r, "R"));
+        let b = self.initializer(rename(b, "B"));
+        Ok(self.node(
+            "GRU",
+            &[x, &w, &r, &b],
+            vec![
+                attr_int("hidden_size", hidden as i64),
+                attr_int("linear_before_reset", i64::from(linear_before_reset)),
+            ],
+        ))
     }
 }

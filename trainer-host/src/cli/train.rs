@@ -1,40 +1,47 @@
-//! `hush-host train --task kws …`: central training into a model package, non-private or
-//! with DP-SGD (`--dp`, see [`hush_host::train::dp`]).
+//! `hush-host train --task kws|asr …`: central training into a model package; keyword
+//! spotters non-private or with DP-SGD (`--dp`, see [`hush_host::train::dp`]), CTC speech
+//! recognisers non-private ([`hush_host::train::asr`]).
 
 use std::path::PathBuf;
 
 use anyhow::Context;
+use hush_host::train::asr::{train_asr, AsrEpochReport, AsrTrainConfig};
 use hush_host::train::{train_kws, train_kws_dp, Augment, DpConfig, KwsTrainConfig, NoiseTarget};
 
 /// What to train.
-#[derive(Clone, Copy, clap::ValueEnum)]
+#[derive(Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
 pub enum TaskArg {
     /// Keyword spotting (Speech Commands layout).
     Kws,
+    /// Speech recognition, CTC over characters (LibriSpeech layout or JSONL manifest).
+    Asr,
 }
 
 /// The model and its (non-private) training, shared by `train` and `pate`.
 #[derive(clap::Args, Clone)]
 pub struct ModelArgs {
-    /// Architecture: ds-cnn-s, bc-resnet or leak-cnn.
-    #[arg(long, default_value = "ds-cnn-s")]
-    pub arch: String,
+    /// Architecture: ds-cnn-s (default), bc-resnet or leak-cnn for kws; ctc-gru (default)
+    /// or ctc-gru-small for asr.
+    #[arg(long)]
+    pub arch: Option<String>,
     /// Keywords, comma-separated (default: yes,no,up,down,left,right,on,off,stop,go);
     /// `_silence_` and `_unknown_` are added.
     #[arg(long, value_delimiter = ',')]
     pub keywords: Vec<String>,
-    /// Most epochs (early stopping may end sooner).
-    #[arg(long, default_value_t = 30)]
-    pub epochs: usize,
-    /// Examples per step.
-    #[arg(long, default_value_t = 32)]
-    pub batch_size: usize,
-    /// Peak learning rate (AdamW, warm-up then cosine decay).
-    #[arg(long, default_value_t = 3e-3)]
-    pub lr: f64,
-    /// Epochs without a better validation accuracy before stopping.
-    #[arg(long, default_value_t = 8)]
-    pub patience: usize,
+    /// Most epochs (early stopping may end sooner) [default: 30 for kws, 60 for asr].
+    #[arg(long)]
+    pub epochs: Option<usize>,
+    /// Examples per step [default: 32 for kws, 8 for asr].
+    #[arg(long)]
+    pub batch_size: Option<usize>,
+    /// Peak learning rate (AdamW, warm-up then cosine decay) [default: 3e-3 for kws, 2e-3
+    /// for asr].
+    #[arg(long)]
+    pub lr: Option<f64>,
+    /// Epochs without a better validation score (accuracy; WER for asr) before stopping
+    /// [default: 8 for kws, 12 for asr].
+    #[arg(long)]
+    pub patience: Option<usize>,
     /// Mixup Beta(α, α) parameter (0 = off).
     #[arg(long, default_value_t = 0.0)]
     pub mixup: f32,
@@ -49,14 +56,14 @@ pub struct ModelArgs {
 impl ModelArgs {
     /// The KWS training config for the corpus `data`.
     pub fn kws_config(&self, data: &std::path::Path) -> KwsTrainConfig {
-        let mut cfg = KwsTrainConfig::new(data, &self.arch);
+        let mut cfg = KwsTrainConfig::new(data, self.arch.as_deref().unwrap_or("ds-cnn-s"));
         if !self.keywords.is_empty() {
             cfg.keywords = self.keywords.clone();
         }
-        cfg.epochs = self.epochs;
-        cfg.batch_size = self.batch_size;
-        cfg.lr = self.lr;
-        cfg.patience = self.patience;
+        cfg.epochs = self.epochs.unwrap_or(cfg.epochs);
+        cfg.batch_size = self.batch_size.unwrap_or(cfg.batch_size);
+        cfg.lr = self.lr.unwrap_or(cfg.lr);
+        cfg.patience = self.patience.unwrap_or(cfg.patience);
         cfg.seed = self.seed;
         cfg.augment = if self.no_augment {
             Augment::none()
@@ -67,6 +74,45 @@ impl ModelArgs {
             }
         };
         cfg
+    }
+
+    /// The ASR training config for the corpus `data` (`--keywords` does not apply).
+    pub fn asr_config(
+        &self,
+        data: &std::path::Path,
+        beam: usize,
+    ) -> anyhow::Result<AsrTrainConfig> {
+        if !self.keywords.is_empty() {
+            anyhow::bail!("--keywords applies to --task kws only");
+        }
+        let mut cfg = AsrTrainConfig::new(data, self.arch.as_deref().unwrap_or("ctc-gru"));
+        cfg.epochs = self.epochs.unwrap_or(cfg.epochs);
+        cfg.batch_size = self.batch_size.unwrap_or(cfg.batch_size);
+        cfg.lr = self.lr.unwrap_or(cfg.lr);
+        cfg.patience = self.patience.unwrap_or(cfg.patience);
+        cfg.seed = self.seed;
+        cfg.beam = beam;
+        if self.no_augment {
+            cfg.augment = Augment::none();
+        }
+        if self.mixup > 0.0 {
+            anyhow::bail!("--mixup applies to --task kws only (CTC targets do not mix)");
+        }
+        Ok(cfg)
+    }
+}
+
+/// Prints one line per ASR epoch.
+pub fn asr_epoch_line(epochs: usize) -> impl FnMut(&AsrEpochReport) {
+    move |e| {
+        eprintln!(
+            "epoch {:>3}/{epochs}  ctc loss {:.4}  val WER {:.3}  lr {:.2e}{}",
+            e.epoch,
+            e.train_loss,
+            e.val_wer,
+            e.lr,
+            if e.best { "  *" } else { "" }
+        );
     }
 }
 
@@ -99,6 +145,9 @@ pub struct TrainArgs {
     /// Output model directory.
     #[arg(long)]
     pub out: PathBuf,
+    /// ASR: beam width of the final report's beam-search WER.
+    #[arg(long, default_value_t = 8)]
+    pub beam: usize,
     /// Train with DP-SGD (example-level differential privacy).
     #[arg(long)]
     pub dp: bool,
@@ -193,9 +242,18 @@ fn dp_config(args: &TrainArgs) -> anyhow::Result<DpConfig> {
 
 /// Trains, prints a progress line per epoch and the test report, writes the package.
 pub fn run(args: TrainArgs) -> anyhow::Result<()> {
-    let TaskArg::Kws = args.task;
-    let cfg = args.model.kws_config(&args.data);
     let command = std::env::args().collect::<Vec<_>>().join(" ");
+    if args.task == TaskArg::Asr {
+        if args.dp {
+            anyhow::bail!("--dp applies to --task kws only (DP-SGD for ASR is not built yet)");
+        }
+        let cfg = args.model.asr_config(&args.data, args.beam)?;
+        let report = train_asr(&cfg, &args.out, &command, &mut asr_epoch_line(cfg.epochs))
+            .with_context(|| format!("ASR training on {}", args.data.display()))?;
+        print_asr_card(&report.card, &args.out);
+        return Ok(());
+    }
+    let cfg = args.model.kws_config(&args.data);
     let mut progress = epoch_line(cfg.epochs);
     let card = if args.dp {
         let dp = dp_config(&args)?;
@@ -261,6 +319,30 @@ pub fn print_card(card: &hush_models::package::ModelCard, out: &std::path::Path)
                 let cells: Vec<String> = row.iter().map(|c| format!("{c:>3}")).collect();
                 println!("{label:>10} {}", cells.join(""));
             }
+        }
+    }
+}
+
+/// Prints a trained recogniser's size and per-split error rates.
+pub fn print_asr_card(card: &hush_models::package::AsrCard, out: &std::path::Path) {
+    println!(
+        "{} ({} trainable parameters) → {}",
+        card.arch.name(),
+        card.num_trainable,
+        out.display()
+    );
+    if let Some(m) = card.metrics.as_ref() {
+        for (split, s) in &m.splits {
+            let beam = match (s.beam_width, s.beam_wer, s.beam_cer) {
+                (Some(w), Some(wer), Some(cer)) => {
+                    format!(", beam {w}: WER {wer:.3} CER {cer:.3}")
+                }
+                _ => String::new(),
+            };
+            println!(
+                "{split:>10}: {} utterances ({} words), greedy WER {:.3} CER {:.3}{beam}",
+                s.utterances, s.words, s.greedy_wer, s.greedy_cer
+            );
         }
     }
 }

@@ -107,7 +107,20 @@ pub fn read_kws(
             Split::Test => data.test.push(clip),
         }
     }
+    data.noises = read_noises(dir, sample_rate, clip_len)?;
+    Ok(data)
+}
+
+/// The background noises of `dir/_background_noise_/` (WAV/FLAC, sorted by name) at
+/// `sample_rate` and at least `min_len` samples long; others are skipped. No folder, no
+/// noises.
+pub fn read_noises(
+    dir: &Path,
+    sample_rate: u32,
+    min_len: usize,
+) -> Result<Vec<Vec<f32>>, TrainError> {
     let noise_dir = dir.join("_background_noise_");
+    let mut noises = Vec::new();
     if noise_dir.is_dir() {
         let mut files: Vec<PathBuf> = std::fs::read_dir(&noise_dir)
             .map_err(|source| TrainError::Io {
@@ -125,10 +138,10 @@ pub fn read_kws(
         files.sort();
         for f in files {
             let audio = read_audio(&f)?;
-            if audio.sample_rate == sample_rate && audio.samples.len() >= clip_len {
-                data.noises.push(audio.samples);
+            if audio.sample_rate == sample_rate && audio.samples.len() >= min_len {
+                noises.push(audio.samples);
             }
         }
     }
-    Ok(data)
+    Ok(noises)
 }

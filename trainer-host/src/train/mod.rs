@@ -9,8 +9,10 @@
 //!
 //! Modules: [`data`] (decoded clips and noises), [`augment`] (waveform, SpecAugment,
 //! mixup), [`metrics`] (accuracy, balanced keyword accuracy, confusion), [`schedule`],
-//! [`dp`] (DP-SGD: `hush-host train --dp`).
+//! [`dp`] (DP-SGD: `hush-host train --dp`), [`asr`] (CTC speech recognisers:
+//! `hush-host train --task asr`).
 
+pub mod asr;
 pub mod augment;
 pub mod data;
 pub mod dp;
@@ -228,16 +230,17 @@ pub struct KwsTrainReport {
     pub epochs: Vec<EpochReport>,
 }
 
-/// Per-epoch validation, best-epoch keeping and early stopping, shared by the central and
-/// the DP trainer.
-struct BestEpoch {
+/// Per-epoch validation, best-epoch keeping and early stopping, shared by every trainer
+/// (KWS central and DP, ASR): the score is higher-is-better (accuracy, 1 − WER); `R` is
+/// the trainer's per-epoch report.
+pub(crate) struct BestEpoch<R = EpochReport> {
     best: Option<(f64, usize, Vec<NamedTensor>)>,
-    reports: Vec<EpochReport>,
+    reports: Vec<R>,
     patience: usize,
 }
 
-impl BestEpoch {
-    fn new(patience: usize) -> Self {
+impl<R> BestEpoch<R> {
+    pub(crate) fn new(patience: usize) -> Self {
         Self {
             best: None,
             reports: Vec::new(),
@@ -245,6 +248,41 @@ impl BestEpoch {
         }
     }
 
+    /// Records epoch `epoch`'s validation `score`, keeping the weights `tensors` gives if
+    /// it beats every earlier epoch; returns whether it did.
+    pub(crate) fn record(
+        &mut self,
+        epoch: usize,
+        score: f64,
+        tensors: impl FnOnce() -> Result<Vec<NamedTensor>, TrainError>,
+    ) -> Result<bool, TrainError> {
+        let improved = self.best.as_ref().is_none_or(|(best, _, _)| score > *best);
+        if improved {
+            self.best = Some((score, epoch, tensors()?));
+        }
+        Ok(improved)
+    }
+
+    /// Adds the epoch's report; returns whether patience has run out after `epoch`.
+    pub(crate) fn push(&mut self, epoch: usize, report: R) -> bool {
+        self.reports.push(report);
+        let best_epoch = self.best.as_ref().map_or(epoch, |b| b.1);
+        epoch - best_epoch >= self.patience
+    }
+
+    /// The best epoch, its weights, and every epoch's report.
+    pub(crate) fn finish(self) -> Result<(usize, Vec<NamedTensor>, Vec<R>), TrainError> {
+        let Some((_, best_epoch, tensors)) = self.best else {
+            return Err(TrainError::Option {
+                option: "--epochs",
+                reason: "no epoch ran".into(),
+            });
+        };
+        Ok((best_epoch, tensors, self.reports))
+    }
+}
+
+impl BestEpoch<EpochReport> {
     /// Scores `model` on `val`, keeps its weights if it is the best so far, reports the
     /// epoch (`(epoch, train loss, lr)`); returns whether patience has run out.
     #[allow(clippy::too_many_arguments)]
@@ -260,13 +298,7 @@ impl BestEpoch {
     ) -> Result<bool, TrainError> {
         let snapshot = model.valid();
         let v = evaluate(&snapshot, val, frames, bins, labels, plain)?;
-        let improved = self
-            .best
-            .as_ref()
-            .is_none_or(|(acc, _, _)| v.accuracy > *acc);
-        if improved {
-            self.best = Some((v.accuracy, epoch, snapshot.named_tensors()?));
-        }
+        let improved = self.record(epoch, v.accuracy, || Ok(snapshot.named_tensors()?))?;
         let report = EpochReport {
             epoch,
             train_loss,
@@ -275,20 +307,7 @@ impl BestEpoch {
             best: improved,
         };
         progress(&report);
-        self.reports.push(report);
-        let best_epoch = self.best.as_ref().map_or(epoch, |b| b.1);
-        Ok(epoch - best_epoch >= self.patience)
-    }
-
-    /// The best epoch, its weights, and every epoch's report.
-    fn finish(self) -> Result<(usize, Vec<NamedTensor>, Vec<EpochReport>), TrainError> {
-        let Some((_, best_epoch, tensors)) = self.best else {
-            return Err(TrainError::Option {
-                option: "--epochs",
-                reason: "no epoch ran".into(),
-            });
-        };
-        Ok((best_epoch, tensors, self.reports))
+        Ok(self.push(epoch, report))
     }
 }
 
@@ -313,7 +332,7 @@ fn features_of(clips: &[Clip], cfg: &FeatureConfig, frames: usize) -> Result<Pre
 }
 
 /// Per-bin mean and inverse standard deviation over the training features.
-fn input_stats(feats: &[f32], bins: usize) -> (Vec<f32>, Vec<f32>) {
+pub(crate) fn input_stats(feats: &[f32], bins: usize) -> (Vec<f32>, Vec<f32>) {
     let rows = (feats.len() / bins).max(1) as f64;
     let mut sum = vec![0f64; bins];
     let mut sq = vec![0f64; bins];

@@ -1,0 +1,228 @@
+//! Speech recognition with tract: load an ASR model package (task `asr`), transcribe
+//! utterances of any length.
+//!
+//! [`AsrRecognizer::load`] reads `model.json` (checked by hush-models; a keyword
+//! spotter's package is refused, naming its task), parses its feature config, loads
+//! `model.onnx` with the frame count left symbolic (one optimised plan for every length)
+//! and checks its input and `log_probs` output against `model.json`. Features are
+//! [`utterance_features`] — the function the host trainer uses, so both sides see the
+//! same numbers — and decoding is hush-models' (greedy, or prefix beam search).
+
+use std::path::Path;
+use std::sync::Arc;
+
+use hush_models::asr::decode::{beam_search, greedy};
+use hush_models::asr::Vocabulary;
+use hush_models::export::onnx::LOG_PROBS;
+use hush_models::package::{AsrCard, ONNX};
+use serde::Serialize;
+use tract_onnx::prelude::*;
+
+use super::kws::parse_features;
+use super::InferError;
+use crate::audio::{read_audio, Audio};
+use crate::features::{compute, FeatureConfig, FeatureError};
+
+type Plan = Arc<TypedRunnableModel>;
+
+/// One transcribed file: the JSON line `hush-device transcribe` prints.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Transcription {
+    /// The audio file.
+    pub file: String,
+    /// The recognised text (lower case, characters of the model's vocabulary).
+    pub text: String,
+}
+
+/// How to turn per-step log-probabilities into text.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Decoder {
+    /// Best path.
+    Greedy,
+    /// Prefix beam search keeping this many prefixes.
+    Beam(usize),
+}
+
+/// The features of a whole utterance, `frames × dim` row-major (the recogniser's input;
+/// the host trains on the same function's output).
+pub fn utterance_features(cfg: &FeatureConfig, samples: &[f32]) -> Result<Vec<f32>, FeatureError> {
+    Ok(compute(cfg, samples)?.data)
+}
+
+/// A loaded speech recogniser.
+#[derive(Debug)]
+pub struct AsrRecognizer {
+    card: AsrCard,
+    features: FeatureConfig,
+    vocab: Vocabulary,
+    plan: Plan,
+    bins: usize,
+}
+
+impl AsrRecognizer {
+    /// Loads the ASR model package in `dir`.
+    pub fn load(dir: &Path) -> Result<Self, InferError> {
+        let card = AsrCard::read(dir)?;
+        let json = dir.join(hush_models::package::MODEL_JSON);
+        let features = parse_features(&card.features, &json, card.arch.bins(), card.arch.name())?;
+        let vocab = card
+            .vocabulary()
+            .map_err(|reason| InferError::Mismatch { path: json, reason })?;
+        let bins = card.arch.bins();
+        let plan = load_plan(&dir.join(ONNX), bins, vocab.len())?;
+        Ok(Self {
+            card,
+            features,
+            vocab,
+            plan,
+            bins,
+        })
+    }
+
+    /// The model's card.
+    pub fn card(&self) -> &AsrCard {
+        &self.card
+    }
+
+    /// The feature config the model was trained on.
+    pub fn features(&self) -> &FeatureConfig {
+        &self.features
+    }
+
+    /// Per-step log-probabilities (`steps × vocab`, row-major) of one utterance's
+    /// features (`frames × bins`).
+    pub fn log_probs(&self, features: &[f32], origin: &Path) -> Result<Vec<f32>, InferError> {
+        let run = |reason: String| InferError::Run {
+            path: origin.to_path_buf(),
+            reason,
+        };
+        let frames = features.len() / self.bins;
+        if frames == 0 || frames * self.bins != features.len() {
+            return Err(run(format!(
+                "{} feature values are not whole frames of {}",
+                features.len(),
+                self.bins
+            )));
+        }
+        let input =
+            tract_ndarray::Array3::from_shape_vec((1, frames, self.bins), features.to_vec())
+                .map_err(|e| run(e.to_string()))?
+                .into_tensor();
+        let out = self
+            .plan
+            .run(tvec!(input.into_tvalue()))
+            .map_err(|e| run(format!("{e:#}")))?;
+        let lp = out
+            .first()
+            .ok_or_else(|| run("no log_probs output".into()))?
+            .to_plain_array_view::<f32>()
+            .map_err(|e| run(format!("{e:#}")))?
+            .iter()
+            .copied()
+            .collect();
+        Ok(lp)
+    }
+
+    /// Transcribes decoded audio (`origin` names it in errors and in the result).
+    pub fn transcribe_audio(
+        &self,
+        audio: &Audio,
+        origin: &Path,
+        decoder: Decoder,
+    ) -> Result<Transcription, InferError> {
+        let expected = self.features.frame.sample_rate;
+        if audio.sample_rate != expected {
+            return Err(InferError::SampleRate {
+                path: origin.to_path_buf(),
+                got: audio.sample_rate,
+                expected,
+            });
+        }
+        let feats = utterance_features(&self.features, &audio.samples).map_err(|source| {
+            InferError::Features {
+                path: origin.to_path_buf(),
+                source,
+            }
+        })?;
+        let lp = self.log_probs(&feats, origin)?;
+        let v = self.vocab.len();
+        let labels = match decoder {
+            Decoder::Greedy => greedy(&lp, v),
+            Decoder::Beam(width) => beam_search(&lp, v, width),
+        };
+        Ok(Transcription {
+            file: origin.display().to_string(),
+            text: self.vocab.decode(&labels),
+        })
+    }
+
+    /// Reads and transcribes an audio file.
+    pub fn transcribe_file(
+        &self,
+        path: &Path,
+        decoder: Decoder,
+    ) -> Result<Transcription, InferError> {
+        let audio = read_audio(path)?;
+        self.transcribe_audio(&audio, path, decoder)
+    }
+}
+
+fn load_plan(path: &Path, bins: usize, vocab: usize) -> Result<Plan, InferError> {
+    let onnx = |reason: String| InferError::Onnx {
+        path: path.to_path_buf(),
+        reason,
+    };
+    let foreign = |reason: String| InferError::ForeignOnnx {
+        path: path.to_path_buf(),
+        reason,
+    };
+    if !path.is_file() {
+        return Err(onnx("missing file".into()));
+    }
+    let model = tract_onnx::onnx()
+        .model_for_path(path)
+        .map_err(|e| onnx(format!("{e:#}")))?;
+    let inputs = model
+        .input_outlets()
+        .map_err(|e| onnx(format!("{e:#}")))?
+        .len();
+    if inputs != 1 {
+        return Err(foreign(format!(
+            "{inputs} inputs; expected one, `features` [1, frames, {bins}]"
+        )));
+    }
+    let names: Vec<String> = model
+        .output_outlets()
+        .map_err(|e| onnx(format!("{e:#}")))?
+        .iter()
+        .map(|o| model.node(o.node).name.clone())
+        .collect();
+    if names != [LOG_PROBS] {
+        return Err(foreign(format!(
+            "outputs are {names:?}; expected one output named `{LOG_PROBS}` [1, steps, {vocab}]"
+        )));
+    }
+    let frames = model.symbols.sym("frames");
+    let model = model
+        .with_input_fact(
+            0,
+            f32::fact([TDim::from(1), TDim::from(frames), TDim::from(bins)]).into(),
+        )
+        .map_err(|e| {
+            foreign(format!(
+                "input does not take [1, frames, {bins}] f32: {e:#}"
+            ))
+        })?
+        .into_optimized()
+        .map_err(|e| foreign(format!("input [1, frames, {bins}] f32 does not fit: {e:#}")))?;
+    let fact = model.output_fact(0).map_err(|e| onnx(format!("{e:#}")))?;
+    let last = fact.shape.iter().last().map(|d| d.to_string());
+    if fact.shape.len() != 3 || last != Some(vocab.to_string()) {
+        let shape: Vec<String> = fact.shape.iter().map(|d| d.to_string()).collect();
+        return Err(foreign(format!(
+            "`{LOG_PROBS}` has shape [{}]; model.json has {vocab} vocabulary symbols",
+            shape.join(", ")
+        )));
+    }
+    model.into_runnable().map_err(|e| onnx(format!("{e:#}")))
+}

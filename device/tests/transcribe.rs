@@ -1,0 +1,133 @@
+//! `hush-device transcribe` end to end: a CTC package written by hush-models (small,
+//! seeded weights) transcribes a corpus clip through the binary, one JSON line per file,
+//! greedy and with `--beam`, agreeing with the library; a keyword spotter's package,
+//! wrong-rate audio and a foreign ONNX file are refused with errors that say why.
+
+// Test helpers panic on failure, like the tests that call them.
+#![allow(clippy::unwrap_used)]
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use burn::tensor::Device;
+use hush_device::audio::{read_audio, resample, write_wav_i16, Audio};
+use hush_device::features::{FeatureConfig, FeatureKind};
+use hush_device::infer::{AsrRecognizer, Decoder};
+use hush_models::arch::{ArchConfig, IoShape};
+use hush_models::asr::{AsrArchConfig, Vocabulary};
+use hush_models::package::{write_asr_package, write_package, AsrCard, ModelCard};
+
+fn features() -> FeatureConfig {
+    let mut f = FeatureConfig::kaldi(FeatureKind::Fbank);
+    f.mel.num_bins = 20;
+    f
+}
+
+fn asr_package(dir: &Path) {
+    let arch = AsrArchConfig::default_for("ctc-gru-small", 20, 29).unwrap();
+    let device = Device::flex();
+    device.seed(4);
+    let model = arch.init(&device).unwrap();
+    let features = serde_json::to_value(features()).unwrap();
+    let card = AsrCard::new(arch, features, &Vocabulary::characters(), &model).unwrap();
+    write_asr_package(dir, &card, &model).unwrap();
+}
+
+fn clip() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../data/corpus/asr/c8946917/0/c8946917-0-0000.flac")
+}
+
+fn transcribe(args: &[&str]) -> (bool, String, String) {
+    let out = Command::new(env!("CARGO_BIN_EXE_hush-device"))
+        .arg("transcribe")
+        .args(args)
+        .output()
+        .unwrap();
+    (
+        out.status.success(),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+#[test]
+fn transcribe_prints_one_json_line_per_file_as_the_library_decodes() {
+    let dir = tempfile::tempdir().unwrap();
+    asr_package(dir.path());
+    let model = dir.path().to_str().unwrap();
+    let clip = clip();
+    let asr = AsrRecognizer::load(dir.path()).unwrap();
+    for (extra, decoder) in [
+        (vec![], Decoder::Greedy),
+        (vec!["--beam", "4"], Decoder::Beam(4)),
+    ] {
+        let mut args = vec!["--model", model];
+        args.extend(extra);
+        args.push(clip.to_str().unwrap());
+        args.push(clip.to_str().unwrap());
+        let (ok, stdout, stderr) = transcribe(&args);
+        assert!(ok, "{stderr}");
+        let lines: Vec<serde_json::Value> = stdout
+            .lines()
+            .map(|l| serde_json::from_str(l).unwrap())
+            .collect();
+        assert_eq!(lines.len(), 2);
+        let expected = asr.transcribe_file(&clip, decoder).unwrap();
+        assert_eq!(lines[0]["file"], clip.display().to_string());
+        assert_eq!(lines[0]["text"], expected.text);
+        assert_eq!(lines[0], lines[1]);
+    }
+}
+
+#[test]
+fn wrong_task_wrong_rate_and_foreign_onnx_are_clear_errors() {
+    let dir = tempfile::tempdir().unwrap();
+    // A keyword spotter's package.
+    let kws = dir.path().join("kws");
+    let io = IoShape {
+        frames: 98,
+        bins: 20,
+        classes: 3,
+    };
+    let arch = ArchConfig::default_for("leak-cnn", io).unwrap();
+    let m = arch.init(&Device::flex()).unwrap();
+    let labels = ["yes", "_silence_", "_unknown_"].map(String::from).to_vec();
+    let card = ModelCard::new(arch, serde_json::to_value(features()).unwrap(), labels, &m).unwrap();
+    write_package(&kws, &card, &m).unwrap();
+    let clip = clip();
+    let (ok, _, stderr) = transcribe(&["--model", kws.to_str().unwrap(), clip.to_str().unwrap()]);
+    assert!(!ok);
+    assert!(
+        stderr.contains("this is a `kws` model") && stderr.contains("needs a `asr` model"),
+        "{stderr}"
+    );
+
+    // Audio at 8 kHz for a 16 kHz model.
+    let asr = dir.path().join("asr");
+    asr_package(&asr);
+    let audio = read_audio(&clip).unwrap();
+    let low = dir.path().join("low.wav");
+    let samples = resample(&audio.samples, 16_000, 8_000).unwrap();
+    write_wav_i16(
+        &low,
+        &Audio {
+            samples,
+            sample_rate: 8_000,
+        },
+    )
+    .unwrap();
+    let (ok, _, stderr) = transcribe(&["--model", asr.to_str().unwrap(), low.to_str().unwrap()]);
+    assert!(!ok);
+    assert!(
+        stderr.contains("8000 Hz") && stderr.contains("16000 Hz"),
+        "{stderr}"
+    );
+
+    // An ASR card beside a keyword spotter's ONNX file.
+    std::fs::copy(kws.join("model.onnx"), asr.join("model.onnx")).unwrap();
+    let e = AsrRecognizer::load(&asr).unwrap_err().to_string();
+    assert!(
+        e.contains("not the model model.json describes") && e.contains("log_probs"),
+        "{e}"
+    );
+}

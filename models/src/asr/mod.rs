@@ -1,0 +1,277 @@
+//! Speech recognition: CTC acoustic models over characters, their decoders and error
+//! rates. Kept apart from the keyword spotters of [`crate::arch`] (whose per-example DP
+//! machinery walks every KWS architecture): a recogniser maps a variable-length utterance
+//! to per-step log-probabilities, not a clip to one label.
+//!
+//! - [`vocab`]: the character set (blank, space, apostrophe, a–z) and transcript
+//!   normalisation;
+//! - [`ctc_gru`]: the `ctc-gru` architecture (conv subsampling ×4 + GRU + linear);
+//! - [`decode`]: greedy and prefix-beam-search CTC decoding (host and device);
+//! - [`wer`]: word and character error rates.
+//!
+//! ```
+//! use burn::tensor::{Device, Tensor};
+//! use hush_models::asr::{AsrArchConfig, Vocabulary};
+//! let cfg = AsrArchConfig::default_for("ctc-gru-small", 40, Vocabulary::characters().len()).unwrap();
+//! let model = cfg.init(&Device::flex()).unwrap();
+//! let log_probs = model.forward(Tensor::zeros([1, 100, 40], &Device::flex()));
+//! assert_eq!(log_probs.dims(), [1, 25, 29]);
+//! ```
+
+pub mod ctc_gru;
+pub mod decode;
+pub mod vocab;
+pub mod wer;
+
+use burn::nn::loss::CTCLossConfig;
+use burn::tensor::{Device, Int, Tensor, TensorData};
+use serde::{Deserialize, Serialize};
+
+use crate::arch::is_trainable;
+use crate::arch::layers::ValueReader;
+use crate::checkpoint::{NamedTensor, TensorSource};
+use crate::export::onnx::{OnnxGraph, INPUT};
+use crate::ModelError;
+
+pub use ctc_gru::{output_steps, CtcGru, CtcGruConfig};
+pub use vocab::{normalize_transcript, Vocabulary, BLANK};
+
+/// A speech recogniser's architecture and configuration, as stored in `model.json`
+/// (`{"name": "ctc-gru", …}`).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "name", rename_all = "kebab-case")]
+pub enum AsrArchConfig {
+    /// Conv subsampling ×4 + unidirectional GRU + linear, trained with CTC.
+    CtcGru(CtcGruConfig),
+}
+
+/// Names accepted by [`AsrArchConfig::default_for`]: `ctc-gru` (1.35 M parameters over
+/// 80 bins) and `ctc-gru-small` (the same layers, smaller; for tests and quick runs).
+pub const ASR_ARCH_NAMES: [&str; 2] = ["ctc-gru", "ctc-gru-small"];
+
+impl AsrArchConfig {
+    /// The configuration called `name` (one of [`ASR_ARCH_NAMES`]) over `bins` values
+    /// per frame and `vocab` outputs.
+    pub fn default_for(name: &str, bins: usize, vocab: usize) -> Result<Self, ModelError> {
+        match name {
+            "ctc-gru" => Ok(Self::CtcGru(CtcGruConfig::standard(bins, vocab))),
+            "ctc-gru-small" => Ok(Self::CtcGru(CtcGruConfig::small(bins, vocab))),
+            _ => Err(ModelError::config(
+                name,
+                "name",
+                format!(
+                    "unknown ASR architecture; expected one of {}",
+                    ASR_ARCH_NAMES.join(", ")
+                ),
+            )),
+        }
+    }
+
+    /// The architecture's name.
+    pub fn name(&self) -> &'static str {
+        match self {
+            Self::CtcGru(_) => "ctc-gru",
+        }
+    }
+
+    /// Values per input frame.
+    pub fn bins(&self) -> usize {
+        match self {
+            Self::CtcGru(c) => c.bins,
+        }
+    }
+
+    /// Output symbols, blank included.
+    pub fn vocab(&self) -> usize {
+        match self {
+            Self::CtcGru(c) => c.vocab,
+        }
+    }
+
+    /// Builds a freshly initialised model on `device`.
+    pub fn init(&self, device: &Device) -> Result<CtcGru, ModelError> {
+        match self {
+            Self::CtcGru(c) => c.init(device),
+        }
+    }
+}
+
+impl CtcGru {
+    /// Every tensor, named per layer as in `weights.safetensors`, in layer order.
+    pub fn named_tensors(&self) -> Result<Vec<NamedTensor>, ModelError> {
+        let mut r = ValueReader::default();
+        self.visit(&mut r)?;
+        Ok(r.out)
+    }
+
+    /// Loads every tensor from `src`; nothing may be missing or left over.
+    pub fn load_tensors(self, mut src: TensorSource, arch: &str) -> Result<Self, ModelError> {
+        let m = self.load(&mut src)?;
+        src.finish(arch)?;
+        Ok(m)
+    }
+
+    /// Sets the fixed input normalisation (per-bin mean and inverse std).
+    pub fn set_input_norm(&mut self, mean: &[f32], scale: &[f32]) -> Result<(), ModelError> {
+        let [bins] = self.input_norm.mean.value().dims();
+        if mean.len() != bins || scale.len() != bins {
+            return Err(ModelError::ShapeMismatch {
+                name: "input_norm".into(),
+                expected: vec![bins],
+                got: vec![mean.len(), scale.len()],
+            });
+        }
+        let device = self.input_norm.mean.value().device();
+        self.input_norm.set(mean, scale, &device);
+        Ok(())
+    }
+
+    /// Number of trainable parameters (the input normalisation not counted).
+    pub fn num_trainable(&self) -> Result<usize, ModelError> {
+        Ok(self
+            .named_tensors()?
+            .iter()
+            .filter(|t| is_trainable(&t.name))
+            .map(NamedTensor::len)
+            .sum())
+    }
+
+    /// The model as an encoded ONNX `ModelProto` (opset 17): input `features`
+    /// `[1, frames, bins]` (frames symbolic), output `log_probs` `[1, ⌈frames/4⌉, vocab]`.
+    pub fn to_onnx(&self, cfg: &AsrArchConfig) -> Result<Vec<u8>, ModelError> {
+        let mut g = OnnxGraph::new();
+        let scores = self.write_onnx(&mut g, INPUT)?;
+        Ok(g.finish_ctc(&scores, cfg.bins(), cfg.vocab(), cfg.name()))
+    }
+}
+
+/// A batch of utterances in host memory for CTC training: features padded to the longest
+/// utterance, `[batch, frames, bins]` row-major, and each utterance's frame count and
+/// label sequence (no blanks).
+#[derive(Debug, Clone, PartialEq)]
+pub struct CtcBatch {
+    /// Features, `batch × frames × bins` (padding frames after each utterance's end).
+    pub features: Vec<f32>,
+    /// Frames of each utterance (≤ `frames`).
+    pub lengths: Vec<usize>,
+    /// Label sequence of each utterance.
+    pub labels: Vec<Vec<usize>>,
+    /// Padded frame count.
+    pub frames: usize,
+    /// Values per frame.
+    pub bins: usize,
+}
+
+/// Steps of CTC output needed for `labels`: one per label plus one blank between each
+/// pair of equal neighbours.
+pub fn ctc_min_steps(labels: &[usize]) -> usize {
+    labels.len() + labels.windows(2).filter(|w| w[0] == w[1]).count()
+}
+
+impl CtcBatch {
+    fn check(&self, vocab: usize) -> Result<(), ModelError> {
+        let bad = |reason: String| Err(ModelError::BadBatch { reason });
+        let b = self.lengths.len();
+        if b == 0 || self.labels.len() != b {
+            return bad(format!(
+                "{b} lengths and {} label sequences",
+                self.labels.len()
+            ));
+        }
+        if self.features.len() != b * self.frames * self.bins {
+            return bad(format!(
+                "{} feature values for {b}×{}×{}",
+                self.features.len(),
+                self.frames,
+                self.bins
+            ));
+        }
+        for (i, (&len, labels)) in self.lengths.iter().zip(&self.labels).enumerate() {
+            if len == 0 || len > self.frames {
+                return bad(format!("utterance {i}: {len} frames of {}", self.frames));
+            }
+            if labels.is_empty() {
+                return bad(format!("utterance {i}: empty transcript"));
+            }
+            if let Some(l) = labels.iter().find(|&&l| l == BLANK || l >= vocab) {
+                return bad(format!(
+                    "utterance {i}: label {l} is blank or outside 1..{vocab}"
+                ));
+            }
+            let steps = output_steps(len);
+            if ctc_min_steps(labels) > steps {
+                return bad(format!(
+                    "utterance {i}: {} labels need ≥ {} output steps, {len} frames give {steps}",
+                    labels.len(),
+                    ctc_min_steps(labels)
+                ));
+            }
+        }
+        Ok(())
+    }
+}
+
+/// The batch's CTC loss on `model`: the sum over utterances of `−log p(labels | audio)`
+/// divided by the total label count (PyTorch's `reduction = "mean"` divides per utterance
+/// first; this weights utterances by length). Inputs are checked first: every utterance
+/// needs a non-empty transcript that fits its output steps.
+pub fn ctc_loss(
+    model: &CtcGru,
+    batch: &CtcBatch,
+    device: &Device,
+) -> Result<Tensor<1>, ModelError> {
+    let vocab = model.out.weight.dims()[1];
+    batch.check(vocab)?;
+    let b = batch.lengths.len();
+    let x = Tensor::<3>::from_data(
+        TensorData::new(batch.features.clone(), [b, batch.frames, batch.bins]),
+        device,
+    );
+    let log_probs = model.forward(x).swap_dims(0, 1); // [T', B, V]
+    let max_len = batch.labels.iter().map(Vec::len).max().unwrap_or(1);
+    let mut targets = vec![0i64; b * max_len];
+    for (i, l) in batch.labels.iter().enumerate() {
+        for (j, &v) in l.iter().enumerate() {
+            targets[i * max_len + j] = v as i64;
+        }
+    }
+    let targets = Tensor::<2, Int>::from_data(TensorData::new(targets, [b, max_len]), device);
+    let input_lengths: Vec<i64> = batch
+        .lengths
+        .iter()
+        .map(|&n| output_steps(n) as i64)
+        .collect();
+    let target_lengths: Vec<i64> = batch.labels.iter().map(|l| l.len() as i64).collect();
+    let total: usize = batch.labels.iter().map(Vec::len).sum();
+    let loss = CTCLossConfig::new().init().forward(
+        log_probs,
+        targets,
+        Tensor::<1, Int>::from_data(TensorData::new(input_lengths, [b]), device),
+        Tensor::<1, Int>::from_data(TensorData::new(target_lengths, [b]), device),
+    );
+    Ok(loss.sum().div_scalar(total as f64))
+}
+
+/// Per-step log-probabilities of one utterance (`frames × bins` features) on a model in
+/// inference mode: `output_steps(frames) × vocab`, row-major.
+pub fn log_probs(
+    model: &CtcGru,
+    features: &[f32],
+    bins: usize,
+    device: &Device,
+) -> Result<Vec<f32>, ModelError> {
+    if bins == 0 || features.is_empty() || !features.len().is_multiple_of(bins) {
+        return Err(ModelError::BadBatch {
+            reason: format!(
+                "{} feature values are not whole frames of {bins}",
+                features.len()
+            ),
+        });
+    }
+    let frames = features.len() / bins;
+    let x = Tensor::<3>::from_data(
+        TensorData::new(features.to_vec(), [1, frames, bins]),
+        device,
+    );
+    crate::arch::layers::named("log_probs", model.forward(x)).map(|t| t.data)
+}

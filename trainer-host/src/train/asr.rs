@@ -1,0 +1,600 @@
+//! Central (non-private) training of CTC speech recognisers: a LibriSpeech-layout corpus
+//! (or JSONL manifest) → whole-utterance features → burn training with waveform
+//! augmentation and SpecAugment, AdamW, the warm-up + cosine schedule, per-epoch
+//! validation (greedy WER) and early stopping → an ASR model package with greedy and
+//! beam-search WER/CER and provenance.
+//!
+//! Features come from hush-device's [`utterance_features`], the function the device runs
+//! before inference; decoding and error rates are hush-models' ([`hush_models::asr`]).
+//! Splits follow the corpus reader (speaker-disjoint, as for KWS).
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::path::{Path, PathBuf};
+
+use burn::grad_clipping::GradientClippingConfig;
+use burn::module::Module;
+use burn::optim::{AdamWConfig, GradientsParams};
+use burn::tensor::{Device, Tensor, TensorData};
+use hush_device::audio::read_audio;
+use hush_device::dataset::{read_corpus, Layout, Split, Target};
+use hush_device::features::{FeatureConfig, FeatureKind};
+use hush_device::infer::utterance_features;
+use hush_models::asr::decode::{beam_search, greedy};
+use hush_models::asr::wer::ErrorCounts;
+use hush_models::asr::{
+    ctc_loss, ctc_min_steps, normalize_transcript, output_steps, AsrArchConfig, CtcBatch, CtcGru,
+    Vocabulary,
+};
+use hush_models::checkpoint::TensorSource;
+use hush_models::package::{write_asr_package, AsrCard, AsrMetrics, AsrSplitMetrics, Provenance};
+use hush_models::step::apply_grads;
+use rand::seq::SliceRandom;
+use rand::SeedableRng;
+use rand_chacha::ChaCha8Rng;
+use serde::{Deserialize, Serialize};
+
+use super::schedule::WarmupCosine;
+use super::{input_stats, Augment, BestEpoch, TrainError};
+
+/// Everything `hush-host train --task asr` decides.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct AsrTrainConfig {
+    /// Corpus (LibriSpeech layout or a JSONL manifest).
+    pub data: PathBuf,
+    /// Architecture name (`ctc-gru`, `ctc-gru-small`), used when `arch` is None.
+    pub arch_name: String,
+    /// A full architecture config (overrides `arch_name`; its bins and vocabulary must
+    /// match the features and the character set).
+    pub arch: Option<AsrArchConfig>,
+    /// Feature front-end.
+    pub features: FeatureConfig,
+    /// Most epochs.
+    pub epochs: usize,
+    /// Utterances per step.
+    pub batch_size: usize,
+    /// Peak learning rate.
+    pub lr: f64,
+    /// AdamW weight decay.
+    pub weight_decay: f32,
+    /// Gradient norm clip (per parameter tensor, burn's `GradientClipping::Norm`).
+    pub grad_clip: f32,
+    /// Stop after this many epochs without a lower validation WER (ties: lower CER).
+    pub patience: usize,
+    /// Seed of initialisation, shuffling and augmentation.
+    pub seed: u64,
+    /// Augmentation (mixup is not used: CTC targets do not mix).
+    pub augment: Augment,
+    /// Beam width of the final report's beam-search numbers.
+    pub beam: usize,
+}
+
+impl AsrTrainConfig {
+    /// Defaults: 80-bin Kaldi fbank (25/10 ms), 60 epochs, batch 8, lr 2e-3, weight decay
+    /// 1e-2, gradient clip 5, patience 12, speed/shift/gain augmentation and SpecAugment
+    /// (2 time masks ≤ 8 frames, 2 frequency masks ≤ 10 bins), beam 8.
+    pub fn new(data: &Path, arch_name: &str) -> Self {
+        let mut features = FeatureConfig::kaldi(FeatureKind::Fbank);
+        features.mel.num_bins = 80;
+        Self {
+            data: data.to_path_buf(),
+            arch_name: arch_name.to_string(),
+            arch: None,
+            features,
+            epochs: 60,
+            batch_size: 8,
+            lr: 2e-3,
+            weight_decay: 1e-2,
+            grad_clip: 5.0,
+            patience: 12,
+            seed: 0,
+            augment: Augment {
+                speed: 0.1,
+                shift_s: 0.1,
+                gain_db: 6.0,
+                noise_prob: 0.5,
+                snr_db: [10.0, 30.0],
+                time_masks: (2, 8),
+                freq_masks: (2, 10),
+                mixup_alpha: 0.0,
+            },
+            beam: 8,
+        }
+    }
+
+    /// The architecture: the configured one, checked against the features and the
+    /// vocabulary, or the named default.
+    pub fn resolve_arch(&self, vocab: &Vocabulary) -> Result<AsrArchConfig, TrainError> {
+        let bins = self.features.dim();
+        match &self.arch {
+            Some(a) if a.bins() != bins || a.vocab() != vocab.len() => Err(TrainError::Option {
+                option: "arch",
+                reason: format!(
+                    "it takes {} bins and has {} outputs; the features give {bins} and the \
+                     vocabulary has {}",
+                    a.bins(),
+                    a.vocab(),
+                    vocab.len()
+                ),
+            }),
+            Some(a) => Ok(a.clone()),
+            None => Ok(AsrArchConfig::default_for(
+                &self.arch_name,
+                bins,
+                vocab.len(),
+            )?),
+        }
+    }
+
+    fn check(&self) -> Result<(), TrainError> {
+        let bad = |option, reason: &str| {
+            Err(TrainError::Option {
+                option,
+                reason: reason.into(),
+            })
+        };
+        if self.epochs == 0 {
+            return bad("--epochs", "at least 1");
+        }
+        if self.batch_size == 0 {
+            return bad("--batch-size", "at least 1");
+        }
+        if !(self.lr.is_finite() && self.lr > 0.0) {
+            return bad("--lr", "a positive number");
+        }
+        if self.beam == 0 {
+            return bad("--beam", "at least 1");
+        }
+        if self.augment.mixup_alpha > 0.0 {
+            return bad("--mixup", "mixup does not apply to CTC training");
+        }
+        self.features.validate().map_err(|e| TrainError::Option {
+            option: "features",
+            reason: e.to_string(),
+        })
+    }
+}
+
+/// One decoded utterance.
+#[derive(Debug, Clone)]
+pub struct Utterance {
+    /// The audio file.
+    pub path: PathBuf,
+    /// Speaker id.
+    pub speaker: String,
+    /// Normalised transcript.
+    pub text: String,
+    /// Its label sequence.
+    pub labels: Vec<usize>,
+    /// Samples at the feature config's rate.
+    pub samples: Vec<f32>,
+}
+
+/// An ASR corpus in memory, split three ways (speaker-disjoint).
+#[derive(Debug, Default)]
+pub struct AsrData {
+    /// Training utterances.
+    pub train: Vec<Utterance>,
+    /// Validation utterances (early stopping, best epoch).
+    pub validation: Vec<Utterance>,
+    /// Test utterances (the final report only).
+    pub test: Vec<Utterance>,
+    /// Background noises for augmentation (the corpus's `_background_noise_/`, if any;
+    /// at least as long as the longest training utterance).
+    pub noises: Vec<Vec<f32>>,
+}
+
+/// Reads a LibriSpeech-layout corpus or JSONL manifest: every utterance at
+/// `sample_rate`, transcripts normalised ([`normalize_transcript`]); utterances with an
+/// empty transcript are an error naming the file.
+pub fn load_asr(dir: &Path, sample_rate: u32) -> Result<AsrData, TrainError> {
+    let (layout, examples) = read_corpus(dir)?;
+    if layout == Layout::SpeechCommands {
+        return Err(TrainError::Data {
+            path: dir.to_path_buf(),
+            reason: "ASR training needs a LibriSpeech-layout corpus or a JSONL manifest, \
+                     found a Speech Commands (keyword) corpus"
+                .into(),
+        });
+    }
+    let vocab = Vocabulary::characters();
+    let mut data = AsrData::default();
+    for ex in examples {
+        let Target::Transcript(raw) = &ex.target else {
+            continue;
+        };
+        let text = normalize_transcript(raw);
+        if text.is_empty() {
+            return Err(TrainError::Data {
+                path: ex.path.clone(),
+                reason: format!("transcript {raw:?} has no letters"),
+            });
+        }
+        let labels = vocab.encode(&text)?;
+        let audio = read_audio(&ex.path)?;
+        if audio.sample_rate != sample_rate {
+            return Err(TrainError::Data {
+                path: ex.path.clone(),
+                reason: format!(
+                    "{} Hz; the feature config expects {sample_rate} Hz",
+                    audio.sample_rate
+                ),
+            });
+        }
+        let u = Utterance {
+            path: ex.path.clone(),
+            speaker: ex.speaker.clone(),
+            text,
+            labels,
+            samples: audio.samples,
+        };
+        match ex.split {
+            Split::Train => data.train.push(u),
+            Split::Validation => data.validation.push(u),
+            Split::Test => data.test.push(u),
+        }
+    }
+    let longest = data
+        .train
+        .iter()
+        .map(|u| u.samples.len())
+        .max()
+        .unwrap_or(0);
+    // Room for the augmentation's padding (speed and shifts).
+    data.noises = super::data::read_noises(
+        dir,
+        sample_rate,
+        longest + longest / 4 + sample_rate as usize / 2,
+    )?;
+    for (name, split) in [
+        ("train", &data.train),
+        ("validation", &data.validation),
+        ("test", &data.test),
+    ] {
+        if split.is_empty() {
+            return Err(TrainError::Data {
+                path: dir.to_path_buf(),
+                reason: format!("the {name} split is empty (splits follow speaker ids)"),
+            });
+        }
+    }
+    Ok(data)
+}
+
+/// One epoch's numbers, for progress lines.
+#[derive(Debug, Clone, PartialEq)]
+pub struct AsrEpochReport {
+    /// 1-based epoch.
+    pub epoch: usize,
+    /// Mean training CTC loss per label.
+    pub train_loss: f64,
+    /// Validation word error rate (greedy decoding).
+    pub val_wer: f64,
+    /// Learning rate at the end of the epoch.
+    pub lr: f64,
+    /// Whether this epoch is the best so far.
+    pub best: bool,
+}
+
+/// What training produced.
+#[derive(Debug, Clone)]
+pub struct AsrTrainReport {
+    /// The card written to `model.json`.
+    pub card: AsrCard,
+    /// Per-epoch numbers.
+    pub epochs: Vec<AsrEpochReport>,
+}
+
+fn features(cfg: &FeatureConfig, u: &Utterance, samples: &[f32]) -> Result<Vec<f32>, TrainError> {
+    utterance_features(cfg, samples).map_err(|source| TrainError::Features {
+        path: u.path.clone(),
+        source,
+    })
+}
+
+/// Pads utterances' features (each `frames × bins`) into one batch; padding frames hold
+/// `fill` (the per-bin mean, normalised to 0). The model is causal, so padding never
+/// reaches an utterance's own output steps.
+fn pad_batch(feats: Vec<Vec<f32>>, labels: Vec<Vec<usize>>, bins: usize, fill: &[f32]) -> CtcBatch {
+    let lengths: Vec<usize> = feats.iter().map(|f| f.len() / bins).collect();
+    let frames = lengths.iter().copied().max().unwrap_or(0);
+    let mut features = Vec::with_capacity(feats.len() * frames * bins);
+    for (f, &n) in feats.iter().zip(&lengths) {
+        features.extend_from_slice(f);
+        for _ in n..frames {
+            features.extend_from_slice(fill);
+        }
+    }
+    CtcBatch {
+        features,
+        lengths,
+        labels,
+        frames,
+        bins,
+    }
+}
+
+/// Greedy (and, with `beam`, beam-search) error rates of `model` over `utts` with clean
+/// features `feats`.
+fn evaluate(
+    model: &CtcGru,
+    utts: &[Utterance],
+    feats: &[Vec<f32>],
+    bins: usize,
+    fill: &[f32],
+    beam: Option<usize>,
+    device: &Device,
+) -> Result<AsrSplitMetrics, TrainError> {
+    let vocab = Vocabulary::characters();
+    let v = vocab.len();
+    let mut gw = ErrorCounts::default();
+    let mut gc = ErrorCounts::default();
+    let mut bw = ErrorCounts::default();
+    let mut bc = ErrorCounts::default();
+    // Batches of similar lengths; the model is causal, so padding changes nothing.
+    let mut order: Vec<usize> = (0..utts.len()).collect();
+    order.sort_by_key(|&i| feats[i].len());
+    for chunk in order.chunks(16) {
+        let b = pad_batch(
+            chunk.iter().map(|&i| feats[i].clone()).collect(),
+            vec![Vec::new(); chunk.len()],
+            bins,
+            fill,
+        );
+        let x = Tensor::<3>::from_data(
+            TensorData::new(b.features, [chunk.len(), b.frames, bins]),
+            device,
+        );
+        let out = model.forward(x);
+        let [_, steps, _] = out.dims();
+        let lp: Vec<f32> = out.into_data().try_to_vec::<f32>().map_err(|e| {
+            hush_models::ModelError::TensorData {
+                name: "log_probs".into(),
+                reason: format!("{e:?}"),
+            }
+        })?;
+        for (k, &i) in chunk.iter().enumerate() {
+            let n = output_steps(b.lengths[k]);
+            let rows = &lp[k * steps * v..(k * steps + n) * v];
+            let reference = &utts[i].text;
+            let hyp = vocab.decode(&greedy(rows, v));
+            gw.add_words(reference, &hyp);
+            gc.add_chars(reference, &hyp);
+            if let Some(width) = beam {
+                let hyp = vocab.decode(&beam_search(rows, v, width));
+                bw.add_words(reference, &hyp);
+                bc.add_chars(reference, &hyp);
+            }
+        }
+    }
+    Ok(AsrSplitMetrics {
+        utterances: utts.len(),
+        words: gw.reference,
+        greedy_wer: gw.rate(),
+        greedy_cer: gc.rate(),
+        beam_width: beam,
+        beam_wer: beam.map(|_| bw.rate()),
+        beam_cer: beam.map(|_| bc.rate()),
+    })
+}
+
+/// Trains a CTC recogniser on the corpus `cfg.data` and writes its package to `out`.
+/// `command` is recorded as provenance; `progress` sees every epoch.
+pub fn train_asr(
+    cfg: &AsrTrainConfig,
+    out: &Path,
+    command: &str,
+    progress: &mut dyn FnMut(&AsrEpochReport),
+) -> Result<AsrTrainReport, TrainError> {
+    cfg.check()?;
+    // A bad architecture fails before the corpus is decoded.
+    cfg.resolve_arch(&Vocabulary::characters())?;
+    let data = load_asr(&cfg.data, cfg.features.frame.sample_rate)?;
+    train_asr_on(cfg, &data, out, command, progress)
+}
+
+/// [`train_asr`] on data already in memory (`cfg.data` is then only provenance).
+pub fn train_asr_on(
+    cfg: &AsrTrainConfig,
+    data: &AsrData,
+    out: &Path,
+    command: &str,
+    progress: &mut dyn FnMut(&AsrEpochReport),
+) -> Result<AsrTrainReport, TrainError> {
+    cfg.check()?;
+    let vocab = Vocabulary::characters();
+    let arch = cfg.resolve_arch(&vocab)?;
+    let bins = arch.bins();
+    let sr = cfg.features.frame.sample_rate;
+    let clean = |utts: &[Utterance]| -> Result<Vec<Vec<f32>>, TrainError> {
+        utts.iter()
+            .map(|u| features(&cfg.features, u, &u.samples))
+            .collect()
+    };
+    let train_feats = clean(&data.train)?;
+    let val_feats = clean(&data.validation)?;
+    let test_feats = clean(&data.test)?;
+    // Training utterances too short for their transcript cannot be aligned: left out,
+    // and counted in the data summary.
+    let usable: Vec<usize> = (0..data.train.len())
+        .filter(|&i| {
+            ctc_min_steps(&data.train[i].labels) <= output_steps(train_feats[i].len() / bins)
+        })
+        .collect();
+    if usable.is_empty() {
+        return Err(TrainError::Data {
+            path: cfg.data.clone(),
+            reason: "no training utterance is long enough for its transcript (4 frames per \
+                     character)"
+                .into(),
+        });
+    }
+    let (mean, scale) = input_stats(&train_feats.concat(), bins);
+
+    let device = Device::flex().autodiff();
+    device.seed(cfg.seed);
+    let plain = Device::flex();
+    let mut model = arch.init(&device)?;
+    model.set_input_norm(&mean, &scale)?;
+    let mut optimizer = AdamWConfig::new()
+        .with_weight_decay(cfg.weight_decay)
+        .with_grad_clipping(Some(GradientClippingConfig::Norm(cfg.grad_clip)))
+        .init();
+    let steps_per_epoch = usable.len().div_ceil(cfg.batch_size);
+    let schedule = WarmupCosine {
+        peak: cfg.lr,
+        warmup: (2 * steps_per_epoch).min(100),
+        total: steps_per_epoch * cfg.epochs,
+        min_ratio: 0.02,
+    };
+    let mut rng = ChaCha8Rng::seed_from_u64(cfg.seed);
+    let mut order = usable.clone();
+    let mut step = 0usize;
+    let mut tracker: BestEpoch<AsrEpochReport> = BestEpoch::new(cfg.patience);
+    // Room for speed perturbation and shifts: the waveform augmentation keeps a clip's
+    // length, so each utterance is padded with silence first and nothing is cut.
+    let margin = |n: usize| {
+        let shift = (cfg.augment.shift_s.max(0.0) * sr as f32) as usize;
+        (
+            shift,
+            shift + (n as f32 * cfg.augment.speed.max(0.0) * 1.2) as usize,
+        )
+    };
+    for epoch in 1..=cfg.epochs {
+        order.shuffle(&mut rng);
+        let mut loss_sum = 0.0f64;
+        let mut label_sum = 0usize;
+        let mut lr = schedule.lr(step);
+        for chunk in order.chunks(cfg.batch_size) {
+            let mut feats = Vec::with_capacity(chunk.len());
+            let mut labels = Vec::with_capacity(chunk.len());
+            for &j in chunk {
+                let u = &data.train[j];
+                let (front, back) = margin(u.samples.len());
+                let mut padded = vec![0.0f32; front];
+                padded.extend_from_slice(&u.samples);
+                padded.resize(front + u.samples.len() + back, 0.0);
+                let wave = cfg.augment.waveform(&padded, &data.noises, sr, &mut rng);
+                let mut f = features(&cfg.features, u, &wave)?;
+                cfg.augment.spec(&mut f, bins, &mean, &mut rng);
+                feats.push(f);
+                labels.push(u.labels.clone());
+            }
+            let n_labels: usize = labels.iter().map(Vec::len).sum();
+            let batch = pad_batch(feats, labels, bins, &mean);
+            lr = schedule.lr(step);
+            let loss = ctc_loss(&model, &batch, &device)?;
+            let value = loss
+                .clone()
+                .into_data()
+                .try_to_vec::<f32>()
+                .ok()
+                .and_then(|v| v.first().copied())
+                .unwrap_or(f32::NAN);
+            let grads = GradientsParams::from_grads(loss.backward(), &model);
+            model = apply_grads(&mut optimizer, lr, model, grads);
+            loss_sum += f64::from(value) * n_labels as f64;
+            label_sum += n_labels;
+            step += 1;
+        }
+        let snapshot = model.valid();
+        let v = evaluate(
+            &snapshot,
+            &data.validation,
+            &val_feats,
+            bins,
+            &mean,
+            None,
+            &plain,
+        )?;
+        // Lower WER is better; among equal WERs (early on, every hypothesis empty), lower
+        // CER.
+        let score = -(v.greedy_wer + v.greedy_cer * 1e-3);
+        let improved = tracker.record(epoch, score, || Ok(snapshot.named_tensors()?))?;
+        let report = AsrEpochReport {
+            epoch,
+            train_loss: loss_sum / label_sum.max(1) as f64,
+            val_wer: v.greedy_wer,
+            lr,
+            best: improved,
+        };
+        progress(&report);
+        if tracker.push(epoch, report) {
+            break;
+        }
+    }
+    let (best_epoch, tensors, reports) = tracker.finish()?;
+    let model = arch.init(&plain)?.load_tensors(
+        TensorSource::new(Path::new("<best epoch>"), tensors),
+        arch.name(),
+    )?;
+    let mut metrics = AsrMetrics::default();
+    let train_usable: Vec<Utterance> = usable.iter().map(|&i| data.train[i].clone()).collect();
+    let train_usable_feats: Vec<Vec<f32>> =
+        usable.iter().map(|&i| train_feats[i].clone()).collect();
+    for (name, utts, feats, beam) in [
+        ("train", &train_usable[..], &train_usable_feats[..], None),
+        (
+            "validation",
+            &data.validation[..],
+            &val_feats[..],
+            Some(cfg.beam),
+        ),
+        ("test", &data.test[..], &test_feats[..], Some(cfg.beam)),
+    ] {
+        let m = evaluate(&model, utts, feats, bins, &mean, beam, &plain)?;
+        metrics.splits.insert(name.to_string(), m);
+    }
+    let features_json = serde_json::to_value(&cfg.features).map_err(|e| TrainError::Option {
+        option: "features",
+        reason: e.to_string(),
+    })?;
+    let mut card = AsrCard::new(arch, features_json, &vocab, &model)?;
+    let mut summary = BTreeMap::new();
+    summary.insert("train".to_string(), data.train.len());
+    summary.insert(
+        "train_too_short".to_string(),
+        data.train.len() - usable.len(),
+    );
+    summary.insert("validation".to_string(), data.validation.len());
+    summary.insert("test".to_string(), data.test.len());
+    summary.insert("noises".to_string(), data.noises.len());
+    for (name, utts) in [
+        ("train", &data.train),
+        ("validation", &data.validation),
+        ("test", &data.test),
+    ] {
+        let speakers: BTreeSet<&str> = utts.iter().map(|u| u.speaker.as_str()).collect();
+        summary.insert(format!("{name}_speakers"), speakers.len());
+        let seconds: usize = utts.iter().map(|u| u.samples.len()).sum::<usize>() / sr as usize;
+        summary.insert(format!("{name}_seconds"), seconds);
+    }
+    card.provenance = Some(Provenance {
+        command: command.to_string(),
+        data: cfg.data.display().to_string(),
+        data_summary: summary,
+        seed: cfg.seed,
+        options: serde_json::json!({
+            "epochs": cfg.epochs,
+            "batch_size": cfg.batch_size,
+            "lr": cfg.lr,
+            "weight_decay": cfg.weight_decay,
+            "grad_clip": cfg.grad_clip,
+            "patience": cfg.patience,
+            "optimizer": "adamw",
+            "schedule": "warmup-cosine",
+            "loss": "ctc (sum over utterances / labels)",
+            "selection": "best validation greedy WER",
+            "augment": cfg.augment,
+            "beam": cfg.beam,
+        }),
+        epochs_run: reports.len(),
+        best_epoch,
+        hush_version: env!("CARGO_PKG_VERSION").to_string(),
+    });
+    card.metrics = Some(metrics);
+    write_asr_package(out, &card, &model)?;
+    Ok(AsrTrainReport {
+        card,
+        epochs: reports,
+    })
+}

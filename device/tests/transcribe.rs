@@ -37,12 +37,26 @@ fn clip() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("../data/corpus/asr/c8946917/0/c8946917-0-0000.flac")
 }
 
+/// The `hush-device` binary as a command. Cross-built for ARM, this test runs under
+/// qemu-user, which cannot start a second ARM program by itself: `scripts/qemu-runner`
+/// tells the test its own path and target, and the binary is started through it too.
+fn hush_device() -> Command {
+    let bin = env!("CARGO_BIN_EXE_hush-device");
+    match (
+        std::env::var_os("HUSH_CROSS_RUNNER"),
+        std::env::var_os("HUSH_CROSS_TARGET"),
+    ) {
+        (Some(runner), Some(target)) => {
+            let mut c = Command::new(runner);
+            c.arg(target).arg(bin);
+            c
+        }
+        _ => Command::new(bin),
+    }
+}
+
 fn transcribe(args: &[&str]) -> (bool, String, String) {
-    let out = Command::new(env!("CARGO_BIN_EXE_hush-device"))
-        .arg("transcribe")
-        .args(args)
-        .output()
-        .unwrap();
+    let out = hush_device().arg("transcribe").args(args).output().unwrap();
     (
         out.status.success(),
         String::from_utf8_lossy(&out.stdout).into_owned(),

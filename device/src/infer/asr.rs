@@ -19,7 +19,7 @@ use serde::Serialize;
 use tract_onnx::prelude::*;
 
 use super::kws::parse_features;
-use super::InferError;
+use super::{read_onnx, InferError};
 use crate::audio::{read_audio, Audio};
 use crate::features::{compute, FeatureConfig, FeatureError};
 
@@ -168,35 +168,9 @@ impl AsrRecognizer {
 }
 
 fn load_plan(path: &Path, bins: usize, vocab: usize) -> Result<Plan, InferError> {
-    let onnx = |reason: String| InferError::Onnx {
-        path: path.to_path_buf(),
-        reason,
-    };
-    let foreign = |reason: String| InferError::ForeignOnnx {
-        path: path.to_path_buf(),
-        reason,
-    };
-    if !path.is_file() {
-        return Err(onnx("missing file".into()));
-    }
-    let model = tract_onnx::onnx()
-        .model_for_path(path)
-        .map_err(|e| onnx(format!("{e:#}")))?;
-    let inputs = model
-        .input_outlets()
-        .map_err(|e| onnx(format!("{e:#}")))?
-        .len();
-    if inputs != 1 {
-        return Err(foreign(format!(
-            "{inputs} inputs; expected one, `features` [1, frames, {bins}]"
-        )));
-    }
-    let names: Vec<String> = model
-        .output_outlets()
-        .map_err(|e| onnx(format!("{e:#}")))?
-        .iter()
-        .map(|o| model.node(o.node).name.clone())
-        .collect();
+    let onnx = |reason: String| InferError::onnx(path, reason);
+    let foreign = |reason: String| InferError::foreign(path, reason);
+    let (model, names) = read_onnx(path, &format!("`features` [1, frames, {bins}]"))?;
     if names != [LOG_PROBS] {
         return Err(foreign(format!(
             "outputs are {names:?}; expected one output named `{LOG_PROBS}` [1, steps, {vocab}]"

@@ -16,7 +16,7 @@ use serde::Serialize;
 use tract_onnx::prelude::*;
 
 use super::clip::clip_features;
-use super::InferError;
+use super::{read_onnx, InferError};
 use crate::audio::{read_audio, Audio};
 use crate::features::FeatureConfig;
 
@@ -199,35 +199,9 @@ fn load_plan(
     bins: usize,
     classes: usize,
 ) -> Result<(Plan, usize), InferError> {
-    let onnx = |reason: String| InferError::Onnx {
-        path: path.to_path_buf(),
-        reason,
-    };
-    let foreign = |reason: String| InferError::ForeignOnnx {
-        path: path.to_path_buf(),
-        reason,
-    };
-    if !path.is_file() {
-        return Err(onnx("missing file".into()));
-    }
-    let model = tract_onnx::onnx()
-        .model_for_path(path)
-        .map_err(|e| onnx(format!("{e:#}")))?;
-    let inputs = model
-        .input_outlets()
-        .map_err(|e| onnx(format!("{e:#}")))?
-        .len();
-    if inputs != 1 {
-        return Err(foreign(format!(
-            "{inputs} inputs; expected one, `features` [N, {frames}, {bins}]"
-        )));
-    }
-    let names: Vec<String> = model
-        .output_outlets()
-        .map_err(|e| onnx(format!("{e:#}")))?
-        .iter()
-        .map(|o| model.node(o.node).name.clone())
-        .collect();
+    let onnx = |reason: String| InferError::onnx(path, reason);
+    let foreign = |reason: String| InferError::foreign(path, reason);
+    let (model, names) = read_onnx(path, &format!("`features` [N, {frames}, {bins}]"))?;
     let probs_output = names.iter().position(|n| n == PROBS).ok_or_else(|| {
         foreign(format!(
             "outputs are {names:?}; expected an output named `{PROBS}` [N, {classes}]"

@@ -13,7 +13,9 @@ pub mod clip;
 pub mod kws;
 pub mod stream;
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
+
+use tract_onnx::prelude::{Framework, InferenceModel};
 
 pub use asr::{utterance_features, AsrRecognizer, Decoder, Transcription};
 pub use clip::{clip_features, clip_samples, fit_clip};
@@ -87,4 +89,49 @@ pub enum InferError {
         /// What tract said.
         reason: String,
     },
+}
+
+impl InferError {
+    /// tract could not load or optimise the ONNX file at `path`.
+    pub(crate) fn onnx(path: &Path, reason: String) -> Self {
+        Self::Onnx {
+            path: path.to_path_buf(),
+            reason,
+        }
+    }
+
+    /// The ONNX file at `path` loads but breaks the contract `reason` names.
+    pub(crate) fn foreign(path: &Path, reason: String) -> Self {
+        Self::ForeignOnnx {
+            path: path.to_path_buf(),
+            reason,
+        }
+    }
+}
+
+/// Reads the ONNX file at `path` with tract and checks what every model of ours has: one
+/// input (`input` describes it for the error). Returns the model and its output names.
+pub(crate) fn read_onnx(
+    path: &Path,
+    input: &str,
+) -> Result<(InferenceModel, Vec<String>), InferError> {
+    let onnx = |e: anyhow::Error| InferError::onnx(path, format!("{e:#}"));
+    if !path.is_file() {
+        return Err(InferError::onnx(path, "missing file".into()));
+    }
+    let model = tract_onnx::onnx().model_for_path(path).map_err(onnx)?;
+    let inputs = model.input_outlets().map_err(onnx)?.len();
+    if inputs != 1 {
+        return Err(InferError::foreign(
+            path,
+            format!("{inputs} inputs; expected one, {input}"),
+        ));
+    }
+    let names = model
+        .output_outlets()
+        .map_err(onnx)?
+        .iter()
+        .map(|o| model.node(o.node).name.clone())
+        .collect();
+    Ok((model, names))
 }

@@ -34,7 +34,7 @@ use rand_chacha::ChaCha8Rng;
 use serde::{Deserialize, Serialize};
 
 use super::schedule::WarmupCosine;
-use super::{input_stats, Augment, BestEpoch, TrainError};
+use super::{check_common, input_stats, Augment, BestEpoch, TrainError};
 
 /// Everything `hush-host train --task asr` decides.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -126,31 +126,17 @@ impl AsrTrainConfig {
     }
 
     fn check(&self) -> Result<(), TrainError> {
-        let bad = |option, reason: &str| {
-            Err(TrainError::Option {
-                option,
-                reason: reason.into(),
-            })
-        };
-        if self.epochs == 0 {
-            return bad("--epochs", "at least 1");
-        }
-        if self.batch_size == 0 {
-            return bad("--batch-size", "at least 1");
-        }
-        if !(self.lr.is_finite() && self.lr > 0.0) {
-            return bad("--lr", "a positive number");
-        }
+        check_common(self.epochs, self.batch_size, self.lr, &self.features)?;
         if self.beam == 0 {
-            return bad("--beam", "at least 1");
+            return Err(TrainError::option("--beam", "at least 1"));
         }
         if self.augment.mixup_alpha > 0.0 {
-            return bad("--mixup", "mixup does not apply to CTC training");
+            return Err(TrainError::option(
+                "--mixup",
+                "mixup does not apply to CTC training",
+            ));
         }
-        self.features.validate().map_err(|e| TrainError::Option {
-            option: "features",
-            reason: e.to_string(),
-        })
+        Ok(())
     }
 }
 

@@ -178,32 +178,47 @@ impl KwsTrainConfig {
     }
 
     fn check(&self) -> Result<(), TrainError> {
-        let bad = |option, reason: &str| {
-            Err(TrainError::Option {
-                option,
-                reason: reason.into(),
-            })
-        };
-        if self.epochs == 0 {
-            return bad("--epochs", "at least 1");
-        }
-        if self.batch_size == 0 {
-            return bad("--batch-size", "at least 1");
-        }
-        if !(self.lr.is_finite() && self.lr > 0.0) {
-            return bad("--lr", "a positive number");
-        }
+        check_common(self.epochs, self.batch_size, self.lr, &self.features)?;
         if self.keywords.is_empty() {
-            return bad("--keywords", "at least one keyword");
+            return Err(TrainError::option("--keywords", "at least one keyword"));
         }
         if self.frames == 0 {
-            return bad("frames", "at least 1");
+            return Err(TrainError::option("frames", "at least 1"));
         }
-        self.features.validate().map_err(|e| TrainError::Option {
-            option: "features",
-            reason: e.to_string(),
-        })
+        Ok(())
     }
+}
+
+impl TrainError {
+    /// Option `option` is out of range; `reason` says what is expected.
+    pub(crate) fn option(option: &'static str, reason: impl Into<String>) -> Self {
+        Self::Option {
+            option,
+            reason: reason.into(),
+        }
+    }
+}
+
+/// The checks every trainer makes before reading data: at least one epoch, a non-empty
+/// batch, a positive finite learning rate, a valid feature config.
+pub(crate) fn check_common(
+    epochs: usize,
+    batch_size: usize,
+    lr: f64,
+    features: &FeatureConfig,
+) -> Result<(), TrainError> {
+    if epochs == 0 {
+        return Err(TrainError::option("--epochs", "at least 1"));
+    }
+    if batch_size == 0 {
+        return Err(TrainError::option("--batch-size", "at least 1"));
+    }
+    if !(lr.is_finite() && lr > 0.0) {
+        return Err(TrainError::option("--lr", "a positive number"));
+    }
+    features
+        .validate()
+        .map_err(|e| TrainError::option("features", e.to_string()))
 }
 
 /// One epoch's numbers, for progress lines.

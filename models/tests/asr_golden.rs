@@ -52,7 +52,9 @@ fn randomised(model: CtcGru, rng: &mut Rng) -> CtcGru {
             } else if t.name.ends_with(".bias") {
                 *v = 0.2 * r;
             } else {
-                *v += 0.05 * r * v.abs().max(0.05);
+                // Every weight from the seeded stream, none from burn's initialiser: the
+                // tests of this binary run in parallel on one global burn seed.
+                *v = 0.4 * r;
             }
         }
     }
@@ -104,8 +106,8 @@ fn burn_forward_equals_tract_forward_for_several_lengths() {
         // Non-vacuous: the outputs differ across symbols and steps.
         let spread = burn_out.iter().copied().fold(f32::NEG_INFINITY, f32::max)
             - burn_out.iter().copied().fold(f32::INFINITY, f32::min);
+        println!("ctc-gru frames {frames}: max abs diff {diff:.2e}, spread {spread:.2}");
         assert!(spread > 0.5, "log-probs nearly constant ({spread})");
-        println!("ctc-gru frames {frames}: max abs diff {diff:.2e}");
         assert!(diff <= 1e-4, "frames {frames}: max abs diff {diff}");
     }
 }

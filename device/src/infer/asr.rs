@@ -9,7 +9,6 @@
 //! same numbers — and decoding is hush-models' (greedy, or prefix beam search).
 
 use std::path::Path;
-use std::sync::Arc;
 
 use hush_models::asr::decode::{beam_search, greedy};
 use hush_models::asr::Vocabulary;
@@ -19,11 +18,9 @@ use serde::Serialize;
 use tract_onnx::prelude::*;
 
 use super::kws::parse_features;
-use super::{read_onnx, InferError};
+use super::{read_onnx, run_plan, InferError, Plan};
 use crate::audio::{read_audio, Audio};
 use crate::features::{compute, FeatureConfig, FeatureError};
-
-type Plan = Arc<TypedRunnableModel>;
 
 /// One transcribed file: the JSON line `hush-device transcribe` prints.
 #[derive(Debug, Clone, PartialEq, Serialize)]
@@ -104,23 +101,7 @@ impl AsrRecognizer {
                 self.bins
             )));
         }
-        let input =
-            tract_ndarray::Array3::from_shape_vec((1, frames, self.bins), features.to_vec())
-                .map_err(|e| run(e.to_string()))?
-                .into_tensor();
-        let out = self
-            .plan
-            .run(tvec!(input.into_tvalue()))
-            .map_err(|e| run(format!("{e:#}")))?;
-        let lp = out
-            .first()
-            .ok_or_else(|| run("no log_probs output".into()))?
-            .to_plain_array_view::<f32>()
-            .map_err(|e| run(format!("{e:#}")))?
-            .iter()
-            .copied()
-            .collect();
-        Ok(lp)
+        run_plan(&self.plan, features, (frames, self.bins), 0, origin)
     }
 
     /// Transcribes decoded audio (`origin` names it in errors and in the result).

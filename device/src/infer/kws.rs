@@ -8,7 +8,6 @@
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
-use std::sync::Arc;
 
 use hush_models::export::onnx::PROBS;
 use hush_models::package::{ModelCard, ONNX};
@@ -16,11 +15,9 @@ use serde::Serialize;
 use tract_onnx::prelude::*;
 
 use super::clip::clip_features;
-use super::{read_onnx, InferError};
+use super::{read_onnx, run_plan, InferError, Plan};
 use crate::audio::{read_audio, Audio};
 use crate::features::FeatureConfig;
-
-type Plan = Arc<TypedRunnableModel>;
 
 /// One classified clip: the JSON line `hush-device classify` prints.
 #[derive(Debug, Clone, PartialEq, Serialize)]
@@ -76,27 +73,13 @@ impl KwsClassifier {
 
     /// Class probabilities (label order) of one clip of features, `frames × bins`.
     pub fn probs(&self, features: &[f32], origin: &Path) -> Result<Vec<f32>, InferError> {
-        let run = |reason: String| InferError::Run {
-            path: origin.to_path_buf(),
-            reason,
-        };
-        let input =
-            tract_ndarray::Array3::from_shape_vec((1, self.frames, self.bins), features.to_vec())
-                .map_err(|e| run(e.to_string()))?
-                .into_tensor();
-        let out = self
-            .plan
-            .run(tvec!(input.into_tvalue()))
-            .map_err(|e| run(format!("{e:#}")))?;
-        let probs = out
-            .get(self.probs_output)
-            .ok_or_else(|| run("no probs output".into()))?
-            .to_plain_array_view::<f32>()
-            .map_err(|e| run(format!("{e:#}")))?
-            .iter()
-            .copied()
-            .collect();
-        Ok(probs)
+        run_plan(
+            &self.plan,
+            features,
+            (self.frames, self.bins),
+            self.probs_output,
+            origin,
+        )
     }
 
     /// Classifies decoded audio (`origin` names it in errors and in the result).

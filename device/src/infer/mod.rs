@@ -15,7 +15,12 @@ pub mod stream;
 
 use std::path::{Path, PathBuf};
 
-use tract_onnx::prelude::{Framework, InferenceModel};
+use std::sync::Arc;
+
+use tract_onnx::prelude::*;
+
+/// A loaded, optimised tract model ready to run.
+pub(crate) type Plan = Arc<TypedRunnableModel>;
 
 pub use asr::{utterance_features, AsrRecognizer, Decoder, Transcription};
 pub use clip::{clip_features, clip_samples, fit_clip};
@@ -134,4 +139,34 @@ pub(crate) fn read_onnx(
         .map(|o| model.node(o.node).name.clone())
         .collect();
     Ok((model, names))
+}
+
+/// Runs `plan` on one input of `frames × bins` features (`[1, frames, bins]`) and returns
+/// its output number `output`, flattened; errors name `origin`.
+pub(crate) fn run_plan(
+    plan: &Plan,
+    features: &[f32],
+    (frames, bins): (usize, usize),
+    output: usize,
+    origin: &Path,
+) -> Result<Vec<f32>, InferError> {
+    let run = |reason: String| InferError::Run {
+        path: origin.to_path_buf(),
+        reason,
+    };
+    let input = tract_ndarray::Array3::from_shape_vec((1, frames, bins), features.to_vec())
+        .map_err(|e| run(e.to_string()))?
+        .into_tensor();
+    let out = plan
+        .run(tvec!(input.into_tvalue()))
+        .map_err(|e| run(format!("{e:#}")))?;
+    let values = out
+        .get(output)
+        .ok_or_else(|| run(format!("no output {output}")))?
+        .to_plain_array_view::<f32>()
+        .map_err(|e| run(format!("{e:#}")))?
+        .iter()
+        .copied()
+        .collect();
+    Ok(values)
 }

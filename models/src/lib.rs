@@ -8,6 +8,7 @@
 //!
 //! - [`arch`]: keyword-spotting architectures (DS-CNN-S, BC-ResNet, the leakage CNN);
 //! - [`asr`]: CTC speech recognisers (`ctc-gru`), greedy and beam-search decoding, WER;
+//! - [`compute`]: where training runs (`--device cpu|gpu`, with a CPU fallback);
 //! - [`checkpoint`]: `weights.safetensors`, tensors named per layer;
 //! - [`package`]: the model package (`model.json` + weights + `model.onnx`);
 //! - [`export`]: the ONNX writer;
@@ -17,6 +18,7 @@
 pub mod arch;
 pub mod asr;
 pub mod checkpoint;
+pub mod compute;
 pub mod dp;
 mod error;
 pub mod export;

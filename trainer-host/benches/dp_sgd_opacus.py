@@ -12,7 +12,7 @@ Opacus cannot train BatchNorm per example; hush runs batch norm on stored statis
 (a fixed affine map plus trainable gamma/beta), so here BatchNorm is replaced by the same:
 an eval-mode BatchNorm2d whose affine parameters train (running statistics frozen).
 
-Usage: dp_sgd_opacus.py --arch ds-cnn-s|leak-cnn --batch 64 --steps 5
+Usage: dp_sgd_opacus.py --arch ds-cnn-s|leak-cnn --batch 64 --steps 5 [--device cpu|cuda]
 Prints one JSON object: {"arch", "batch", "steps", "examples_per_s", "torch", "opacus"}.
 """
 
@@ -94,9 +94,11 @@ def main():
     p.add_argument("--arch", default="ds-cnn-s")
     p.add_argument("--batch", type=int, default=64)
     p.add_argument("--steps", type=int, default=5)
+    p.add_argument("--device", default="cpu", help="cpu or cuda")
     a = p.parse_args()
     torch.manual_seed(1)
-    model = DsCnnS() if a.arch == "ds-cnn-s" else LeakCnn()
+    dev = torch.device(a.device)
+    model = (DsCnnS() if a.arch == "ds-cnn-s" else LeakCnn()).to(dev)
     model = GradSampleModule(model)
     opt = DPOptimizer(
         torch.optim.Adam(model.parameters(), lr=1e-3),
@@ -104,14 +106,16 @@ def main():
         max_grad_norm=1.0,
         expected_batch_size=a.batch,
     )
-    x = torch.randn(a.batch, FRAMES, BINS)
-    y = torch.arange(a.batch) % CLASSES
+    x = torch.randn(a.batch, FRAMES, BINS, device=dev)
+    y = torch.arange(a.batch, device=dev) % CLASSES
     loss_fn = nn.CrossEntropyLoss()
 
     def step():
         opt.zero_grad()
         loss_fn(model(x), y).backward()
         opt.step()
+        if dev.type == "cuda":
+            torch.cuda.synchronize()
 
     step()
     t = time.perf_counter()
@@ -124,6 +128,7 @@ def main():
                 "arch": a.arch,
                 "batch": a.batch,
                 "steps": a.steps,
+                "device": str(dev),
                 "examples_per_s": a.steps * a.batch / dt,
                 "torch": torch.__version__,
                 "opacus": opacus.__version__,

@@ -5,6 +5,7 @@
 use std::path::PathBuf;
 
 use anyhow::Context;
+use hush_models::compute::ComputeKind;
 use hush_host::train::asr::{train_asr, AsrEpochReport, AsrTrainConfig};
 use hush_host::train::{train_kws, train_kws_dp, Augment, DpConfig, KwsTrainConfig, NoiseTarget};
 
@@ -51,6 +52,10 @@ pub struct ModelArgs {
     /// Seed.
     #[arg(long, default_value_t = 0)]
     pub seed: u64,
+    /// Where to train: cpu, or gpu (burn's wgpu backend on Vulkan; needs a build with
+    /// `--features gpu`, and falls back to the CPU with a message when no GPU starts).
+    #[arg(long, default_value = "cpu")]
+    pub device: ComputeKind,
 }
 
 impl ModelArgs {
@@ -65,6 +70,7 @@ impl ModelArgs {
         cfg.lr = self.lr.unwrap_or(cfg.lr);
         cfg.patience = self.patience.unwrap_or(cfg.patience);
         cfg.seed = self.seed;
+        cfg.compute = self.device;
         cfg.augment = if self.no_augment {
             Augment::none()
         } else {
@@ -91,6 +97,7 @@ impl ModelArgs {
         cfg.lr = self.lr.unwrap_or(cfg.lr);
         cfg.patience = self.patience.unwrap_or(cfg.patience);
         cfg.seed = self.seed;
+        cfg.compute = self.device;
         cfg.beam = beam;
         if self.no_augment {
             cfg.augment = Augment::none();
@@ -99,6 +106,17 @@ impl ModelArgs {
             anyhow::bail!("--mixup applies to --task kws only (CTC targets do not mix)");
         }
         Ok(cfg)
+    }
+}
+
+/// Starts the device `--device` asks for and says which one training runs on (and why
+/// not the GPU, when a GPU was asked for and did not start).
+pub fn announce_device(kind: ComputeKind) {
+    let compute = hush_models::compute::select(kind);
+    match (&compute.fallback, kind) {
+        (Some(why), _) => eprintln!("warning: {why}"),
+        (None, ComputeKind::Gpu) => eprintln!("training on {}", compute.description),
+        (None, ComputeKind::Cpu) => {}
     }
 }
 
@@ -243,6 +261,7 @@ fn dp_config(args: &TrainArgs) -> anyhow::Result<DpConfig> {
 /// Trains, prints a progress line per epoch and the test report, writes the package.
 pub fn run(args: TrainArgs) -> anyhow::Result<()> {
     let command = std::env::args().collect::<Vec<_>>().join(" ");
+    announce_device(args.model.device);
     if args.task == TaskArg::Asr {
         if args.dp {
             anyhow::bail!("--dp applies to --task kws only (DP-SGD for ASR is not built yet)");

@@ -26,6 +26,7 @@ use hush_models::asr::{
     Vocabulary,
 };
 use hush_models::checkpoint::TensorSource;
+use hush_models::compute::{self, ComputeKind};
 use hush_models::package::{write_asr_package, AsrCard, AsrMetrics, AsrSplitMetrics, Provenance};
 use hush_models::step::apply_grads;
 use rand::seq::SliceRandom;
@@ -66,6 +67,9 @@ pub struct AsrTrainConfig {
     pub augment: Augment,
     /// Beam width of the final report's beam-search numbers.
     pub beam: usize,
+    /// Where to train (`--device`; a GPU that cannot start falls back to the CPU).
+    #[serde(default)]
+    pub compute: ComputeKind,
 }
 
 impl AsrTrainConfig {
@@ -98,6 +102,7 @@ impl AsrTrainConfig {
                 mixup_alpha: 0.0,
             },
             beam: 8,
+            compute: ComputeKind::Cpu,
         }
     }
 
@@ -416,9 +421,9 @@ pub fn train_asr_on(
     }
     let (mean, scale) = input_stats(&train_feats.concat(), bins);
 
-    let device = Device::flex().autodiff();
+    let plain = compute::select(cfg.compute).device;
+    let device = plain.clone().autodiff();
     device.seed(cfg.seed);
-    let plain = Device::flex();
     let mut model = arch.init(&device)?;
     model.set_input_norm(&mean, &scale)?;
     let mut optimizer = AdamWConfig::new()

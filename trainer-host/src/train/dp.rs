@@ -44,10 +44,10 @@ use std::path::{Path, PathBuf};
 
 use burn::module::Module;
 use burn::optim::AdamWConfig;
-use burn::tensor::Device;
 use hush_device::infer::clip_samples;
 
 use hush_models::checkpoint::TensorSource;
+use hush_models::compute;
 use hush_models::dp::{
     clipped_grad_sum_with, gradient_noise_multiplier, trainable_layout, AdaptiveClip, Bounding,
     ClipBounds, ClipStrategy, ExpectedCount, GaussianMechanism, NoiseKind, NoiseSource,
@@ -420,7 +420,7 @@ pub fn train_kws_dp(
     dp.check()?;
     let (labels, io, arch) = cfg.resolve_arch()?;
     let bins = io.bins;
-    let plain = Device::flex();
+    let plain = compute::select(cfg.compute).device;
     let layers = trainable_layout(&arch.init(&plain)?)?;
     let n_frozen = (dp.freeze_fraction * layers.len() as f64).floor() as usize;
     if n_frozen >= layers.len() {
@@ -570,7 +570,7 @@ pub fn train_kws_dp(
         ("public speakers", input_stats(&public_feats.feats, bins))
     };
 
-    let device = Device::flex().autodiff();
+    let device = plain.clone().autodiff();
     device.seed(cfg.seed);
     let mut model = arch.init(&device)?;
     model.set_input_norm(&mean, &scale)?;

@@ -29,6 +29,7 @@ use hush_device::features::{FeatureConfig, FeatureKind};
 use hush_device::infer::{clip_features, clip_samples};
 use hush_models::arch::{ArchConfig, IoShape, KwsModel};
 use hush_models::checkpoint::{NamedTensor, TensorSource};
+use hush_models::compute::{self, ComputeKind};
 use hush_models::package::{write_package, Metrics, ModelCard, Provenance, SplitMetrics};
 use hush_models::step::{apply_grads, loss_and_grads, predict, Batch};
 use rand::seq::SliceRandom;
@@ -124,6 +125,9 @@ pub struct KwsTrainConfig {
     pub seed: u64,
     /// Augmentation.
     pub augment: Augment,
+    /// Where to train (`--device`; a GPU that cannot start falls back to the CPU).
+    #[serde(default)]
+    pub compute: ComputeKind,
 }
 
 impl KwsTrainConfig {
@@ -152,6 +156,7 @@ impl KwsTrainConfig {
             patience: 8,
             seed: 0,
             augment: Augment::default(),
+            compute: ComputeKind::Cpu,
         }
     }
 
@@ -430,9 +435,9 @@ pub fn train_kws_on(
     let test = features_of(&data.test, &cfg.features, cfg.frames)?;
     let (mean, scale) = input_stats(&clean_train.feats, bins);
 
-    let device = Device::flex().autodiff();
+    let plain = compute::select(cfg.compute).device;
+    let device = plain.clone().autodiff();
     device.seed(cfg.seed);
-    let plain = Device::flex();
     let mut model = arch.init(&device)?;
     model.set_input_norm(&mean, &scale)?;
     let mut optimizer = AdamWConfig::new()

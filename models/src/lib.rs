@@ -10,7 +10,7 @@
 //! - [`asr`]: CTC speech recognisers (`ctc-gru`), greedy and beam-search decoding, WER;
 //! - [`checkpoint`]: `weights.safetensors`, tensors named per layer;
 //! - [`package`]: the model package (`model.json` + weights + `model.onnx`);
-//! - [`export`]: the ONNX writer;
+//! - [`export`]: the ONNX writer, NNEF through tract, `export_package`;
 //! - [`optim`]: server optimizers for federated rounds (FedAvg, FedAdam, LAMB);
 //! - [`step`]: the loss and gradient step shared by every trainer.
 

@@ -178,7 +178,10 @@ mod tests {
         let mut src = TensorSource::new(Path::new("w.safetensors"), vec![t.clone()]);
         let e = src.take("a", &[4]).unwrap_err().to_string();
         assert!(
-            e.contains("w.safetensors") && e.contains("`a`") && e.contains("[4]") && e.contains("[2, 2]"),
+            e.contains("w.safetensors")
+                && e.contains("`a`")
+                && e.contains("[4]")
+                && e.contains("[2, 2]"),
             "{e}"
         );
         let mut src = TensorSource::new(Path::new("w.safetensors"), vec![t]);

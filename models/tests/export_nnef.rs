@@ -9,7 +9,9 @@ mod common;
 
 use std::path::Path;
 
-use common::{max_abs, onnx_typed, run_burn_ctc, run_burn_kws, run_tract, seeded_ctc, seeded_kws, spread, Rng};
+use common::{
+    max_abs, onnx_typed, run_burn_ctc, run_burn_kws, run_tract, seeded_ctc, seeded_kws, spread, Rng,
+};
 use hush_models::arch::{ArchConfig, IoShape, ARCH_NAMES};
 use hush_models::asr::{AsrArchConfig, CtcGruConfig, Vocabulary};
 use hush_models::export::nnef::nnef;
@@ -26,7 +28,9 @@ const IO: IoShape = IoShape {
 fn kws_package(dir: &Path, arch: &str) -> hush_models::arch::KwsModel {
     let cfg = ArchConfig::default_for(arch, IO).unwrap();
     let model = seeded_kws(&cfg, 0x5EED);
-    let labels = ["yes", "no", "_silence_", "_unknown_"].map(String::from).to_vec();
+    let labels = ["yes", "no", "_silence_", "_unknown_"]
+        .map(String::from)
+        .to_vec();
     let card = ModelCard::new(cfg, serde_json::json!({"opaque": true}), labels, &model).unwrap();
     write_package(dir, &card, &model).unwrap();
     model
@@ -73,8 +77,14 @@ fn check_nnef(dir: &Path, shape: [usize; 3], burn: Vec<Vec<f32>>, what: &str) {
         let (d_onnx, d_burn) = (max_abs(n, o), max_abs(n, b));
         println!("{what} output {k}: NNEF vs ONNX {d_onnx:.2e}, vs burn {d_burn:.2e}");
         assert!(spread(n) > 1e-3, "{what}: output {k} is nearly constant");
-        assert!(d_onnx <= 1e-5, "{what} output {k}: NNEF and ONNX differ by {d_onnx}");
-        assert!(d_burn <= 1e-4, "{what} output {k}: NNEF and burn differ by {d_burn}");
+        assert!(
+            d_onnx <= 1e-5,
+            "{what} output {k}: NNEF and ONNX differ by {d_onnx}"
+        );
+        assert!(
+            d_burn <= 1e-4,
+            "{what} output {k}: NNEF and burn differ by {d_burn}"
+        );
     }
 }
 
@@ -114,20 +124,29 @@ fn onnx_export_rewrites_the_same_file_and_nnef_is_deterministic() {
     let a = export_package(&dir, ExportFormat::Nnef, Some(&out)).unwrap();
     assert_eq!(a.path, out.join("model.nnef.tar"));
     let b = export_package(&dir, ExportFormat::Nnef, Some(&out.join("again.tar"))).unwrap();
-    assert_eq!(std::fs::read(&a.path).unwrap(), std::fs::read(&b.path).unwrap());
+    assert_eq!(
+        std::fs::read(&a.path).unwrap(),
+        std::fs::read(&b.path).unwrap()
+    );
     let mut names: Vec<String> = std::fs::read_dir(&out)
         .unwrap()
         .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
         .collect();
     names.sort();
-    assert_eq!(names, ["again.tar", "model.nnef.tar"], "no temporary files left");
+    assert_eq!(
+        names,
+        ["again.tar", "model.nnef.tar"],
+        "no temporary files left"
+    );
 }
 
 #[test]
 fn failed_exports_name_the_problem_and_write_nothing() {
     let root = tempfile::tempdir().unwrap();
     let err = |dir: &Path, out: Option<&Path>| {
-        export_package(dir, ExportFormat::Onnx, out).unwrap_err().to_string()
+        export_package(dir, ExportFormat::Onnx, out)
+            .unwrap_err()
+            .to_string()
     };
 
     let e = err(&root.path().join("nope"), None);
@@ -142,28 +161,50 @@ fn failed_exports_name_the_problem_and_write_nothing() {
     std::fs::create_dir(&garbage).unwrap();
     std::fs::write(garbage.join("model.json"), "{\"hello\": 1}").unwrap();
     let e = err(&garbage, None);
-    assert!(e.contains("not a hush model.json") && e.contains("`task`"), "{e}");
+    assert!(
+        e.contains("not a hush model.json") && e.contains("`task`"),
+        "{e}"
+    );
 
     // Weights of another architecture than model.json says.
     let pkg = root.path().join("pkg");
     kws_package(&pkg, "ds-cnn-s");
     let other = root.path().join("other");
     kws_package(&other, "leak-cnn");
-    std::fs::copy(other.join("weights.safetensors"), pkg.join("weights.safetensors")).unwrap();
+    std::fs::copy(
+        other.join("weights.safetensors"),
+        pkg.join("weights.safetensors"),
+    )
+    .unwrap();
     let e = err(&pkg, Some(&root.path().join("x.onnx")));
-    assert!(e.contains("weights.safetensors") && e.contains("needs [64, 1, 10, 4]"), "{e}");
+    assert!(
+        e.contains("weights.safetensors") && e.contains("needs [64, 1, 10, 4]"),
+        "{e}"
+    );
     assert!(!root.path().join("x.onnx").exists());
 
     // An output in a directory that does not exist: nothing written, the reason named.
     let missing = root.path().join("no/such/dir/model.onnx");
     let e = err(&other, Some(&missing));
-    assert!(e.contains("no/such/dir") && e.contains("does not exist"), "{e}");
+    assert!(
+        e.contains("no/such/dir") && e.contains("does not exist"),
+        "{e}"
+    );
 
     // An output under a regular file.
     let file = root.path().join("file.txt");
     std::fs::write(&file, "x").unwrap();
     let e = err(&other, Some(&file.join("model.onnx")));
-    assert!(e.contains("file.txt") && e.contains("not a directory"), "{e}");
-    let left: Vec<_> = std::fs::read_dir(root.path()).unwrap().map(|e| e.unwrap().file_name()).collect();
-    assert!(!left.iter().any(|n| n.to_string_lossy().contains(".tmp-")), "{left:?}");
+    assert!(
+        e.contains("file.txt") && e.contains("not a directory"),
+        "{e}"
+    );
+    let left: Vec<_> = std::fs::read_dir(root.path())
+        .unwrap()
+        .map(|e| e.unwrap().file_name())
+        .collect();
+    assert!(
+        !left.iter().any(|n| n.to_string_lossy().contains(".tmp-")),
+        "{left:?}"
+    );
 }

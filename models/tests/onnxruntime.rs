@@ -21,7 +21,9 @@ mod common;
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
-use common::{max_abs, onnx_typed, run_burn_ctc, run_burn_kws, run_tract, seeded_ctc, seeded_kws, spread};
+use common::{
+    max_abs, onnx_typed, run_burn_ctc, run_burn_kws, run_tract, seeded_ctc, seeded_kws, spread,
+};
 use hush_models::arch::{ArchConfig, BcResNetConfig, DsCnnConfig, IoShape, LeakCnnConfig};
 use hush_models::asr::{AsrArchConfig, CtcGruConfig};
 use hush_models::checkpoint::{load_safetensors, NamedTensor};
@@ -136,8 +138,14 @@ fn burn_and_tract_equal_onnxruntime_on_every_architecture() {
         let committed = std::fs::read(fixtures().join(format!("{name}.onnx"))).unwrap();
         let runs = [
             ("burn", fixture.burn(shape, &input.data)),
-            ("tract (committed ONNX)", run_tract(onnx_typed(&committed), shape, &input.data)),
-            ("tract (fresh export)", run_tract(onnx_typed(&fixture.onnx()), shape, &input.data)),
+            (
+                "tract (committed ONNX)",
+                run_tract(onnx_typed(&committed), shape, &input.data),
+            ),
+            (
+                "tract (fresh export)",
+                run_tract(onnx_typed(&fixture.onnx()), shape, &input.data),
+            ),
         ];
         for (k, out) in fixture.outputs().iter().enumerate() {
             let ort = &io[&format!("{name}.{out}")];
@@ -145,7 +153,10 @@ fn burn_and_tract_equal_onnxruntime_on_every_architecture() {
             for (who, values) in &runs {
                 let d = max_abs(&values[k], &ort.data);
                 println!("{name} {out}: {who} vs onnxruntime {d:.2e}");
-                assert!(d <= 1e-4, "{name} {out}: {who} differs from onnxruntime by {d}");
+                assert!(
+                    d <= 1e-4,
+                    "{name} {out}: {who} differs from onnxruntime by {d}"
+                );
             }
         }
     }

@@ -112,7 +112,11 @@ pub fn onnx_typed(bytes: &[u8]) -> tract_onnx::prelude::TypedModel {
 
 /// Every output of `model` (optimised by tract) on `x` of shape `[batch, frames, bins]`,
 /// flattened, in output order.
-pub fn run_tract(model: tract_onnx::prelude::TypedModel, shape: [usize; 3], x: &[f32]) -> Vec<Vec<f32>> {
+pub fn run_tract(
+    model: tract_onnx::prelude::TypedModel,
+    shape: [usize; 3],
+    x: &[f32],
+) -> Vec<Vec<f32>> {
     use tract_onnx::prelude::*;
     let plan = model.into_optimized().unwrap().into_runnable().unwrap();
     let input = tract_ndarray::Array3::from_shape_vec((shape[0], shape[1], shape[2]), x.to_vec())
@@ -121,7 +125,13 @@ pub fn run_tract(model: tract_onnx::prelude::TypedModel, shape: [usize; 3], x: &
     plan.run(tvec!(input.into_tvalue()))
         .unwrap()
         .iter()
-        .map(|t| t.to_plain_array_view::<f32>().unwrap().iter().copied().collect())
+        .map(|t| {
+            t.to_plain_array_view::<f32>()
+                .unwrap()
+                .iter()
+                .copied()
+                .collect()
+        })
         .collect()
 }
 
@@ -151,5 +161,11 @@ pub fn run_burn_ctc(model: &CtcGru, shape: [usize; 3], x: &[f32]) -> Vec<Vec<f32
     use burn::tensor::{Tensor, TensorData};
     let device = burn::tensor::Device::flex();
     let xt = Tensor::<3>::from_data(TensorData::new(x.to_vec(), shape), &device);
-    vec![model.clone().valid().forward(xt).into_data().try_to_vec::<f32>().unwrap()]
+    vec![model
+        .clone()
+        .valid()
+        .forward(xt)
+        .into_data()
+        .try_to_vec::<f32>()
+        .unwrap()]
 }

@@ -10,10 +10,11 @@ mod common;
 use std::path::Path;
 
 use common::{
-    max_abs, onnx_typed, run_burn_ctc, run_burn_kws, run_tract, seeded_ctc, seeded_kws, spread, Rng,
+    max_abs, onnx_typed, run_burn_ctc, run_burn_kws, run_tract, seeded_ctc, seeded_kws, spread,
+    tiny_ctc, Rng,
 };
 use hush_models::arch::{ArchConfig, IoShape, ARCH_NAMES};
-use hush_models::asr::{AsrArchConfig, CtcGruConfig, Vocabulary};
+use hush_models::asr::Vocabulary;
 use hush_models::export::nnef::nnef;
 use hush_models::export::{export_package, ExportFormat};
 use hush_models::package::{write_asr_package, write_package, AsrCard, ModelCard};
@@ -36,20 +37,8 @@ fn kws_package(dir: &Path, arch: &str) -> hush_models::arch::KwsModel {
     model
 }
 
-fn ctc_config() -> AsrArchConfig {
-    AsrArchConfig::CtcGru(CtcGruConfig {
-        bins: 10,
-        vocab: 29,
-        channels: 4,
-        d_model: 16,
-        hidden: 12,
-        layers: 2,
-        dropout: 0.0,
-    })
-}
-
 fn asr_package(dir: &Path) -> hush_models::asr::CtcGru {
-    let cfg = ctc_config();
+    let cfg = tiny_ctc(10);
     let model = seeded_ctc(&cfg, 0x5EED);
     let card = AsrCard::new(
         cfg,

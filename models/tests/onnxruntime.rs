@@ -23,9 +23,10 @@ use std::path::{Path, PathBuf};
 
 use common::{
     max_abs, onnx_typed, run_burn_ctc, run_burn_kws, run_tract, seeded_ctc, seeded_kws, spread,
+    tiny_ctc,
 };
 use hush_models::arch::{ArchConfig, BcResNetConfig, DsCnnConfig, IoShape, LeakCnnConfig};
-use hush_models::asr::{AsrArchConfig, CtcGruConfig};
+use hush_models::asr::AsrArchConfig;
 use hush_models::checkpoint::{load_safetensors, NamedTensor};
 
 /// Seed of every model's weight stream.
@@ -74,18 +75,7 @@ fn cases() -> Vec<(&'static str, Fixture)> {
                 ..LeakCnnConfig::new(IO)
             })),
         ),
-        (
-            "ctc-gru",
-            Fixture::Ctc(AsrArchConfig::CtcGru(CtcGruConfig {
-                bins: 10,
-                vocab: 29,
-                channels: 4,
-                d_model: 16,
-                hidden: 12,
-                layers: 2,
-                dropout: 0.0,
-            })),
-        ),
+        ("ctc-gru", Fixture::Ctc(tiny_ctc(10))),
     ]
 }
 

@@ -57,32 +57,38 @@ pub fn fill(tensors: &mut [NamedTensor], rng: &mut Rng) {
     }
 }
 
+/// `tensors` refilled from the stream seeded with `seed`, ready to load.
+fn seeded_source(mut tensors: Vec<NamedTensor>, seed: u64) -> TensorSource {
+    fill(&mut tensors, &mut Rng(seed));
+    TensorSource::new(std::path::Path::new("seeded"), tensors)
+}
+
 /// A keyword spotter of `cfg` with every tensor from the stream seeded with `seed`.
 pub fn seeded_kws(cfg: &ArchConfig, seed: u64) -> KwsModel {
-    let device = burn::tensor::Device::flex();
-    let model = cfg.init(&device).unwrap();
-    let mut tensors = model.named_tensors().unwrap();
-    fill(&mut tensors, &mut Rng(seed));
-    model
-        .load_tensors(
-            TensorSource::new(std::path::Path::new("seeded"), tensors),
-            cfg.name(),
-        )
-        .unwrap()
+    let model = cfg.init(&burn::tensor::Device::flex()).unwrap();
+    let src = seeded_source(model.named_tensors().unwrap(), seed);
+    model.load_tensors(src, cfg.name()).unwrap()
 }
 
 /// A CTC recogniser of `cfg` with every tensor from the stream seeded with `seed`.
 pub fn seeded_ctc(cfg: &AsrArchConfig, seed: u64) -> CtcGru {
-    let device = burn::tensor::Device::flex();
-    let model = cfg.init(&device).unwrap();
-    let mut tensors = model.named_tensors().unwrap();
-    fill(&mut tensors, &mut Rng(seed));
-    model
-        .load_tensors(
-            TensorSource::new(std::path::Path::new("seeded"), tensors),
-            cfg.name(),
-        )
-        .unwrap()
+    let model = cfg.init(&burn::tensor::Device::flex()).unwrap();
+    let src = seeded_source(model.named_tensors().unwrap(), seed);
+    model.load_tensors(src, cfg.name()).unwrap()
+}
+
+/// A tiny `ctc-gru` over `bins` values per frame and hush's 29 characters: 4 channels,
+/// d_model 16, two GRU layers of 12, no dropout.
+pub fn tiny_ctc(bins: usize) -> AsrArchConfig {
+    AsrArchConfig::CtcGru(hush_models::asr::CtcGruConfig {
+        bins,
+        vocab: 29,
+        channels: 4,
+        d_model: 16,
+        hidden: 12,
+        layers: 2,
+        dropout: 0.0,
+    })
 }
 
 /// Largest absolute difference of two equally long slices.

@@ -215,3 +215,77 @@ fn bad_packages_are_refused_clearly() {
     let e = load_err(&p);
     assert!(e.contains("not the model model.json describes"), "{e}");
 }
+
+/// An ONNX model from elsewhere: `Identity` from `x` `[1, 98, 40]` to `y`, and as many
+/// more inputs as `extra_inputs`.
+fn foreign_onnx(extra_inputs: usize) -> Vec<u8> {
+    use prost::Message;
+    use tract_onnx::pb;
+    let input = |name: &str| pb::ValueInfoProto {
+        name: name.into(),
+        r#type: Some(pb::TypeProto {
+            denotation: String::new(),
+            value: Some(pb::type_proto::Value::TensorType(pb::type_proto::Tensor {
+                elem_type: pb::tensor_proto::DataType::Float as i32,
+                shape: Some(pb::TensorShapeProto {
+                    dim: [1, 98, 40]
+                        .iter()
+                        .map(|&n| pb::tensor_shape_proto::Dimension {
+                            denotation: String::new(),
+                            value: Some(pb::tensor_shape_proto::dimension::Value::DimValue(n)),
+                        })
+                        .collect(),
+                }),
+            })),
+        }),
+        ..Default::default()
+    };
+    let mut inputs = vec![input("x")];
+    inputs.extend((0..extra_inputs).map(|k| input(&format!("extra{k}"))));
+    let graph = pb::GraphProto {
+        node: vec![pb::NodeProto {
+            input: vec!["x".into()],
+            output: vec!["y".into()],
+            name: "y".into(),
+            op_type: "Identity".into(),
+            ..Default::default()
+        }],
+        name: "elsewhere".into(),
+        input: inputs,
+        output: vec![pb::ValueInfoProto {
+            name: "y".into(),
+            ..Default::default()
+        }],
+        ..Default::default()
+    };
+    pb::ModelProto {
+        ir_version: 8,
+        opset_import: vec![pb::OperatorSetIdProto {
+            domain: String::new(),
+            version: 17,
+        }],
+        producer_name: "elsewhere".into(),
+        graph: Some(graph),
+        ..Default::default()
+    }
+    .encode_to_vec()
+}
+
+#[test]
+fn an_onnx_model_from_elsewhere_is_refused_by_the_contract_it_breaks() {
+    let dir = tempfile::tempdir().unwrap();
+    let p = dir.path().join("pkg");
+    package(&p);
+    std::fs::write(p.join("model.onnx"), foreign_onnx(0)).unwrap();
+    let e = load_err(&p);
+    assert!(
+        e.contains("model.onnx")
+            && e.contains("not the model model.json describes")
+            && e.contains("[\"y\"]")
+            && e.contains("expected an output named `probs`"),
+        "{e}"
+    );
+    std::fs::write(p.join("model.onnx"), foreign_onnx(1)).unwrap();
+    let e = load_err(&p);
+    assert!(e.contains("2 inputs; expected one"), "{e}");
+}

@@ -145,7 +145,8 @@ impl TensorSource {
                 expected: expected.to_vec(),
             })?;
         if t.shape != expected {
-            return Err(ModelError::ShapeMismatch {
+            return Err(ModelError::FileTensorShape {
+                path: self.origin.clone(),
                 name: name.to_string(),
                 expected: expected.to_vec(),
                 got: t.shape,
@@ -177,7 +178,10 @@ mod tests {
         let mut src = TensorSource::new(Path::new("w.safetensors"), vec![t.clone()]);
         let e = src.take("a", &[4]).unwrap_err().to_string();
         assert!(
-            e.contains("`a`") && e.contains("[4]") && e.contains("[2, 2]"),
+            e.contains("w.safetensors")
+                && e.contains("`a`")
+                && e.contains("[4]")
+                && e.contains("[2, 2]"),
             "{e}"
         );
         let mut src = TensorSource::new(Path::new("w.safetensors"), vec![t]);

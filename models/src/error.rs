@@ -42,6 +42,18 @@ pub enum ModelError {
         /// The architecture being loaded.
         arch: String,
     },
+    /// A tensor read from a file has the wrong shape for the architecture.
+    #[error("{path}: tensor `{name}` has shape {got:?}, but the architecture needs {expected:?}")]
+    FileTensorShape {
+        /// The file (checkpoint, weights).
+        path: PathBuf,
+        /// The parameter name.
+        name: String,
+        /// The shape the architecture needs.
+        expected: Vec<usize>,
+        /// The shape found.
+        got: Vec<usize>,
+    },
     /// A tensor has the wrong shape.
     #[error("tensor `{name}`: expected shape {expected:?}, got {got:?}")]
     ShapeMismatch {
@@ -84,6 +96,16 @@ pub enum ModelError {
         /// The file or directory.
         path: PathBuf,
         /// What is wrong and what was expected.
+        reason: String,
+    },
+    /// A model could not be exported to an inference format.
+    #[error("{path}: cannot export to {format}: {reason}")]
+    Export {
+        /// The package or file being exported.
+        path: PathBuf,
+        /// The target format (`onnx`, `nnef`).
+        format: &'static str,
+        /// What failed.
         reason: String,
     },
     /// A batch handed to training or inference has the wrong shape or labels.

@@ -11,7 +11,7 @@
 //! - [`compute`]: where training runs (`--device cpu|gpu`, with a CPU fallback);
 //! - [`checkpoint`]: `weights.safetensors`, tensors named per layer;
 //! - [`package`]: the model package (`model.json` + weights + `model.onnx`);
-//! - [`export`]: the ONNX writer;
+//! - [`export`]: the ONNX writer, NNEF through tract, `export_package`;
 //! - [`optim`]: server optimizers for federated rounds (FedAvg, FedAdam, LAMB);
 //! - [`step`]: the loss and gradient step shared by every trainer.
 

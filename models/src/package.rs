@@ -63,8 +63,26 @@ struct TaskOnly {
     task: Option<Task>,
 }
 
-/// Reads `dir/model.json` as text after checking that it is a package of `task`.
-fn read_card_text(dir: &Path, task: Task) -> Result<(PathBuf, String), ModelError> {
+/// The task of the package in `dir` (`model.json`'s `task`), for commands that take
+/// either kind of package. Errors name the directory or file and what was expected.
+pub fn package_task(dir: &Path) -> Result<Task, ModelError> {
+    let path = card_path(dir)?;
+    let text = std::fs::read_to_string(&path).map_err(ModelError::io(&path))?;
+    match serde_json::from_str::<TaskOnly>(&text) {
+        Ok(TaskOnly { task: Some(task) }) => Ok(task),
+        Ok(TaskOnly { task: None }) => Err(ModelError::BadPackage {
+            path,
+            reason: "not a hush model.json: no `task` (expected `kws` or `asr`)".into(),
+        }),
+        Err(e) => Err(ModelError::BadPackage {
+            path,
+            reason: format!("not a hush model.json: {e}"),
+        }),
+    }
+}
+
+/// `dir/model.json`, after checking that `dir` is a directory.
+fn card_path(dir: &Path) -> Result<PathBuf, ModelError> {
     if !dir.is_dir() {
         return Err(ModelError::BadPackage {
             path: dir.to_path_buf(),
@@ -73,7 +91,12 @@ fn read_card_text(dir: &Path, task: Task) -> Result<(PathBuf, String), ModelErro
                 .into(),
         });
     }
-    let path = dir.join(MODEL_JSON);
+    Ok(dir.join(MODEL_JSON))
+}
+
+/// Reads `dir/model.json` as text after checking that it is a package of `task`.
+fn read_card_text(dir: &Path, task: Task) -> Result<(PathBuf, String), ModelError> {
+    let path = card_path(dir)?;
     let text = std::fs::read_to_string(&path).map_err(ModelError::io(&path))?;
     if let Ok(TaskOnly { task: Some(found) }) = serde_json::from_str::<TaskOnly>(&text) {
         if found != task {

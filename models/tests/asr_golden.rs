@@ -7,37 +7,18 @@
 // Test helpers panic on failure, like the tests that call them.
 #![allow(clippy::unwrap_used)]
 
+mod common;
+
 use burn::module::Module;
 use burn::tensor::{Device, Tensor, TensorData};
-use hush_models::asr::{
-    ctc_loss, output_steps, AsrArchConfig, CtcBatch, CtcGru, CtcGruConfig, Vocabulary,
-};
+use common::{tiny_ctc, Rng};
+use hush_models::asr::{ctc_loss, output_steps, AsrArchConfig, CtcBatch, CtcGru, Vocabulary};
 use hush_models::checkpoint::TensorSource;
 use hush_models::package::{load_asr_package, write_asr_package, AsrCard, ModelCard};
 use tract_onnx::prelude::*;
 
-/// xorshift64*, uniform in [-1, 1).
-struct Rng(u64);
-impl Rng {
-    fn next(&mut self) -> f32 {
-        self.0 ^= self.0 >> 12;
-        self.0 ^= self.0 << 25;
-        self.0 ^= self.0 >> 27;
-        let v = self.0.wrapping_mul(0x2545_F491_4F6C_DD1D) >> 40;
-        (v as f32 / (1u64 << 24) as f32) * 2.0 - 1.0
-    }
-}
-
 fn config() -> AsrArchConfig {
-    AsrArchConfig::CtcGru(CtcGruConfig {
-        bins: 20,
-        vocab: 29,
-        channels: 4,
-        d_model: 16,
-        hidden: 12,
-        layers: 2,
-        dropout: 0.0,
-    })
+    tiny_ctc(20)
 }
 
 fn randomised(model: CtcGru, rng: &mut Rng) -> CtcGru {

@@ -10,10 +10,15 @@
 //! `python3` has them), `dp_sgd_opacus.py` times Opacus on the same architectures, batch and
 //! clipping in the same run and the ratio is printed.
 //!
+//! `HUSH_BENCH_DP=0` times the non-private step only (training throughput of every
+//! architecture); `ctc-gru` in `HUSH_BENCH_ARCHS` times the CTC recogniser's non-private step
+//! (standard size, 80 bins, batches of 8 utterances of 3 s with 40-character transcripts).
+//!
 //! ```text
 //! cargo bench --workspace --profile dev --bench dp_sgd
 //! HUSH_BENCH_PYTHON=/path/to/python cargo bench --workspace --profile dev --bench dp_sgd
 //! HUSH_BENCH_ARCHS=leak-cnn HUSH_BENCH_STEPS=3 cargo bench … --bench dp_sgd
+//! HUSH_BENCH_DP=0 HUSH_BENCH_ARCHS=ds-cnn-s,bc-resnet,leak-cnn,ctc-gru cargo bench … --bench dp_sgd
 //! ```
 //!
 //! Record results in BENCHMARKS.md with the command and the machine.
@@ -26,9 +31,10 @@ use std::path::Path;
 use std::process::Command;
 use std::time::Instant;
 
-use burn::optim::AdamWConfig;
+use burn::optim::{AdamWConfig, GradientsParams};
 use burn::tensor::Device;
 use hush_models::arch::{ArchConfig, IoShape, KwsModel};
+use hush_models::asr::{ctc_loss, AsrArchConfig, CtcBatch, Vocabulary};
 use hush_models::dp::{
     clipped_grad_sum_with, per_example_model, trainable_layout, Bounding, ClipBounds, ClipStrategy,
     ExpectedCount, GaussianMechanism, NoiseKind, NoiseSource, PerExampleConfig, PerExampleMethod,
@@ -73,21 +79,66 @@ fn batch() -> Batch {
     }
 }
 
-/// Examples per second of [`steps`] steps after one warm-up step.
-fn throughput(mut step: impl FnMut()) -> f64 {
+/// Examples per second of [`steps`] steps of `batch` examples after one warm-up step.
+fn throughput_of(batch: usize, mut step: impl FnMut()) -> f64 {
     step();
     let n = steps();
     let t = Instant::now();
     for _ in 0..n {
         step();
     }
-    (n * BATCH) as f64 / t.elapsed().as_secs_f64()
+    (n * batch) as f64 / t.elapsed().as_secs_f64()
 }
 
-/// Examples/s of the non-private step, the vectorised DP step and the looped DP step.
-/// Examples/s of one arch: non-private, then DP from activations, with weight copies
-/// and with the loop.
-fn bench_arch(name: &str) -> (f64, f64, f64, f64) {
+/// [`throughput_of`] for the KWS batch.
+fn throughput(step: impl FnMut()) -> f64 {
+    throughput_of(BATCH, step)
+}
+
+/// Whether to time the DP steps too (`HUSH_BENCH_DP`, default on).
+fn with_dp() -> bool {
+    std::env::var("HUSH_BENCH_DP").map_or(true, |v| v != "0")
+}
+
+/// Utterances per second of the CTC recogniser's non-private step (AdamW).
+fn bench_ctc() -> f64 {
+    const UTTERANCES: usize = 8;
+    const FRAMES: usize = 300;
+    let device = Device::flex().autodiff();
+    device.seed(1);
+    let cfg = AsrArchConfig::default_for("ctc-gru", 80, 29).unwrap();
+    let vocab = Vocabulary::characters();
+    let text = "turn the kitchen lights off in ten minute";
+    let b = batch();
+    let batch = CtcBatch {
+        features: b
+            .features
+            .iter()
+            .copied()
+            .cycle()
+            .take(UTTERANCES * FRAMES * 80)
+            .collect(),
+        lengths: vec![FRAMES; UTTERANCES],
+        labels: vec![vocab.encode(text).unwrap(); UTTERANCES],
+        frames: FRAMES,
+        bins: 80,
+    };
+    let mut model = Some(cfg.init(&device).unwrap());
+    let mut opt = AdamWConfig::new().init();
+    throughput_of(UTTERANCES, || {
+        let m = model.take().unwrap();
+        let loss = ctc_loss(&m, &batch, &device).unwrap();
+        let grads = GradientsParams::from_grads(loss.backward(), &m);
+        model = Some(apply_grads(&mut opt, 1e-3, m, grads));
+    })
+}
+
+/// Examples/s of one arch: non-private, then (unless `HUSH_BENCH_DP=0`) DP from
+/// activations, with weight copies and with the loop.
+fn bench_arch(name: &str) -> (f64, Option<(f64, f64, f64)>) {
+    if name == "ctc-gru" {
+        return (bench_ctc(), None);
+    }
     let device = Device::flex().autodiff();
     device.seed(1);
     let cfg = ArchConfig::default_for(name, IO).unwrap();
@@ -103,6 +154,9 @@ fn bench_arch(name: &str) -> (f64, f64, f64, f64) {
         black_box(loss);
         model = Some(apply_grads(&mut opt, 1e-3, m, grads));
     });
+    if !with_dp() {
+        return (plain, None);
+    }
 
     // DP-SGD: per-example clipped sum, noise over the expected batch, AdamW.
     let m0 = per_example_model(&cfg.init(&device).unwrap());
@@ -138,7 +192,7 @@ fn bench_arch(name: &str) -> (f64, f64, f64, f64) {
         ..PerExampleConfig::default()
     });
     let looped = dp(PerExampleConfig::looped());
-    (plain, activations, vectorized, looped)
+    (plain, Some((activations, vectorized, looped)))
 }
 
 fn opacus(python: &str, arch: &str) -> Option<f64> {
@@ -184,8 +238,12 @@ fn python_with_opacus() -> Option<String> {
 }
 
 fn main() {
-    let python = python_with_opacus();
-    if python.is_none() {
+    let python = if with_dp() {
+        python_with_opacus()
+    } else {
+        None
+    };
+    if python.is_none() && with_dp() {
         println!("(no Python with torch + opacus: set HUSH_BENCH_PYTHON to compare with Opacus)");
     }
     let archs = std::env::var("HUSH_BENCH_ARCHS").unwrap_or_else(|_| "ds-cnn-s,leak-cnn".into());
@@ -193,6 +251,30 @@ fn main() {
         "batch {BATCH}, {} timed steps after 1 warm-up; examples/s (higher is better)",
         steps()
     );
+    if !with_dp() {
+        println!("{:<10} {:>12}", "arch", "non-private");
+    } else {
+        print_dp_header();
+    }
+    for arch in archs.split(',') {
+        let (plain, dp) = bench_arch(arch);
+        let Some((activations, vectorized, looped)) = dp else {
+            println!("{arch:<10} {plain:>12.1}");
+            continue;
+        };
+        let op = python.as_deref().and_then(|py| opacus(py, arch));
+        println!(
+            "{arch:<10} {plain:>12.1} {activations:>15.1} {vectorized:>14.1} {looped:>9.1} {:>8.3} {:>10.2} {:>11} {:>12}",
+            activations / plain,
+            activations / vectorized,
+            op.map_or("-".into(), |o| format!("{o:.1}")),
+            op.map_or("-".into(), |o| format!("{:.2}", activations / o)),
+        );
+    }
+}
+
+/// The header of the table with the DP columns.
+fn print_dp_header() {
     println!(
         "{:<10} {:>12} {:>15} {:>14} {:>9} {:>8} {:>10} {:>11} {:>12}",
         "arch",
@@ -205,15 +287,4 @@ fn main() {
         "Opacus DP",
         "hush/Opacus"
     );
-    for arch in archs.split(',') {
-        let (plain, activations, vectorized, looped) = bench_arch(arch);
-        let op = python.as_deref().and_then(|py| opacus(py, arch));
-        println!(
-            "{arch:<10} {plain:>12.1} {activations:>15.1} {vectorized:>14.1} {looped:>9.1} {:>8.3} {:>10.2} {:>11} {:>12}",
-            activations / plain,
-            activations / vectorized,
-            op.map_or("-".into(), |o| format!("{o:.1}")),
-            op.map_or("-".into(), |o| format!("{:.2}", activations / o)),
-        );
-    }
 }

@@ -5,6 +5,7 @@ pub mod audit;
 pub mod corpus;
 pub mod demo;
 pub mod experiment;
+pub mod export;
 pub mod pate;
 pub mod privacy;
 pub mod serve;

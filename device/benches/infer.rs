@@ -1,0 +1,241 @@
+//! Keyword-spotting latency on the device path (bench binary, `harness = false`): for each
+//! KWS architecture at its default size (`[98, 40]` fbank, 12 classes), tract's time for one
+//! 1 s window (`KwsClassifier::probs` on `[1, 98, 40]`) and for one streaming step
+//! (`KwsStream::push` of 100 ms of audio at hop 10: 10 new fbank frames, then the model on
+//! the last 98), each the median of `HUSH_BENCH_REPS` runs (default 200) after warm-up.
+//! Each run is timed twice: wall clock, and the thread's CPU time (`CLOCK_THREAD_CPUTIME_ID`;
+//! both runtimes compute on the calling thread), which the machine's other load does not
+//! inflate: on a shared machine a run longer than a scheduler slice is preempted and its
+//! wall time grows with the load, a short one's does not, so only CPU times compare runs of
+//! different lengths fairly.
+//! In the same run, `infer_onnxruntime.py` times onnxruntime (one intra-op thread, as tract
+//! runs here) on the same `model.onnx` files and input shape, when `HUSH_BENCH_PYTHON` (or
+//! `python3`) has `onnxruntime`; the table gives onnxruntime / tract.
+//!
+//! ```text
+//! cargo bench -p hush-device --profile dev --bench infer
+//! HUSH_BENCH_PYTHON=/work/venv-ort/bin/python HUSH_BENCH_REPS=100 cargo bench -p hush-device --profile dev --bench infer
+//! ```
+//!
+//! Record results in BENCHMARKS.md with the command and the machine.
+
+// A bench binary: failures should stop it loudly.
+#![allow(clippy::unwrap_used)]
+// One libc call: the calling thread's CPU clock.
+#![allow(unsafe_code)]
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::time::Instant;
+
+use burn::tensor::Device;
+use hush_device::features::{FeatureConfig, FeatureKind};
+use hush_device::infer::{KwsClassifier, KwsStream};
+use hush_models::arch::{ArchConfig, IoShape, ARCH_NAMES};
+use hush_models::package::{write_package, ModelCard};
+
+const IO: IoShape = IoShape {
+    frames: 98,
+    bins: 40,
+    classes: 12,
+};
+const RATE: usize = 16_000;
+/// Frames between two verdicts of the stream (100 ms at a 10 ms shift).
+const HOP: usize = 10;
+
+fn reps() -> usize {
+    std::env::var("HUSH_BENCH_REPS")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(200)
+}
+
+/// A deterministic signal in [-0.5, 0.5).
+fn noise(n: usize, seed: u64) -> Vec<f32> {
+    let mut s = seed;
+    (0..n)
+        .map(|_| {
+            s = s
+                .wrapping_mul(6364136223846793005)
+                .wrapping_add(1442695040888963407);
+            (s >> 40) as f32 / (1u64 << 24) as f32 - 0.5
+        })
+        .collect()
+}
+
+/// The calling thread's CPU time in seconds.
+fn thread_cpu_s() -> f64 {
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: `ts` is a valid, writable timespec; the clock id is a constant Linux knows.
+    let rc = unsafe { libc::clock_gettime(libc::CLOCK_THREAD_CPUTIME_ID, &mut ts) };
+    assert_eq!(rc, 0, "clock_gettime(CLOCK_THREAD_CPUTIME_ID)");
+    ts.tv_sec as f64 + ts.tv_nsec as f64 * 1e-9
+}
+
+/// Wall and CPU seconds of one call of `f`.
+fn timed<T>(f: impl FnOnce() -> T) -> (T, [f64; 2]) {
+    let (w, c) = (Instant::now(), thread_cpu_s());
+    let out = f();
+    (out, [w.elapsed().as_secs_f64(), thread_cpu_s() - c])
+}
+
+/// Medians of wall and CPU times, in milliseconds.
+fn median_ms(times: &[[f64; 2]]) -> Timing {
+    let median = |k: usize| {
+        let mut v: Vec<f64> = times.iter().map(|t| t[k]).collect();
+        v.sort_by(f64::total_cmp);
+        1e3 * v[v.len() / 2]
+    };
+    Timing {
+        wall: median(0),
+        cpu: median(1),
+    }
+}
+
+/// Median milliseconds of one operation.
+#[derive(Clone, Copy)]
+struct Timing {
+    wall: f64,
+    cpu: f64,
+}
+
+/// Writes a package of `arch` (default size, initial weights) into `dir`.
+fn package(arch: &str, dir: &Path) -> usize {
+    let mut features = FeatureConfig::kaldi(FeatureKind::Fbank);
+    features.mel.num_bins = IO.bins;
+    let cfg = ArchConfig::default_for(arch, IO).unwrap();
+    let device = Device::flex();
+    device.seed(1);
+    let model = cfg.init(&device).unwrap();
+    let mut labels: Vec<String> = (0..IO.classes - 2).map(|i| format!("word{i}")).collect();
+    labels.extend(["_silence_".into(), "_unknown_".into()]);
+    let card =
+        ModelCard::new(cfg, serde_json::to_value(features).unwrap(), labels, &model).unwrap();
+    write_package(dir, &card, &model).unwrap();
+    card.num_trainable
+}
+
+/// Median times of one 1 s window and of one streaming step, with tract.
+fn tract(dir: &Path) -> (Timing, Timing) {
+    let clf = KwsClassifier::load(dir).unwrap();
+    let origin = Path::new("bench");
+    let window = noise(IO.frames * IO.bins, 3);
+    for _ in 0..5 {
+        clf.probs(&window, origin).unwrap();
+    }
+    let times: Vec<[f64; 2]> = (0..reps())
+        .map(|_| timed(|| std::hint::black_box(clf.probs(&window, origin).unwrap())).1)
+        .collect();
+    let window_ms = median_ms(&times);
+
+    let step = HOP * RATE / 100;
+    let audio = noise(RATE + (reps() + 5) * step, 5);
+    let mut stream = KwsStream::new(&clf, HOP).unwrap();
+    let mut out = Vec::new();
+    stream.push(&audio[..RATE], &mut out).unwrap();
+    let mut times = Vec::with_capacity(reps());
+    for (k, chunk) in audio[RATE..].chunks_exact(step).enumerate() {
+        out.clear();
+        let ((), t) = timed(|| stream.push(chunk, &mut out).unwrap());
+        assert_eq!(out.len(), 1, "one verdict per 100 ms step");
+        if k >= 5 {
+            times.push(t);
+        }
+    }
+    (window_ms, median_ms(&times))
+}
+
+fn python_with_onnxruntime() -> Option<String> {
+    std::env::var("HUSH_BENCH_PYTHON")
+        .ok()
+        .into_iter()
+        .chain(["python3".to_string()])
+        .find(|py| {
+            Command::new(py)
+                .args(["-c", "import onnxruntime, numpy"])
+                .output()
+                .is_ok_and(|o| o.status.success())
+        })
+}
+
+/// onnxruntime's median milliseconds per window for each `(arch, model.onnx)`.
+fn onnxruntime(python: &str, models: &[(String, PathBuf)]) -> Option<serde_json::Value> {
+    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("benches/infer_onnxruntime.py");
+    let mut cmd = Command::new(python);
+    cmd.arg(script).args([
+        "--frames",
+        &IO.frames.to_string(),
+        "--bins",
+        &IO.bins.to_string(),
+        "--reps",
+        &reps().to_string(),
+    ]);
+    for (arch, path) in models {
+        cmd.arg(format!("{arch}={}", path.display()));
+    }
+    let out = cmd.output().ok()?;
+    if !out.status.success() {
+        eprintln!(
+            "onnxruntime run failed: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        return None;
+    }
+    serde_json::from_slice(&out.stdout).ok()
+}
+
+fn main() {
+    let root = tempfile::tempdir().unwrap();
+    let archs = std::env::var("HUSH_BENCH_ARCHS").unwrap_or_else(|_| ARCH_NAMES.join(","));
+    let mut rows = Vec::new();
+    for arch in archs.split(',') {
+        let dir = root.path().join(arch);
+        let params = package(arch, &dir);
+        let (window, step) = tract(&dir);
+        rows.push((
+            arch.to_string(),
+            params,
+            window,
+            step,
+            dir.join("model.onnx"),
+        ));
+    }
+    let python = python_with_onnxruntime();
+    let models: Vec<(String, PathBuf)> = rows.iter().map(|r| (r.0.clone(), r.4.clone())).collect();
+    let ort = python.as_deref().and_then(|py| onnxruntime(py, &models));
+    match (&python, &ort) {
+        (None, _) => println!("(no Python with onnxruntime: set HUSH_BENCH_PYTHON to compare)"),
+        (Some(py), Some(v)) => println!("onnxruntime {} via {py}", v["version"]),
+        (Some(_), None) => {}
+    }
+    println!(
+        "[1, {}, {}] features, {} classes; median of {} runs; milliseconds, CPU time (wall)",
+        IO.frames,
+        IO.bins,
+        IO.classes,
+        reps()
+    );
+    println!(
+        "{:<10} {:>9} {:>18} {:>18} {:>10} {:>18}",
+        "arch", "params", "tract window", "ort window", "ort/tract", "tract stream step"
+    );
+    let both = |t: Timing| format!("{:.3} ({:.3})", t.cpu, t.wall);
+    for (arch, params, window, step, _) in rows {
+        let o = ort.as_ref().and_then(|v| {
+            Some(Timing {
+                cpu: v["cpu_ms"][&arch].as_f64()?,
+                wall: v["wall_ms"][&arch].as_f64()?,
+            })
+        });
+        println!(
+            "{arch:<10} {params:>9} {:>18} {:>18} {:>10} {:>18}",
+            both(window),
+            o.map_or("-".into(), both),
+            o.map_or("-".into(), |o| format!("{:.2}", o.cpu / window.cpu)),
+            both(step),
+        );
+    }
+}

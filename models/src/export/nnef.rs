@@ -1,0 +1,56 @@
+//! NNEF export through tract's own writer: tract reads the ONNX file hush writes
+//! ([`super::onnx`]), types and declutters it, and writes it as an NNEF tar archive
+//! (`graph.nnef`, `graph.quant` when needed, one `.dat` per tensor). The archive is
+//! deterministic (fixed timestamps), so the same weights give the same bytes, and keeps the
+//! ONNX file's symbolic dimensions (the batch `N` of a keyword spotter, the frame count of
+//! a CTC recogniser). [`nnef`] reads it back:
+//!
+//! ```no_run
+//! use tract_onnx::prelude::*;
+//! let model = hush_models::export::nnef::nnef()
+//!     .model_for_path("model.nnef.tar")?
+//!     .into_optimized()?
+//!     .into_runnable()?;
+//! # Ok::<(), TractError>(())
+//! ```
+//!
+//! There is no pulsed (streaming) variant: every hush keyword spotter ends in a reduction
+//! over the whole time axis (global average pooling, or a flatten into a dense layer), and
+//! tract-pulse cannot pulse a reduction over the streaming axis; a pulsed KWS model needs a
+//! head that is causal frame by frame. Streaming on the device runs the batch model once per
+//! hop over the last window (`hush_device::infer::KwsStream`).
+
+use std::path::Path;
+
+use tract_onnx::prelude::*;
+use tract_onnx::WithOnnx;
+
+use crate::ModelError;
+
+/// File name of the NNEF archive in a package.
+pub const NNEF: &str = "model.nnef.tar";
+
+/// The NNEF framework hush writes and reads with: tract's core operators and its ONNX
+/// extension.
+pub fn nnef() -> tract_nnef::framework::Nnef {
+    tract_nnef::nnef().with_onnx()
+}
+
+/// The NNEF tar archive of an encoded ONNX model; `origin` names the source in errors.
+pub fn onnx_to_nnef(onnx: &[u8], origin: &Path) -> Result<Vec<u8>, ModelError> {
+    let fail = |stage: &str, e: TractError| ModelError::Export {
+        path: origin.to_path_buf(),
+        format: "nnef",
+        reason: format!("{stage}: {e:#}"),
+    };
+    let model = tract_onnx::onnx()
+        .model_for_read(&mut &onnx[..])
+        .map_err(|e| fail("reading the ONNX graph", e))?
+        .into_typed()
+        .map_err(|e| fail("typing the ONNX graph", e))?
+        .into_decluttered()
+        .map_err(|e| fail("decluttering", e))?;
+    nnef()
+        .write_to_tar_with_config(&model, Vec::new(), false, true)
+        .map_err(|e| fail("writing NNEF", e))
+}

@@ -2,7 +2,7 @@
 //! DP-SGD step (per-example gradients, flat clipping at C = 1, noise σ = 1, AdamW) against
 //! the non-private step (batch gradient, AdamW) on the same model and batch, for the
 //! DS-CNN-S and the leak-CNN over `[98, 40]` features, 12 classes, batch 64, on the CPU
-//! (`flex`). The DP step runs three ways: per-example gradients from activations and
+//! (`flex`) or the GPU (`HUSH_BENCH_DEVICE=gpu`). The DP step runs three ways: per-example gradients from activations and
 //! output gradients (`PerExampleMethod::Activations`), from per-example weight copies
 //! (`Vectorized`; both within the default 256 MiB per-example memory budget) and the
 //! per-example loop. hush/Opacus is the activations path's ratio. When
@@ -19,7 +19,13 @@
 //! HUSH_BENCH_PYTHON=/path/to/python cargo bench --workspace --profile dev --bench dp_sgd
 //! HUSH_BENCH_ARCHS=leak-cnn HUSH_BENCH_STEPS=3 cargo bench … --bench dp_sgd
 //! HUSH_BENCH_DP=0 HUSH_BENCH_ARCHS=ds-cnn-s,bc-resnet,leak-cnn,ctc-gru cargo bench … --bench dp_sgd
+//! HUSH_BENCH_DEVICE=gpu HUSH_BENCH_BATCH=256 cargo bench --workspace --profile dev \
+//!     --features hush-host/gpu --bench dp_sgd
 //! ```
+//!
+//! `HUSH_BENCH_DEVICE=gpu` runs hush on burn's wgpu backend (Vulkan) and Opacus on CUDA
+//! (`HUSH_BENCH_OPACUS_DEVICE` overrides); `HUSH_BENCH_BATCH` sets the KWS batch
+//! (default 64).
 //!
 //! Record results in BENCHMARKS.md with the command and the machine.
 
@@ -33,6 +39,7 @@ use std::time::Instant;
 
 use burn::optim::{AdamWConfig, GradientsParams};
 use burn::tensor::Device;
+use hush_models::compute::{select, ComputeKind};
 use hush_models::arch::{ArchConfig, IoShape, KwsModel};
 use hush_models::asr::{ctc_loss, AsrArchConfig, CtcBatch, Vocabulary};
 use hush_models::dp::{
@@ -46,7 +53,28 @@ const IO: IoShape = IoShape {
     bins: 40,
     classes: 12,
 };
-const BATCH: usize = 64;
+/// KWS examples per step (`HUSH_BENCH_BATCH`, default 64).
+fn batch_size() -> usize {
+    std::env::var("HUSH_BENCH_BATCH")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(64)
+}
+
+/// Where hush runs (`HUSH_BENCH_DEVICE`: cpu or gpu, default cpu).
+fn compute_kind() -> ComputeKind {
+    std::env::var("HUSH_BENCH_DEVICE")
+        .ok()
+        .map(|s| s.parse().unwrap())
+        .unwrap_or_default()
+}
+
+/// The autodiff device every measurement trains on.
+fn train_device() -> Device {
+    let device = select(compute_kind()).device.autodiff();
+    device.seed(1);
+    device
+}
 
 /// Timed steps per measurement (`HUSH_BENCH_STEPS`, default 5).
 fn steps() -> usize {
@@ -57,6 +85,7 @@ fn steps() -> usize {
 }
 
 fn batch() -> Batch {
+    let batch = batch_size();
     let mut s = 7u64;
     let mut next = || {
         s = s
@@ -64,15 +93,15 @@ fn batch() -> Batch {
             .wrapping_add(1442695040888963407);
         ((s >> 40) as f32 / (1u64 << 24) as f32) * 2.0 - 1.0
     };
-    let features = (0..BATCH * IO.frames * IO.bins).map(|_| next()).collect();
-    let mut targets = vec![0f32; BATCH * IO.classes];
-    for i in 0..BATCH {
+    let features = (0..batch * IO.frames * IO.bins).map(|_| next()).collect();
+    let mut targets = vec![0f32; batch * IO.classes];
+    for i in 0..batch {
         targets[i * IO.classes + i % IO.classes] = 1.0;
     }
     Batch {
         features,
         targets,
-        batch: BATCH,
+        batch,
         frames: IO.frames,
         bins: IO.bins,
         classes: IO.classes,
@@ -92,7 +121,7 @@ fn throughput_of(batch: usize, mut step: impl FnMut()) -> f64 {
 
 /// [`throughput_of`] for the KWS batch.
 fn throughput(step: impl FnMut()) -> f64 {
-    throughput_of(BATCH, step)
+    throughput_of(batch_size(), step)
 }
 
 /// Whether to time the DP steps too (`HUSH_BENCH_DP`, default on).
@@ -104,8 +133,7 @@ fn with_dp() -> bool {
 fn bench_ctc() -> f64 {
     const UTTERANCES: usize = 8;
     const FRAMES: usize = 300;
-    let device = Device::flex().autodiff();
-    device.seed(1);
+    let device = train_device();
     let cfg = AsrArchConfig::default_for("ctc-gru", 80, 29).unwrap();
     let vocab = Vocabulary::characters();
     let text = "turn the kitchen lights off in ten minute";
@@ -139,8 +167,7 @@ fn bench_arch(name: &str) -> (f64, Option<(f64, f64, f64)>) {
     if name == "ctc-gru" {
         return (bench_ctc(), None);
     }
-    let device = Device::flex().autodiff();
-    device.seed(1);
+    let device = train_device();
     let cfg = ArchConfig::default_for(name, IO).unwrap();
     let b = batch();
 
@@ -166,7 +193,7 @@ fn bench_arch(name: &str) -> (f64, Option<(f64, f64, f64)>) {
     let mech = GaussianMechanism::new(
         1.0,
         bounds.sensitivity(),
-        ExpectedCount::poisson(BATCH as f64 / 10_000.0, 10_000).unwrap(),
+        ExpectedCount::poisson(batch_size() as f64 / 10_000.0, 10_000).unwrap(),
         NoiseKind::Gaussian,
     )
     .unwrap();
@@ -203,7 +230,9 @@ fn opacus(python: &str, arch: &str) -> Option<f64> {
             "--arch",
             arch,
             "--batch",
-            &BATCH.to_string(),
+            &batch_size().to_string(),
+            "--device",
+            &opacus_device(),
             "--steps",
             &steps().to_string(),
         ])
@@ -218,6 +247,14 @@ fn opacus(python: &str, arch: &str) -> Option<f64> {
     }
     let v: serde_json::Value = serde_json::from_slice(&out.stdout).ok()?;
     v["examples_per_s"].as_f64()
+}
+
+/// Where Opacus runs: `HUSH_BENCH_OPACUS_DEVICE`, else cuda when hush runs on the GPU.
+fn opacus_device() -> String {
+    std::env::var("HUSH_BENCH_OPACUS_DEVICE").unwrap_or_else(|_| match compute_kind() {
+        ComputeKind::Gpu => "cuda".into(),
+        ComputeKind::Cpu => "cpu".into(),
+    })
 }
 
 fn python_with_opacus() -> Option<String> {
@@ -247,8 +284,16 @@ fn main() {
         println!("(no Python with torch + opacus: set HUSH_BENCH_PYTHON to compare with Opacus)");
     }
     let archs = std::env::var("HUSH_BENCH_ARCHS").unwrap_or_else(|_| "ds-cnn-s,leak-cnn".into());
+    let compute = select(compute_kind());
+    if let Some(why) = &compute.fallback {
+        println!("warning: {why}");
+    }
     println!(
-        "batch {BATCH}, {} timed steps after 1 warm-up; examples/s (higher is better)",
+        "hush on {}, Opacus on {}; KWS batch {}, {} timed steps after 1 warm-up; examples/s \
+         (higher is better)",
+        compute.description,
+        opacus_device(),
+        batch_size(),
         steps()
     );
     if !with_dp() {

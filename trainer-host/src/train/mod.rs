@@ -16,6 +16,7 @@ pub mod asr;
 pub mod augment;
 pub mod data;
 pub mod dp;
+pub(crate) mod dp_run;
 pub mod metrics;
 pub mod schedule;
 

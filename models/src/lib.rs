@@ -10,6 +10,7 @@
 //! - [`asr`]: CTC speech recognisers (`ctc-gru`), greedy and beam-search decoding, WER;
 //! - [`checkpoint`]: `weights.safetensors`, tensors named per layer;
 //! - [`package`]: the model package (`model.json` + weights + `model.onnx`);
+//! - [`pretrained`]: the pretrained-encoder directory (BEST-RQ pretraining → CTC fine-tuning);
 //! - [`export`]: the ONNX writer;
 //! - [`optim`]: server optimizers for federated rounds (FedAvg, FedAdam, LAMB);
 //! - [`step`]: the loss and gradient step shared by every trainer.
@@ -22,6 +23,7 @@ mod error;
 pub mod export;
 pub mod optim;
 pub mod package;
+pub mod pretrained;
 pub mod step;
 
 pub use error::ModelError;

@@ -102,7 +102,7 @@ fn write_card_json<T: Serialize>(dir: &Path, value: &T) -> Result<(), ModelError
 }
 
 /// The `parameters` list of a card and its trainable count, from a model's tensors.
-fn param_infos(tensors: Vec<crate::checkpoint::NamedTensor>) -> (Vec<ParamInfo>, usize) {
+pub(crate) fn param_infos(tensors: Vec<crate::checkpoint::NamedTensor>) -> (Vec<ParamInfo>, usize) {
     let parameters: Vec<ParamInfo> = tensors
         .into_iter()
         .map(|t| ParamInfo {
@@ -121,7 +121,7 @@ fn param_infos(tensors: Vec<crate::checkpoint::NamedTensor>) -> (Vec<ParamInfo>,
 
 /// Errors unless `actual` (a loaded model's tensors) lists the same names and shapes as
 /// the card's `parameters`.
-fn check_parameters(
+pub(crate) fn check_parameters(
     dir: &Path,
     listed: &[ParamInfo],
     actual: &[crate::checkpoint::NamedTensor],

@@ -29,6 +29,9 @@ enum Command {
     /// Train a model centrally into a model package: `--task kws` (non-private or `--dp`) or
     /// `--task asr` (CTC speech recognition).
     Train(cli::train::TrainArgs),
+    /// Pretrain the ASR encoder on unlabeled speech with BEST-RQ (non-private or `--dp`)
+    /// into an encoder folder for `train --task asr --init DIR`.
+    Pretrain(cli::pretrain::PretrainArgs),
     /// Run the federated round server (devices register, train, upload): `--config hush.toml`.
     Serve(cli::serve::ServeArgs),
     /// Privacy audits: gradient inversion of shared updates (`audit invert`, `audit report`)
@@ -51,6 +54,7 @@ fn main() -> anyhow::Result<()> {
         Command::Corpus(cmd) => cli::corpus::run(cmd),
         Command::Privacy(cmd) => cli::privacy::run(cmd),
         Command::Train(args) => cli::train::run(args),
+        Command::Pretrain(args) => cli::pretrain::run(args),
         Command::Serve(args) => cli::serve::run(args),
         Command::Simulate(args) => cli::simulate::run(args),
         Command::Audit(cmd) => cli::audit::run(cmd),

@@ -6,6 +6,7 @@ pub mod corpus;
 pub mod demo;
 pub mod experiment;
 pub mod pate;
+pub mod pretrain;
 pub mod privacy;
 pub mod serve;
 pub mod simulate;

@@ -9,8 +9,9 @@
 //!
 //! Modules: [`data`] (decoded clips and noises), [`augment`] (waveform, SpecAugment,
 //! mixup), [`metrics`] (accuracy, balanced keyword accuracy, confusion), [`schedule`],
-//! [`dp`] (DP-SGD: `hush-host train --dp`), [`asr`] (CTC speech recognisers:
-//! `hush-host train --task asr`).
+//! [`dp`] (DP-SGD: `hush-host train --dp`), [`dp_run`] (the privacy side every central DP
+//! trainer shares), [`asr`] (CTC speech recognisers: `hush-host train --task asr`),
+//! [`pretrain`] (BEST-RQ pretraining of the ASR encoder: `hush-host pretrain`).
 
 pub mod asr;
 pub mod augment;
@@ -18,6 +19,7 @@ pub mod data;
 pub mod dp;
 pub(crate) mod dp_run;
 pub mod metrics;
+pub mod pretrain;
 pub mod schedule;
 
 use std::path::{Path, PathBuf};
@@ -43,6 +45,12 @@ pub use dp::{
     train_kws_dp, AdaptiveClipReport, DpConfig, DpTrainReport, NoiseTarget, PrivacyReport,
 };
 use schedule::WarmupCosine;
+
+/// The device central training runs on: the one place the trainers that call it
+/// (pretraining, ASR) choose it; they derive their autodiff device from it.
+pub fn device() -> Device {
+    Device::flex()
+}
 
 /// Why training failed.
 #[derive(Debug, thiserror::Error)]

@@ -121,7 +121,7 @@ pub(crate) fn param_infos(tensors: Vec<crate::checkpoint::NamedTensor>) -> (Vec<
 
 /// Errors unless `actual` (a loaded model's tensors) lists the same names and shapes as
 /// the card's `parameters`.
-pub(crate) fn check_parameters(
+fn check_parameters(
     dir: &Path,
     listed: &[ParamInfo],
     actual: &[crate::checkpoint::NamedTensor],

@@ -21,7 +21,7 @@ use crate::asr::bestrq::BestRqConfig;
 use crate::asr::ctc_gru::is_encoder_tensor;
 use crate::asr::{AsrArchConfig, CtcGru};
 use crate::checkpoint::{load_safetensors, save_safetensors, NamedTensor, TensorSource};
-use crate::package::{check_parameters, param_infos, ParamInfo, Provenance, WEIGHTS};
+use crate::package::{param_infos, ParamInfo, Provenance, WEIGHTS};
 use crate::ModelError;
 
 /// The format tag of `encoder.json`.
@@ -141,7 +141,24 @@ pub fn read_encoder(dir: &Path) -> Result<(EncoderCard, Vec<NamedTensor>), Model
     let card = EncoderCard::read(dir)?;
     let weights: PathBuf = dir.join(WEIGHTS);
     let tensors = load_safetensors(&weights)?;
-    check_parameters(dir, &card.parameters, &tensors)?;
+    // The file keeps its own order: compare names and shapes as sets.
+    let mut listed: Vec<(&str, &[usize])> = card
+        .parameters
+        .iter()
+        .map(|p| (p.name.as_str(), p.shape.as_slice()))
+        .collect();
+    let mut found: Vec<(&str, &[usize])> = tensors
+        .iter()
+        .map(|t| (t.name.as_str(), t.shape.as_slice()))
+        .collect();
+    listed.sort_unstable();
+    found.sort_unstable();
+    if listed != found {
+        return Err(ModelError::BadPackage {
+            path: weights,
+            reason: format!("its tensors do not match the `parameters` of {ENCODER_JSON}"),
+        });
+    }
     Ok((card, tensors))
 }
 

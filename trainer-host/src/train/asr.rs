@@ -164,8 +164,9 @@ impl AsrTrainConfig {
                 arch.bins()
             )));
         }
-        let features = serde_json::to_value(&self.features).map_err(|e| bad(e.to_string()))?;
-        if card.features != features {
+        let features: FeatureConfig =
+            serde_json::from_value(card.features.clone()).map_err(|e| bad(e.to_string()))?;
+        if features != self.features {
             return Err(bad(
                 "the encoder was pretrained on other features than this run's".into(),
             ));

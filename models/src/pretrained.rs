@@ -35,7 +35,7 @@ pub struct PretrainEpoch {
     /// 1-based epoch (0: after the public warm start of a DP run).
     pub epoch: usize,
     /// Mean training loss (the DP phase: over the sampled private utterances, before
-    /// clipping and noise).
+    /// clipping and noise; epoch 0: the public warm start's last epoch).
     pub train_loss: f64,
     /// Loss on the validation split (fixed masks).
     pub val_loss: f64,

@@ -329,6 +329,7 @@ pub fn pretrain_on(
             let mut scores = LayerScores::new(&layers);
             if !public.is_empty() {
                 let feats: Vec<&[f32]> = public.iter().map(|t| &t.1[..]).collect();
+                let mut warm_loss = f64::NAN;
                 model = train_plain(
                     &setup,
                     model,
@@ -336,12 +337,12 @@ pub fn pretrain_on(
                     dp.warm_start_epochs,
                     Some(&mut scores),
                     &mut rng,
-                    &mut |_| {},
+                    &mut |e| warm_loss = e.train_loss,
                     val,
                 )?;
                 let e = PretrainEpoch {
                     epoch: 0,
-                    train_loss: f64::NAN,
+                    train_loss: warm_loss,
                     val_loss: setup.val_loss(&model, val)?,
                     lr: cfg.lr,
                 };

@@ -109,10 +109,7 @@ impl EncoderCard {
         if card.format != ENCODER_FORMAT {
             return Err(ModelError::BadPackage {
                 path,
-                reason: format!(
-                    "format is `{}`, expected `{ENCODER_FORMAT}`",
-                    card.format
-                ),
+                reason: format!("format is `{}`, expected `{ENCODER_FORMAT}`", card.format),
             });
         }
         Ok(card)

@@ -25,9 +25,9 @@ mod common;
 use common::slice_corpus;
 
 const SPEAKERS: [&str; 20] = [
-    "01fddb35", "30487587", "40cb36e1", "49da0ba1", "535258af", "80ef2029", "82f4fdb2",
-    "83283e23", "98889645", "b4330125", "c8759670", "c8946917", "d1b04f5c", "d5e80b13",
-    "d71e25f7", "dd792486", "deffdd43", "e487158a", "e601eb96", "f08efda2",
+    "01fddb35", "30487587", "40cb36e1", "49da0ba1", "535258af", "80ef2029", "82f4fdb2", "83283e23",
+    "98889645", "b4330125", "c8759670", "c8946917", "d1b04f5c", "d5e80b13", "d71e25f7", "dd792486",
+    "deffdd43", "e487158a", "e601eb96", "f08efda2",
 ];
 
 /// Every bundled speaker's first `k` utterances in a temporary folder.
@@ -92,10 +92,20 @@ fn pretraining_loss_falls_and_fine_tuning_loads_the_encoder() {
     let loaded = load_encoder_into(fresh, tensors.clone(), card.arch.name(), &enc).unwrap();
     let after = loaded.named_tensors().unwrap();
     for t in &tensors {
-        assert_eq!(after.iter().find(|a| a.name == t.name), Some(t), "{}", t.name);
+        assert_eq!(
+            after.iter().find(|a| a.name == t.name),
+            Some(t),
+            "{}",
+            t.name
+        );
     }
     for t in &fresh_out {
-        assert_eq!(after.iter().find(|a| a.name == t.name), Some(t), "{}", t.name);
+        assert_eq!(
+            after.iter().find(|a| a.name == t.name),
+            Some(t),
+            "{}",
+            t.name
+        );
     }
 
     // Fine-tuning with the encoder frozen: the released model keeps it exactly.
@@ -211,7 +221,10 @@ fn bad_flags_are_refused_before_any_data_is_read() {
         "--delta",
     );
     refused(pretrain(&["--mask-fraction", "1.5"]), "mask_fraction");
-    refused(pretrain(&["--arch", "conformer"]), "unknown ASR architecture");
+    refused(
+        pretrain(&["--arch", "conformer"]),
+        "unknown ASR architecture",
+    );
     refused(pretrain(&["--epochs", "0"]), "--epochs");
 
     let train = |extra: &[&str]| {
@@ -222,7 +235,10 @@ fn bad_flags_are_refused_before_any_data_is_read() {
     refused(train(&["--task", "asr", "--freeze-encoder"]), "--init");
     let encoder = dir.path().join("no-such-encoder");
     let encoder = encoder.to_str().unwrap();
-    refused(train(&["--task", "asr", "--init", encoder]), "not a directory");
+    refused(
+        train(&["--task", "asr", "--init", encoder]),
+        "not a directory",
+    );
     refused(train(&["--task", "kws", "--init", encoder]), "--task asr");
     assert!(!Path::new(out).exists(), "nothing written");
 }

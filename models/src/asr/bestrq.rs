@@ -37,9 +37,7 @@ use rand_distr::{Distribution, StandardNormal};
 use serde::{Deserialize, Serialize};
 
 use super::ctc_gru::{is_encoder_tensor, output_steps, CtcGru, SUBSAMPLING};
-use crate::arch::layers::{
-    read_grads, read_values, visit_linear, NamedModule, TensorVisitor,
-};
+use crate::arch::layers::{read_grads, read_values, visit_linear, NamedModule, TensorVisitor};
 use crate::checkpoint::NamedTensor;
 use crate::dp::{clipped_sum_by_loop, Bounding, ClipBounds, ClippedSum};
 use crate::step::scalar;
@@ -450,7 +448,11 @@ impl MaskedBatch {
 
     /// Masked steps over the batch.
     pub fn masked_steps(&self) -> usize {
-        self.targets.iter().flatten().filter(|t| t.is_some()).count()
+        self.targets
+            .iter()
+            .flatten()
+            .filter(|t| t.is_some())
+            .count()
     }
 }
 
@@ -698,8 +700,7 @@ mod tests {
             .collect();
         assert!(layers.iter().any(|(n, _)| n == "head.weight"));
         assert!(!layers.iter().any(|(n, _)| n.starts_with("out.")));
-        let bounds =
-            ClipBounds::new(crate::dp::ClipStrategy::PerLayerDim, 1e-3, &layers).unwrap();
+        let bounds = ClipBounds::new(crate::dp::ClipStrategy::PerLayerDim, 1e-3, &layers).unwrap();
         let sum = bestrq_clipped_sum(&model, &refs, &bounds, Bounding::Clip, &device).unwrap();
         assert_eq!(sum.examples, 2);
         assert_eq!(sum.clipped, 2, "a tiny bound clips every example");

@@ -79,20 +79,28 @@ pub fn run(args: PretrainArgs) -> anyhow::Result<()> {
     cfg.check(dp.as_ref())?;
     let bar = ProgressBar::new(cfg.epochs as u64);
     bar.set_style(
-        ProgressStyle::with_template("pretrain [{elapsed_precise}] {bar:30} epoch {pos}/{len} {msg}")
-            .unwrap_or_else(|_| ProgressStyle::default_bar()),
+        ProgressStyle::with_template(
+            "pretrain [{elapsed_precise}] {bar:30} epoch {pos}/{len} {msg}",
+        )
+        .unwrap_or_else(|_| ProgressStyle::default_bar()),
     );
-    let report = pretrain(&cfg, dp.as_ref(), &args.out, &command, &mut |e: &PretrainEpoch| {
-        say(
-            &bar,
-            format!(
-                "epoch {:>3}/{}  best-rq loss {:.4}  val loss {:.4}  lr {:.2e}",
-                e.epoch, cfg.epochs, e.train_loss, e.val_loss, e.lr
-            ),
-        );
-        bar.set_position(e.epoch as u64);
-        bar.set_message(format!("val loss {:.4}", e.val_loss));
-    })
+    let report = pretrain(
+        &cfg,
+        dp.as_ref(),
+        &args.out,
+        &command,
+        &mut |e: &PretrainEpoch| {
+            say(
+                &bar,
+                format!(
+                    "epoch {:>3}/{}  best-rq loss {:.4}  val loss {:.4}  lr {:.2e}",
+                    e.epoch, cfg.epochs, e.train_loss, e.val_loss, e.lr
+                ),
+            );
+            bar.set_position(e.epoch as u64);
+            bar.set_message(format!("val loss {:.4}", e.val_loss));
+        },
+    )
     .with_context(|| format!("pretraining on {}", args.data.display()))?;
     bar.finish_and_clear();
     if let Some(p) = &report.privacy {

@@ -18,7 +18,6 @@ use std::path::{Path, PathBuf};
 
 use crate::train::TrainError;
 
-
 /// Why the experiment stopped.
 #[derive(Debug, thiserror::Error)]
 pub enum ExperimentError {

@@ -24,7 +24,7 @@ use hush_device::dataset::{read_corpus, Split};
 use hush_models::dp::ClipStrategy;
 use serde::{Deserialize, Serialize};
 
-use super::{is_missing_or_empty, io_err, write_file, write_json, ExperimentError};
+use super::{io_err, is_missing_or_empty, write_file, write_json, ExperimentError};
 use crate::accountant::EpsilonReport;
 use crate::corpus::{synthesize, CorpusKind, OutputFormat, SynthConfig};
 use crate::plot::{line_plot, Series};
@@ -206,7 +206,11 @@ impl Setting {
                 ..
             } => format!(
                 "DP BEST-RQ, {clipping}{} + fine-tune{frozen}",
-                if freeze_layers { ", layer freezing" } else { "" }
+                if freeze_layers {
+                    ", layer freezing"
+                } else {
+                    ""
+                }
             ),
         }
     }
@@ -674,9 +678,10 @@ fn plot_series(r: &PretrainResults) -> Vec<Series> {
         for (metric, value) in [("CER", run.test_cer), ("WER", run.test_wer)] {
             let Some(v) = value else { continue };
             let (name, point) = match run.setting.pretraining {
-                Pretraining::Dp { epsilon, .. } => {
-                    (format!("{metric}: {}", run.setting.series()), vec![(epsilon, v)])
-                }
+                Pretraining::Dp { epsilon, .. } => (
+                    format!("{metric}: {}", run.setting.series()),
+                    vec![(epsilon, v)],
+                ),
                 _ => (
                     format!("{metric}: {}", run.setting.series()),
                     vec![(lo, v), (hi, v)],

@@ -19,13 +19,13 @@ use hush_device::audio::read_audio;
 use hush_device::dataset::{read_corpus, Layout, Split, Target};
 use hush_device::features::{FeatureConfig, FeatureKind};
 use hush_device::infer::utterance_features;
+use hush_models::asr::ctc_gru::is_encoder_tensor;
 use hush_models::asr::decode::{beam_search, greedy};
 use hush_models::asr::wer::ErrorCounts;
 use hush_models::asr::{
     ctc_loss, ctc_min_steps, normalize_transcript, output_steps, AsrArchConfig, CtcBatch, CtcGru,
     Vocabulary,
 };
-use hush_models::asr::ctc_gru::is_encoder_tensor;
 use hush_models::checkpoint::{NamedTensor, TensorSource};
 use hush_models::package::{
     write_asr_package, AsrCard, AsrMetrics, AsrSplitMetrics, Provenance, WEIGHTS,

@@ -525,8 +525,7 @@ pub fn train_kws_dp(
     let (frozen, dp_layers) = scores.freeze(n_frozen);
     // The clip bounds and the mechanism for a total bound C (fixed, or each step's
     // adaptive bound).
-    let mechanism_for =
-        |c: f32| mechanism(dp, c, &dp_layers, gradient_sigma, expected);
+    let mechanism_for = |c: f32| mechanism(dp, c, &dp_layers, gradient_sigma, expected);
     let (initial_bounds, initial_mechanism) = mechanism_for(dp.clip)?;
     let (mut sampler, mut noise) = sampler_and_noise(dp, q, cfg.seed)?;
     let per_example = PerExampleConfig {

@@ -326,8 +326,8 @@ pub(crate) fn mechanism(
     } else {
         NoiseKind::Gaussian
     };
-    let mechanism = GaussianMechanism::new(sigma, bounds.sensitivity(), expected, kind)
-        .map_err(privacy_err)?;
+    let mechanism =
+        GaussianMechanism::new(sigma, bounds.sensitivity(), expected, kind).map_err(privacy_err)?;
     Ok((bounds, mechanism))
 }
 

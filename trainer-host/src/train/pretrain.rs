@@ -206,11 +206,7 @@ struct Setup<'a> {
 }
 
 impl Setup<'_> {
-    fn mask(
-        &self,
-        feats: &[f32],
-        rng: &mut ChaCha8Rng,
-    ) -> Result<MaskedUtterance, TrainError> {
+    fn mask(&self, feats: &[f32], rng: &mut ChaCha8Rng) -> Result<MaskedUtterance, TrainError> {
         Ok(MaskedUtterance::new(
             &self.quantizer,
             &self.cfg.bestrq,
@@ -315,10 +311,19 @@ pub fn pretrain_on(
     let (privacy, record) = match dp {
         None => {
             let feats: Vec<&[f32]> = train.iter().map(|t| &t.1[..]).collect();
-            model = train_plain(&setup, model, &feats, cfg.epochs, None, &mut rng, &mut |e| {
-                curve.push(e.clone());
-                progress(e);
-            }, val)?;
+            model = train_plain(
+                &setup,
+                model,
+                &feats,
+                cfg.epochs,
+                None,
+                &mut rng,
+                &mut |e| {
+                    curve.push(e.clone());
+                    progress(e);
+                },
+                val,
+            )?;
             (None, None)
         }
         Some(dp) => {

@@ -141,12 +141,15 @@ pub struct PretrainReport {
     pub record: Option<ReleaseRecord>,
 }
 
+/// One utterance's speaker id and features (`frames × bins`).
+pub type Spoken = (String, Vec<f32>);
+
 /// The unlabeled corpus as features: `(speaker, frames × bins)` per training utterance
 /// and the validation utterances' features.
 #[derive(Debug, Clone, Default)]
 pub struct PretrainData {
     /// Training utterances: speaker id and features.
-    pub train: Vec<(String, Vec<f32>)>,
+    pub train: Vec<Spoken>,
     /// Validation utterances' features (the validation loss; the input normalisation of
     /// DP runs without public speakers).
     pub validation: Vec<Vec<f32>>,
@@ -288,7 +291,7 @@ pub fn pretrain_on(
     let mut curve = Vec::new();
 
     // Data and input normalisation: DP runs never normalise with private data.
-    let (public, private): (Vec<&(String, Vec<f32>)>, Vec<&(String, Vec<f32>)>) = match dp {
+    let (public, private): (Vec<&Spoken>, Vec<&Spoken>) = match dp {
         Some(dp) => split_public(train.iter(), |t| t.0.as_str(), dp)?,
         None => (Vec::new(), train.iter().collect()),
     };
@@ -403,7 +406,7 @@ pub fn pretrain_on(
             }
             // Record the release (the steps actually run) before anything is published.
             let (record, base) = release.record(dp, step as u64, &bounds, &mech)?;
-            let count = |items: &[&(String, Vec<f32>)]| {
+            let count = |items: &[&Spoken]| {
                 items
                     .iter()
                     .map(|t| t.0.as_str())

@@ -10,7 +10,7 @@ use hush_models::pretrained::PretrainEpoch;
 use indicatif::{ProgressBar, ProgressStyle};
 
 use super::simulate::say;
-use super::train::DpArgs;
+use super::train::{print_privacy, DpArgs};
 
 /// Arguments of `hush-host pretrain`.
 #[derive(clap::Args)]
@@ -115,16 +115,7 @@ pub fn run(args: PretrainArgs) -> anyhow::Result<()> {
             p.population,
             p.frozen_layers.len()
         );
-        println!("{}", p.epsilon_rdp);
-        if let Some(pld) = &p.epsilon_pld {
-            println!("{pld}");
-        }
-        println!(
-            "ledger {} record {}; privacy report {}",
-            p.ledger,
-            p.ledger_record,
-            args.out.join("privacy.json").display()
-        );
+        print_privacy(p, &args.out);
     }
     println!(
         "{} encoder ({} trainable parameters, quantizer seed {}) → {}",

@@ -312,16 +312,7 @@ pub fn run(args: TrainArgs) -> anyhow::Result<()> {
                 a.count_noise_std
             );
         }
-        println!("{}", p.epsilon_rdp);
-        if let Some(pld) = &p.epsilon_pld {
-            println!("{pld}");
-        }
-        println!(
-            "ledger {} record {}; privacy report {}",
-            p.ledger,
-            p.ledger_record,
-            args.out.join("privacy.json").display()
-        );
+        print_privacy(p, &args.out);
         report.card
     } else {
         train_kws(&cfg, &args.out, &command, &mut progress)
@@ -330,6 +321,21 @@ pub fn run(args: TrainArgs) -> anyhow::Result<()> {
     };
     print_card(&card, &args.out);
     Ok(())
+}
+
+/// Prints a DP release's ε (RDP, and PLD when known) and where its ledger record and
+/// `privacy.json` (in `out`) are.
+pub fn print_privacy(p: &hush_host::train::PrivacyReport, out: &std::path::Path) {
+    println!("{}", p.epsilon_rdp);
+    if let Some(pld) = &p.epsilon_pld {
+        println!("{pld}");
+    }
+    println!(
+        "ledger {} record {}; privacy report {}",
+        p.ledger,
+        p.ledger_record,
+        out.join("privacy.json").display()
+    );
 }
 
 /// Prints a trained model's size, per-split metrics and test confusion matrix.

@@ -153,7 +153,8 @@ impl PretrainExperimentConfig {
         }
         if self.labeled_spec.speakers >= self.unlabeled_spec.speakers {
             return bad(format!(
-                "the unlabeled corpus ({} speakers) must be larger than the labeled one ({})",
+                "the unlabeled corpus to generate ({} speakers) must be larger than the \
+                 labeled one ({})",
                 self.unlabeled_spec.speakers, self.labeled_spec.speakers
             ));
         }
@@ -404,6 +405,13 @@ pub fn run_pretrain_experiment(
          validation (transcripts unused)",
         labeled.train, labeled.validation, labeled.test, unlabeled.train, unlabeled.validation
     ));
+    if unlabeled.train <= labeled.train {
+        return Err(ExperimentError::Config(format!(
+            "the unlabeled corpus ({} training utterances) must be larger than the labeled \
+             one ({})",
+            unlabeled.train, labeled.train
+        )));
+    }
     let mut results = PretrainResults {
         command: command.to_string(),
         config: cfg.clone(),

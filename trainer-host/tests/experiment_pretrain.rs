@@ -9,7 +9,8 @@
 use std::path::Path;
 
 use hush_host::experiment::pretrain::{
-    run_pretrain_experiment, PretrainExperimentConfig, Pretraining, Setting,
+    run_pretrain_experiment, write_results, PretrainExperimentConfig, PretrainResults, Pretraining,
+    Setting,
 };
 
 mod common;
@@ -66,4 +67,17 @@ fn every_setting_runs_and_lands_in_the_table_and_plot() {
     // The runs folder holds ledgers: a second run into it is refused.
     let again = run_pretrain_experiment(&cfg, "test", &mut |_| {});
     assert!(again.unwrap_err().to_string().contains("not empty"));
+}
+
+#[test]
+fn committed_results_parse_and_redraw() {
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../docs/results/pretrain");
+    let text = std::fs::read_to_string(dir.join("results.json")).unwrap();
+    let r: PretrainResults = serde_json::from_str(&text).unwrap();
+    assert_eq!(r.runs.len(), Setting::all(&r.config.epsilons).len());
+    let out = tempfile::tempdir().unwrap();
+    write_results(out.path(), &r).unwrap();
+    let md = std::fs::read_to_string(out.path().join("results.md")).unwrap();
+    assert_eq!(md, std::fs::read_to_string(dir.join("results.md")).unwrap());
+    assert!(out.path().join("wer.png").is_file());
 }

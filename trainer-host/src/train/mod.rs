@@ -9,7 +9,7 @@
 //!
 //! Modules: [`data`] (decoded clips and noises), [`augment`] (waveform, SpecAugment,
 //! mixup), [`metrics`] (accuracy, balanced keyword accuracy, confusion), [`schedule`],
-//! [`dp`] (DP-SGD: `hush-host train --dp`), [`dp_run`] (the privacy side every central DP
+//! [`dp`] (DP-SGD: `hush-host train --dp`), `dp_run` (the privacy side every central DP
 //! trainer shares), [`asr`] (CTC speech recognisers: `hush-host train --task asr`),
 //! [`pretrain`] (BEST-RQ pretraining of the ASR encoder: `hush-host pretrain`).
 

@@ -7,11 +7,11 @@
 //! hush-models' ([`hush_models::asr::bestrq`]). Each epoch draws new masks; the
 //! validation loss uses fixed ones.
 //!
-//! **DP** (`dp = Some(..)`), assembled from [`super::dp_run`] exactly as DP-SGD for
-//! keyword spotters is: the public share of speakers ([`split_public`]) warms the model
-//! up without noise and ranks its layers for gradient-based freezing ([`LayerScores`]);
-//! σ is calibrated for the target ε ([`DpPlan`]); the planned release is authorised by
-//! the ledger before any work ([`DpRelease`]); each step Poisson-samples private
+//! **DP** (`dp = Some(..)`), assembled from `super::dp_run` exactly as DP-SGD for
+//! keyword spotters is: the public share of speakers (`split_public`) warms the model
+//! up without noise and ranks its layers for gradient-based freezing (`LayerScores`);
+//! σ is calibrated for the target ε (`DpPlan`); the planned release is authorised by
+//! the ledger before any work (`DpRelease`); each step Poisson-samples private
 //! utterances, sums their per-example clipped gradients ([`bestrq_clipped_sum`]: one
 //! backward per utterance), adds Gaussian noise to the sum and divides by the expected
 //! count ([`hush_models::dp::GaussianMechanism::privatize`]), then takes an AdamW step; the

@@ -11,6 +11,7 @@
 //! - [`compute`]: where training runs (`--device cpu|gpu`, with a CPU fallback);
 //! - [`checkpoint`]: `weights.safetensors`, tensors named per layer;
 //! - [`package`]: the model package (`model.json` + weights + `model.onnx`);
+//! - [`pretrained`]: the pretrained-encoder directory (BEST-RQ pretraining → CTC fine-tuning);
 //! - [`export`]: the ONNX writer, NNEF through tract, `export_package`;
 //! - [`optim`]: server optimizers for federated rounds (FedAvg, FedAdam, LAMB);
 //! - [`step`]: the loss and gradient step shared by every trainer.
@@ -24,6 +25,7 @@ mod error;
 pub mod export;
 pub mod optim;
 pub mod package;
+pub mod pretrained;
 pub mod step;
 
 pub use error::ModelError;

@@ -125,7 +125,7 @@ fn write_card_json<T: Serialize>(dir: &Path, value: &T) -> Result<(), ModelError
 }
 
 /// The `parameters` list of a card and its trainable count, from a model's tensors.
-fn param_infos(tensors: Vec<crate::checkpoint::NamedTensor>) -> (Vec<ParamInfo>, usize) {
+pub(crate) fn param_infos(tensors: Vec<crate::checkpoint::NamedTensor>) -> (Vec<ParamInfo>, usize) {
     let parameters: Vec<ParamInfo> = tensors
         .into_iter()
         .map(|t| ParamInfo {

@@ -159,7 +159,8 @@ fn values<const D: usize>(t: Tensor<D>, name: &str) -> Result<Vec<f32>, ModelErr
         })
 }
 
-pub(crate) fn scalar(t: Tensor<1>) -> Result<f32, ModelError> {
+/// The single value of a one-element tensor (a loss).
+pub fn scalar(t: Tensor<1>) -> Result<f32, ModelError> {
     values(t, "loss")?
         .first()
         .copied()

@@ -32,6 +32,9 @@ enum Command {
     /// Write a package's model from its weights: ONNX (rewrites `model.onnx`) or an NNEF
     /// archive (`--format nnef`).
     Export(cli::export::ExportArgs),
+    /// Pretrain the ASR encoder on unlabeled speech with BEST-RQ (non-private or `--dp`)
+    /// into an encoder folder for `train --task asr --init DIR`.
+    Pretrain(cli::pretrain::PretrainArgs),
     /// Run the federated round server (devices register, train, upload): `--config hush.toml`.
     Serve(cli::serve::ServeArgs),
     /// Privacy audits: gradient inversion of shared updates (`audit invert`, `audit report`)
@@ -55,6 +58,7 @@ fn main() -> anyhow::Result<()> {
         Command::Privacy(cmd) => cli::privacy::run(cmd),
         Command::Train(args) => cli::train::run(args),
         Command::Export(args) => cli::export::run(args),
+        Command::Pretrain(args) => cli::pretrain::run(args),
         Command::Serve(args) => cli::serve::run(args),
         Command::Simulate(args) => cli::simulate::run(args),
         Command::Audit(cmd) => cli::audit::run(cmd),

@@ -17,25 +17,8 @@ use hush_host::train::Augment;
 use hush_models::asr::log_probs;
 use hush_models::package::load_asr_package;
 
-/// Copies the first `k` utterances of each speaker in `speakers` (LibriSpeech layout).
-fn slice_corpus(src: &Path, dst: &Path, speakers: &[&str], k: usize) {
-    for s in speakers {
-        let from = src.join(s).join("0");
-        let to = dst.join(s).join("0");
-        std::fs::create_dir_all(&to).unwrap();
-        let trans = std::fs::read_to_string(from.join(format!("{s}-0.trans.txt"))).unwrap();
-        let lines: Vec<&str> = trans.lines().take(k).collect();
-        for l in &lines {
-            let id = l.split_whitespace().next().unwrap();
-            std::fs::copy(
-                from.join(format!("{id}.flac")),
-                to.join(format!("{id}.flac")),
-            )
-            .unwrap();
-        }
-        std::fs::write(to.join(format!("{s}-0.trans.txt")), lines.join("\n") + "\n").unwrap();
-    }
-}
+mod common;
+use common::slice_corpus;
 
 #[test]
 fn tiny_ctc_model_learns_and_the_device_path_agrees() {

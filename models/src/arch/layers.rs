@@ -75,6 +75,50 @@ pub trait TensorVisitor {
     }
 }
 
+/// A model whose tensors one traversal visits by name ([`TensorVisitor`]), in
+/// `weights.safetensors` order. Reading values ([`read_values`]), reading gradients
+/// ([`read_grads`]) and registering gradients ([`write_grads`]) are then the same code for
+/// every model (keyword spotters, recognisers, the BEST-RQ pretraining model).
+pub trait NamedModule {
+    /// Runs `v` over every tensor, named and ordered as in `weights.safetensors`.
+    fn visit_tensors<V: TensorVisitor>(&self, v: &mut V) -> Result<(), ModelError>;
+}
+
+/// Every tensor's value (trainable parameters and state), in visiting order.
+pub fn read_values<M: NamedModule>(m: &M) -> Result<Vec<NamedTensor>, ModelError> {
+    let mut r = ValueReader::default();
+    m.visit_tensors(&mut r)?;
+    Ok(r.out)
+}
+
+/// The gradient of every trainable tensor in `grads`, named and ordered like the
+/// trainable entries of [`read_values`]; a parameter the loss did not reach reads as
+/// zeros.
+pub fn read_grads<M: NamedModule>(
+    m: &M,
+    grads: &GradientsParams,
+) -> Result<Vec<NamedTensor>, ModelError> {
+    let mut r = GradReader {
+        grads,
+        out: Vec::new(),
+    };
+    m.visit_tensors(&mut r)?;
+    Ok(r.out)
+}
+
+/// The inverse of [`read_grads`]: gradients given by name, as burn [`GradientsParams`]
+/// for any burn optimizer. Trainable tensors left out get no gradient, so the optimizer
+/// leaves them unchanged (layer freezing); a name that is no trainable tensor, or a wrong
+/// shape, is an error.
+pub fn write_grads<M: NamedModule>(
+    m: &M,
+    grads: &[NamedTensor],
+) -> Result<GradientsParams, ModelError> {
+    let mut w = GradWriter::new(grads)?;
+    m.visit_tensors(&mut w)?;
+    w.finish()
+}
+
 /// Reads every tensor's value (parameters and state), as `weights.safetensors` holds them.
 #[derive(Debug, Default)]
 pub struct ValueReader {

@@ -30,7 +30,9 @@ use serde::{Deserialize, Serialize};
 use crate::checkpoint::{NamedTensor, TensorSource};
 use crate::export::onnx::{OnnxGraph, INPUT};
 use crate::ModelError;
-use layers::{GradReader, GradWriter, LayerRunner, OwnWeights, TensorVisitor, ValueReader};
+use layers::{
+    read_grads, read_values, write_grads, LayerRunner, NamedModule, OwnWeights, TensorVisitor,
+};
 
 pub use bc_resnet::{BcResNet, BcResNetConfig};
 pub use ds_cnn::{DsCnn, DsCnnConfig};
@@ -149,6 +151,12 @@ pub enum KwsModel {
     LeakCnn(LeakCnn),
 }
 
+impl NamedModule for KwsModel {
+    fn visit_tensors<V: TensorVisitor>(&self, v: &mut V) -> Result<(), ModelError> {
+        self.visit(v)
+    }
+}
+
 impl KwsModel {
     /// `[B, frames, bins]` features → `[B, classes]` logits. Training behaviour (batch
     /// statistics, dropout) on an autodiff device, inference behaviour after
@@ -170,9 +178,7 @@ impl KwsModel {
     /// Every tensor (trainable parameters, batch-norm running statistics, the input
     /// normalisation), named per layer as in `weights.safetensors`, in layer order.
     pub fn named_tensors(&self) -> Result<Vec<NamedTensor>, ModelError> {
-        let mut r = ValueReader::default();
-        self.visit(&mut r)?;
-        Ok(r.out)
+        read_values(self)
     }
 
     /// Runs `v` over every tensor, named and ordered as in `weights.safetensors`: the one
@@ -191,12 +197,7 @@ impl KwsModel {
     /// entries of [`KwsModel::named_tensors`]. A parameter the loss did not reach reads as
     /// zeros.
     pub fn named_grads(&self, grads: &GradientsParams) -> Result<Vec<NamedTensor>, ModelError> {
-        let mut r = GradReader {
-            grads,
-            out: Vec::new(),
-        };
-        self.visit(&mut r)?;
-        Ok(r.out)
+        read_grads(self, grads)
     }
 
     /// The inverse of [`KwsModel::named_grads`]: gradients given by name, as burn
@@ -204,9 +205,7 @@ impl KwsModel {
     /// out get no gradient, so the optimizer leaves them unchanged (layer freezing); a name
     /// that is no trainable tensor, or a wrong shape, is an error.
     pub fn grads_params(&self, grads: &[NamedTensor]) -> Result<GradientsParams, ModelError> {
-        let mut w = GradWriter::new(grads)?;
-        self.visit(&mut w)?;
-        w.finish()
+        write_grads(self, grads)
     }
 
     /// Switches every batch norm between batch statistics (`true`, the default when

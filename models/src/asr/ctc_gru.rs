@@ -14,6 +14,9 @@
 //! form), run here by [`gru_forward`], which computes every step's input projection in one
 //! product and keeps burn's equations (checked against [`Gru::forward`] in a test).
 //!
+//! The encoder ([`CtcGru::encode`]) is every layer but `out`; BEST-RQ pretrains it
+//! ([`super::bestrq`]) and CTC fine-tuning loads it ([`ENCODER_OUTPUT`] marks the rest).
+//!
 //! Tensor names: `input_norm.*`, `conv1.*`, `conv2.*`, `proj.*`,
 //! `gru.{l}.{update,reset,new}.{input,hidden}.{weight,bias}`, `out.*`.
 
@@ -35,6 +38,14 @@ use crate::ModelError;
 
 /// Time frames consumed per output step.
 pub const SUBSAMPLING: usize = 4;
+
+/// Prefix of the tensors outside the encoder: the output layer over the vocabulary.
+pub const ENCODER_OUTPUT: &str = "out.";
+
+/// Whether tensor `name` belongs to the encoder (every layer but the output layer).
+pub fn is_encoder_tensor(name: &str) -> bool {
+    !name.starts_with(ENCODER_OUTPUT)
+}
 
 /// Output steps for `frames` input frames: `⌈frames / 4⌉`.
 pub fn output_steps(frames: usize) -> usize {
@@ -211,6 +222,15 @@ impl CtcGru {
 
     /// [`CtcGru::forward`] before the log-softmax.
     pub fn scores(&self, x: Tensor<3>) -> Tensor<3> {
+        let x = self.dropout.forward(self.encode(x));
+        let [b, t2, h] = x.dims();
+        let v = self.out.weight.dims()[1];
+        self.out.forward(x.reshape([b * t2, h])).reshape([b, t2, v])
+    }
+
+    /// The encoder: every layer but the output layer. `[B, T, bins]` features →
+    /// `[B, ⌈T/4⌉, hidden]` states of the last GRU layer (what BEST-RQ pretrains).
+    pub fn encode(&self, x: Tensor<3>) -> Tensor<3> {
         let [b, t, f] = x.dims();
         let x = self.input_norm.forward(x).reshape([b, 1, t, f]);
         let x = relu(self.conv1.forward(x));
@@ -222,10 +242,7 @@ impl CtcGru {
         for g in &self.gru {
             x = gru_forward(g, self.dropout.forward(x));
         }
-        let x = self.dropout.forward(x);
-        let [_, _, h] = x.dims();
-        let v = self.out.weight.dims()[1];
-        self.out.forward(x.reshape([b * t2, h])).reshape([b, t2, v])
+        x
     }
 
     /// Every tensor in `weights.safetensors` order, visited by `v`.

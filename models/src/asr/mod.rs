@@ -6,6 +6,8 @@
 //! - [`vocab`]: the character set (blank, space, apostrophe, a–z) and transcript
 //!   normalisation;
 //! - [`ctc_gru`]: the `ctc-gru` architecture (conv subsampling ×4 + GRU + linear);
+//! - [`bestrq`]: BEST-RQ self-supervised pretraining of its encoder (random-projection
+//!   quantizer, span masking, masked-step prediction);
 //! - [`decode`]: greedy and prefix-beam-search CTC decoding (host and device);
 //! - [`wer`]: word and character error rates.
 //!
@@ -18,17 +20,19 @@
 //! assert_eq!(log_probs.dims(), [1, 25, 29]);
 //! ```
 
+pub mod bestrq;
 pub mod ctc_gru;
 pub mod decode;
 pub mod vocab;
 pub mod wer;
 
 use burn::nn::loss::CTCLossConfig;
+use burn::optim::GradientsParams;
 use burn::tensor::{Device, Int, Tensor, TensorData};
 use serde::{Deserialize, Serialize};
 
 use crate::arch::is_trainable;
-use crate::arch::layers::ValueReader;
+use crate::arch::layers::{read_grads, read_values, write_grads, NamedModule, TensorVisitor};
 use crate::checkpoint::{NamedTensor, TensorSource};
 use crate::export::onnx::{OnnxGraph, INPUT};
 use crate::ModelError;
@@ -96,12 +100,28 @@ impl AsrArchConfig {
     }
 }
 
+impl NamedModule for CtcGru {
+    fn visit_tensors<V: TensorVisitor>(&self, v: &mut V) -> Result<(), ModelError> {
+        self.visit(v)
+    }
+}
+
 impl CtcGru {
     /// Every tensor, named per layer as in `weights.safetensors`, in layer order.
     pub fn named_tensors(&self) -> Result<Vec<NamedTensor>, ModelError> {
-        let mut r = ValueReader::default();
-        self.visit(&mut r)?;
-        Ok(r.out)
+        read_values(self)
+    }
+
+    /// The gradient of every trainable tensor in `grads`, named as in
+    /// [`CtcGru::named_tensors`] (zeros where the loss did not reach).
+    pub fn named_grads(&self, grads: &GradientsParams) -> Result<Vec<NamedTensor>, ModelError> {
+        read_grads(self, grads)
+    }
+
+    /// Gradients given by name as burn [`GradientsParams`]; tensors left out get none, so
+    /// an optimizer leaves them unchanged (layer freezing).
+    pub fn grads_params(&self, grads: &[NamedTensor]) -> Result<GradientsParams, ModelError> {
+        write_grads(self, grads)
     }
 
     /// Loads every tensor from `src`; nothing may be missing or left over.

@@ -27,7 +27,7 @@ pub use adaptive::{gradient_noise_multiplier, AdaptiveClip};
 pub use clip::{l2_norm, layer_norms, ClipBounds, ClipStrategy};
 pub use noise::{ExpectedCount, GaussianMechanism, NoiseKind, NoiseSource};
 pub use per_example::{
-    apply_sgd, clipped_grad_sum, clipped_grad_sum_with, per_example_grads,
+    apply_sgd, clipped_grad_sum, clipped_grad_sum_with, clipped_sum_by_loop, per_example_grads,
     per_example_grads_vectorized, per_example_grads_with, per_example_model, trainable_layout,
     Bounding, ClippedSum, PerExampleConfig, PerExampleMethod,
 };

@@ -331,31 +331,8 @@ pub fn clipped_grad_sum_with(
     per: &PerExampleConfig,
     device: &Device,
 ) -> Result<ClippedSum, ModelError> {
-    let layout = model.named_tensors()?;
-    let mut sum: Vec<NamedTensor> = Vec::with_capacity(bounds.layers().len());
-    for name in bounds.layers() {
-        let Some(t) = layout
-            .iter()
-            .find(|t| &t.name == name && is_trainable(&t.name))
-        else {
-            return Err(ModelError::TensorData {
-                name: name.clone(),
-                reason: "clip bounds name a tensor that is not a trainable parameter".into(),
-            });
-        };
-        sum.push(NamedTensor::new(
-            name,
-            t.shape.clone(),
-            vec![0.0; t.data.len()],
-        )?);
-    }
-    drop(layout);
-    let mut out = ClippedSum {
-        sum: Vec::new(),
-        loss_sum: 0.0,
-        examples: 0,
-        clipped: 0,
-    };
+    let mut sum = zero_sum(&model.named_tensors()?, bounds)?;
+    let mut out = ClippedSum::empty();
     let model = per_example_model(model);
     let only = Some(bounds.layers());
     for (b, method) in physical_batches(&model, batch, only, per)? {
@@ -382,6 +359,62 @@ pub fn clipped_grad_sum_with(
             add_clipped(&mut out, &mut sum, all, bounds, bounding)?;
         }
         out.loss_sum += loss_sum;
+    }
+    out.sum = sum;
+    Ok(out)
+}
+
+/// Zeros shaped like the layers `bounds` names, taken from the model's tensors `layout`
+/// (each must be a trainable parameter).
+fn zero_sum(layout: &[NamedTensor], bounds: &ClipBounds) -> Result<Vec<NamedTensor>, ModelError> {
+    bounds
+        .layers()
+        .iter()
+        .map(|name| {
+            let Some(t) = layout
+                .iter()
+                .find(|t| &t.name == name && is_trainable(&t.name))
+            else {
+                return Err(ModelError::TensorData {
+                    name: name.clone(),
+                    reason: "clip bounds name a tensor that is not a trainable parameter".into(),
+                });
+            };
+            NamedTensor::new(name, t.shape.clone(), vec![0.0; t.data.len()])
+        })
+        .collect()
+}
+
+impl ClippedSum {
+    fn empty() -> Self {
+        Self {
+            sum: Vec::new(),
+            loss_sum: 0.0,
+            examples: 0,
+            clipped: 0,
+        }
+    }
+}
+
+/// The per-example loop for any model: the sum over `n` examples of each one's gradient,
+/// given by `grad_of(i)` as its loss and its named trainable gradients (a superset of the
+/// layers `bounds` names, picked by name), clipped (or normalised) to `bounds`. `layout`
+/// is the model's tensors (named as the gradients; for the sum's shapes). Models without a
+/// vectorised path (the ASR encoder) use this; [`clipped_grad_sum_with`] falls back to it
+/// for keyword spotters. `n = 0` gives zeros.
+pub fn clipped_sum_by_loop(
+    layout: &[NamedTensor],
+    bounds: &ClipBounds,
+    bounding: Bounding,
+    n: usize,
+    mut grad_of: impl FnMut(usize) -> Result<(f32, Vec<NamedTensor>), ModelError>,
+) -> Result<ClippedSum, ModelError> {
+    let mut sum = zero_sum(layout, bounds)?;
+    let mut out = ClippedSum::empty();
+    for i in 0..n {
+        let (loss, grads) = grad_of(i)?;
+        add_clipped(&mut out, &mut sum, grads, bounds, bounding)?;
+        out.loss_sum += loss;
     }
     out.sum = sum;
     Ok(out)

@@ -4,6 +4,9 @@ use std::path::PathBuf;
 
 use anyhow::Context;
 use hush_host::experiment::dp_sgd::{results_markdown, run_dp_sgd, DpSgdExperimentConfig};
+use hush_host::experiment::pretrain::{
+    results_markdown as pretrain_markdown, run_pretrain_experiment, PretrainExperimentConfig,
+};
 
 /// Subcommands of `hush-host experiment`.
 #[derive(clap::Subcommand)]
@@ -12,6 +15,42 @@ pub enum ExperimentCommand {
     /// clipping, each without and with a public warm start and layer freezing, at every
     /// target ε. Generates a large enough corpus first when --data is missing or empty.
     DpSgd(DpSgdArgs),
+    /// ASR WER and CER of CTC from scratch against BEST-RQ pretraining on a larger
+    /// unlabeled corpus (non-private, and DP at every target ε with flat and per-layer-dim
+    /// clipping, with and without layer freezing), each then fine-tuned. Generates both
+    /// corpora when missing or empty.
+    Pretrain(PretrainExperimentArgs),
+}
+
+/// Arguments of `hush-host experiment pretrain`.
+#[derive(clap::Args)]
+pub struct PretrainExperimentArgs {
+    /// Output folder (results.json, results.md, wer.png, runs/; the corpora by default).
+    #[arg(long)]
+    pub out: PathBuf,
+    /// A pipeline check in a few minutes (tiny corpora, 1 pretraining and 2 fine-tuning
+    /// epochs, ε = 10 only); its numbers mean nothing.
+    #[arg(long)]
+    pub quick: bool,
+    /// Labeled ASR corpus; generated when missing or empty (default OUT/corpus-labeled).
+    #[arg(long)]
+    pub labeled: Option<PathBuf>,
+    /// Unlabeled ASR corpus; generated when missing or empty (default
+    /// OUT/corpus-unlabeled).
+    #[arg(long)]
+    pub unlabeled: Option<PathBuf>,
+    /// Target ε values, comma-separated (default 4,10; --quick 10).
+    #[arg(long, value_delimiter = ',')]
+    pub epsilons: Vec<f64>,
+    /// Pretraining epochs (default 4; --quick 1).
+    #[arg(long)]
+    pub pretrain_epochs: Option<usize>,
+    /// Fine-tuning epochs (default 8; --quick 2).
+    #[arg(long)]
+    pub finetune_epochs: Option<usize>,
+    /// Seed.
+    #[arg(long, default_value_t = 0)]
+    pub seed: u64,
 }
 
 /// Arguments of `hush-host experiment dp-sgd`.
@@ -59,6 +98,42 @@ pub struct DpSgdArgs {
 /// Runs one `experiment` subcommand.
 pub fn run(cmd: ExperimentCommand) -> anyhow::Result<()> {
     match cmd {
+        ExperimentCommand::Pretrain(a) => {
+            let mut cfg = if a.quick {
+                PretrainExperimentConfig::quick(&a.out)
+            } else {
+                PretrainExperimentConfig::new(&a.out)
+            };
+            if let Some(d) = &a.labeled {
+                cfg.labeled = d.clone();
+            }
+            if let Some(d) = &a.unlabeled {
+                cfg.unlabeled = d.clone();
+            }
+            if !a.epsilons.is_empty() {
+                cfg.epsilons = a.epsilons.clone();
+            }
+            if let Some(e) = a.pretrain_epochs {
+                cfg.pretrain_epochs = e;
+            }
+            if let Some(e) = a.finetune_epochs {
+                cfg.finetune_epochs = e;
+            }
+            cfg.seed = a.seed;
+            let command = std::env::args().collect::<Vec<_>>().join(" ");
+            let start = std::time::Instant::now();
+            let results = run_pretrain_experiment(&cfg, &command, &mut |line| {
+                eprintln!("[{:>6.0} s] {line}", start.elapsed().as_secs_f64())
+            })
+            .context("hush-host experiment pretrain")?;
+            print!("{}", pretrain_markdown(&results));
+            println!(
+                "results: {} ({:.0} s)",
+                a.out.join("results.md").display(),
+                start.elapsed().as_secs_f64()
+            );
+            Ok(())
+        }
         ExperimentCommand::DpSgd(a) => {
             let data = a.data.clone().unwrap_or_else(|| a.out.join("corpus"));
             let mut cfg = if a.quick {

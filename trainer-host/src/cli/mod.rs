@@ -7,6 +7,7 @@ pub mod demo;
 pub mod experiment;
 pub mod export;
 pub mod pate;
+pub mod pretrain;
 pub mod privacy;
 pub mod serve;
 pub mod simulate;

@@ -148,24 +148,9 @@ pub fn epoch_line(epochs: usize) -> impl FnMut(&hush_host::train::EpochReport) {
     }
 }
 
-/// Arguments of `hush-host train`.
-#[derive(clap::Args)]
-pub struct TrainArgs {
-    /// Task.
-    #[arg(long, value_enum, default_value = "kws")]
-    pub task: TaskArg,
-    /// Corpus directory.
-    #[arg(long)]
-    pub data: PathBuf,
-    /// The model and how to train it.
-    #[command(flatten)]
-    pub model: ModelArgs,
-    /// Output model directory.
-    #[arg(long)]
-    pub out: PathBuf,
-    /// ASR: beam width of the final report's beam-search WER.
-    #[arg(long, default_value_t = 8)]
-    pub beam: usize,
+/// The DP-SGD flags every central DP trainer takes (`train --dp`, `pretrain --dp`).
+#[derive(clap::Args, Clone)]
+pub struct DpArgs {
     /// Train with DP-SGD (example-level differential privacy).
     #[arg(long)]
     pub dp: bool,
@@ -211,6 +196,64 @@ pub struct TrainArgs {
     /// DP: seed noise and sampling from --seed (reproducible; never for real releases).
     #[arg(long, requires = "dp")]
     pub reproducible_noise: bool,
+}
+
+impl DpArgs {
+    /// The DP configuration of these flags (`None` without `--dp`).
+    pub fn config(&self) -> anyhow::Result<Option<DpConfig>> {
+        if !self.dp {
+            return Ok(None);
+        }
+        let noise = match (self.target_epsilon, self.noise_multiplier) {
+            (Some(e), None) => NoiseTarget::Epsilon(e),
+            (None, Some(z)) => NoiseTarget::NoiseMultiplier(z),
+            _ => anyhow::bail!("--dp needs --target-epsilon E (or --noise-multiplier Z)"),
+        };
+        let mut dp = DpConfig::new(1.0, self.delta, self.clip);
+        dp.noise = noise;
+        dp.clipping = self.clipping.parse()?;
+        dp.normalize_layers = self.normalize_layers;
+        dp.sampling_rate = self.sampling_rate;
+        dp.freeze_fraction = self.freeze_fraction;
+        dp.warm_start_public = self.warm_start_public;
+        dp.warm_start_epochs = self.warm_start_epochs;
+        dp.discrete_noise = self.discrete_noise;
+        dp.ledger = self.ledger.clone();
+        dp.budget_epsilon = self.budget_epsilon;
+        dp.reproducible = self.reproducible_noise;
+        Ok(Some(dp))
+    }
+}
+
+/// Arguments of `hush-host train`.
+#[derive(clap::Args)]
+pub struct TrainArgs {
+    /// Task.
+    #[arg(long, value_enum, default_value = "kws")]
+    pub task: TaskArg,
+    /// Corpus directory.
+    #[arg(long)]
+    pub data: PathBuf,
+    /// The model and how to train it.
+    #[command(flatten)]
+    pub model: ModelArgs,
+    /// Output model directory.
+    #[arg(long)]
+    pub out: PathBuf,
+    /// ASR: beam width of the final report's beam-search WER.
+    #[arg(long, default_value_t = 8)]
+    pub beam: usize,
+    /// Train with DP-SGD (example-level differential privacy), and its options.
+    #[command(flatten)]
+    pub dp: DpArgs,
+    /// ASR: start from a pretrained encoder (the output folder of `hush-host pretrain`, same
+    /// --arch); its output layer starts fresh.
+    #[arg(long)]
+    pub init: Option<PathBuf>,
+    /// ASR: keep the pretrained encoder fixed and train only the output layer (needs
+    /// --init).
+    #[arg(long, requires = "init")]
+    pub freeze_encoder: bool,
     /// DP: most MiB of per-example weight copies and gradients at once (larger steps run
     /// as several physical batches with gradient accumulation).
     #[arg(long, requires = "dp", default_value_t = 256)]
@@ -233,23 +276,9 @@ pub struct TrainArgs {
 }
 
 fn dp_config(args: &TrainArgs) -> anyhow::Result<DpConfig> {
-    let noise = match (args.target_epsilon, args.noise_multiplier) {
-        (Some(e), None) => NoiseTarget::Epsilon(e),
-        (None, Some(z)) => NoiseTarget::NoiseMultiplier(z),
-        _ => anyhow::bail!("--dp needs --target-epsilon E (or --noise-multiplier Z)"),
+    let Some(mut dp) = args.dp.config()? else {
+        anyhow::bail!("DP options without --dp");
     };
-    let mut dp = DpConfig::new(1.0, args.delta, args.clip);
-    dp.noise = noise;
-    dp.clipping = args.clipping.parse()?;
-    dp.normalize_layers = args.normalize_layers;
-    dp.sampling_rate = args.sampling_rate;
-    dp.freeze_fraction = args.freeze_fraction;
-    dp.warm_start_public = args.warm_start_public;
-    dp.warm_start_epochs = args.warm_start_epochs;
-    dp.discrete_noise = args.discrete_noise;
-    dp.ledger = args.ledger.clone();
-    dp.budget_epsilon = args.budget_epsilon;
-    dp.reproducible = args.reproducible_noise;
     dp.max_grad_memory_mb = args.max_grad_memory_mb;
     dp.per_example_method = args.per_example_method.parse()?;
     dp.adaptive_clip_quantile = args.adaptive_clip_quantile;
@@ -263,10 +292,15 @@ pub fn run(args: TrainArgs) -> anyhow::Result<()> {
     let command = std::env::args().collect::<Vec<_>>().join(" ");
     announce_device(args.model.device);
     if args.task == TaskArg::Asr {
-        if args.dp {
-            anyhow::bail!("--dp applies to --task kws only (DP-SGD for ASR is not built yet)");
+        if args.dp.dp {
+            anyhow::bail!(
+                "--dp applies to --task kws only (DP-SGD for ASR training is not built yet; \
+                 `hush-host pretrain --dp` pretrains the encoder with DP)"
+            );
         }
-        let cfg = args.model.asr_config(&args.data, args.beam)?;
+        let mut cfg = args.model.asr_config(&args.data, args.beam)?;
+        cfg.init = args.init.clone();
+        cfg.freeze_encoder = args.freeze_encoder;
         let report = train_asr(&cfg, &args.out, &command, &mut asr_epoch_line(cfg.epochs))
             .with_context(|| format!("ASR training on {}", args.data.display()))?;
         print_asr_card(&report.card, &args.out);
@@ -274,7 +308,10 @@ pub fn run(args: TrainArgs) -> anyhow::Result<()> {
     }
     let cfg = args.model.kws_config(&args.data);
     let mut progress = epoch_line(cfg.epochs);
-    let card = if args.dp {
+    if args.init.is_some() {
+        anyhow::bail!("--init applies to --task asr only");
+    }
+    let card = if args.dp.dp {
         let dp = dp_config(&args)?;
         let report = train_kws_dp(&cfg, &dp, &args.out, &command, &mut progress)
             .with_context(|| format!("DP training on {}", args.data.display()))?;
@@ -294,16 +331,7 @@ pub fn run(args: TrainArgs) -> anyhow::Result<()> {
                 a.count_noise_std
             );
         }
-        println!("{}", p.epsilon_rdp);
-        if let Some(pld) = &p.epsilon_pld {
-            println!("{pld}");
-        }
-        println!(
-            "ledger {} record {}; privacy report {}",
-            p.ledger,
-            p.ledger_record,
-            args.out.join("privacy.json").display()
-        );
+        print_privacy(p, &args.out);
         report.card
     } else {
         train_kws(&cfg, &args.out, &command, &mut progress)
@@ -312,6 +340,21 @@ pub fn run(args: TrainArgs) -> anyhow::Result<()> {
     };
     print_card(&card, &args.out);
     Ok(())
+}
+
+/// Prints a DP release's ε (RDP, and PLD when known) and where its ledger record and
+/// `privacy.json` (in `out`) are.
+pub fn print_privacy(p: &hush_host::train::PrivacyReport, out: &std::path::Path) {
+    println!("{}", p.epsilon_rdp);
+    if let Some(pld) = &p.epsilon_pld {
+        println!("{pld}");
+    }
+    println!(
+        "ledger {} record {}; privacy report {}",
+        p.ledger,
+        p.ledger_record,
+        out.join("privacy.json").display()
+    );
 }
 
 /// Prints a trained model's size, per-split metrics and test confusion matrix.

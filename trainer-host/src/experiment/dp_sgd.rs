@@ -22,6 +22,7 @@ use hush_device::dataset::{read_corpus, Split};
 use hush_models::dp::ClipStrategy;
 use serde::{Deserialize, Serialize};
 
+use super::{io_err, is_missing_or_empty, write_file, write_json, ExperimentError};
 use crate::accountant::EpsilonReport;
 use crate::corpus::{synthesize, OutputFormat, SynthConfig};
 use crate::demo::small_kws_config;
@@ -304,56 +305,6 @@ pub struct DpSgdResults {
     pub arch: String,
     /// Every run so far.
     pub runs: Vec<RunResult>,
-}
-
-/// Why the experiment stopped.
-#[derive(Debug, thiserror::Error)]
-pub enum ExperimentError {
-    /// A setting is out of range.
-    #[error("experiment: {0}")]
-    Config(String),
-    /// The corpus could not be generated.
-    #[error("generating the corpus: {0}")]
-    Synth(#[from] crate::corpus::SynthError),
-    /// The corpus could not be read.
-    #[error(transparent)]
-    Dataset(#[from] hush_device::dataset::DatasetError),
-    /// A training run failed.
-    #[error("run {run}: {source}")]
-    Train {
-        /// The run's setting and ε.
-        run: String,
-        /// The trainer's error.
-        source: TrainError,
-    },
-    /// The plot could not be drawn.
-    #[error(transparent)]
-    Plot(#[from] crate::plot::PlotError),
-    /// A result file could not be written.
-    #[error("{path}: {source}")]
-    Io {
-        /// The file.
-        path: PathBuf,
-        /// The underlying error.
-        source: std::io::Error,
-    },
-}
-
-fn io_err(path: &Path) -> impl FnOnce(std::io::Error) -> ExperimentError + '_ {
-    move |source| ExperimentError::Io {
-        path: path.to_path_buf(),
-        source,
-    }
-}
-
-fn is_missing_or_empty(dir: &Path) -> Result<bool, ExperimentError> {
-    if !dir.exists() {
-        return Ok(true);
-    }
-    Ok(std::fs::read_dir(dir)
-        .map_err(io_err(dir))?
-        .next()
-        .is_none())
 }
 
 /// Makes the corpus if needed and counts its splits.
@@ -705,18 +656,8 @@ fn plot_series(r: &DpSgdResults) -> Vec<Series> {
 }
 
 fn write_results(out: &Path, r: &DpSgdResults) -> Result<(), ExperimentError> {
-    let write = |name: &str, text: String| {
-        let path = out.join(name);
-        let tmp = out.join(format!("{name}.partial"));
-        std::fs::write(&tmp, text).map_err(io_err(&tmp))?;
-        std::fs::rename(&tmp, &path).map_err(io_err(&path))
-    };
-    let json = serde_json::to_string_pretty(r).map_err(|e| ExperimentError::Io {
-        path: out.join("results.json"),
-        source: std::io::Error::other(e),
-    })?;
-    write("results.json", json)?;
-    write("results.md", results_markdown(r))?;
+    write_json(out, "results.json", r)?;
+    write_file(out, "results.md", results_markdown(r))?;
     let series = plot_series(r);
     if !series.is_empty() {
         line_plot(

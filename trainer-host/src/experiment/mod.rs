@@ -7,6 +7,85 @@
 //!
 //! - [`dp_sgd`]: KWS accuracy against ε for flat and per-layer-dim clipping, with and
 //!   without a public warm start and gradient-based layer freezing
-//!   (`hush-host experiment dp-sgd`).
+//!   (`hush-host experiment dp-sgd`);
+//! - [`pretrain`]: ASR word and character error rates of CTC from scratch against BEST-RQ
+//!   pretraining (non-private and DP) then fine-tuning (`hush-host experiment pretrain`).
 
 pub mod dp_sgd;
+pub mod pretrain;
+
+use std::path::{Path, PathBuf};
+
+use crate::train::TrainError;
+
+/// Why the experiment stopped.
+#[derive(Debug, thiserror::Error)]
+pub enum ExperimentError {
+    /// A setting is out of range.
+    #[error("experiment: {0}")]
+    Config(String),
+    /// The corpus could not be generated.
+    #[error("generating the corpus: {0}")]
+    Synth(#[from] crate::corpus::SynthError),
+    /// The corpus could not be read.
+    #[error(transparent)]
+    Dataset(#[from] hush_device::dataset::DatasetError),
+    /// A training run failed.
+    #[error("run {run}: {source}")]
+    Train {
+        /// The run's setting and ε.
+        run: String,
+        /// The trainer's error.
+        source: TrainError,
+    },
+    /// The plot could not be drawn.
+    #[error(transparent)]
+    Plot(#[from] crate::plot::PlotError),
+    /// A result file could not be written.
+    #[error("{path}: {source}")]
+    Io {
+        /// The file.
+        path: PathBuf,
+        /// The underlying error.
+        source: std::io::Error,
+    },
+}
+
+pub(crate) fn io_err(path: &Path) -> impl FnOnce(std::io::Error) -> ExperimentError + '_ {
+    move |source| ExperimentError::Io {
+        path: path.to_path_buf(),
+        source,
+    }
+}
+
+pub(crate) fn is_missing_or_empty(dir: &Path) -> Result<bool, ExperimentError> {
+    if !dir.exists() {
+        return Ok(true);
+    }
+    Ok(std::fs::read_dir(dir)
+        .map_err(io_err(dir))?
+        .next()
+        .is_none())
+}
+
+/// Writes `out/name` whole or not at all (a `.partial` file renamed into place), so a
+/// long experiment's results can be watched.
+pub(crate) fn write_file(out: &Path, name: &str, text: String) -> Result<(), ExperimentError> {
+    let path = out.join(name);
+    let tmp = out.join(format!("{name}.partial"));
+    std::fs::write(&tmp, text).map_err(io_err(&tmp))?;
+    std::fs::rename(&tmp, &path).map_err(io_err(&path))
+}
+
+/// [`write_file`] of `value` as pretty JSON.
+pub(crate) fn write_json<T: serde::Serialize>(
+    out: &Path,
+    name: &str,
+    value: &T,
+) -> Result<(), ExperimentError> {
+    let json = serde_json::to_string_pretty(value).map_err(|e| ExperimentError::Io {
+        path: out.join(name),
+        source: std::io::Error::other(e),
+    })?;
+    write_file(out, name, json)
+}

@@ -19,16 +19,20 @@ use hush_device::audio::read_audio;
 use hush_device::dataset::{read_corpus, Layout, Split, Target};
 use hush_device::features::{FeatureConfig, FeatureKind};
 use hush_device::infer::utterance_features;
+use hush_models::asr::ctc_gru::is_encoder_tensor;
 use hush_models::asr::decode::{beam_search, greedy};
 use hush_models::asr::wer::ErrorCounts;
 use hush_models::asr::{
     ctc_loss, ctc_min_steps, normalize_transcript, output_steps, AsrArchConfig, CtcBatch, CtcGru,
     Vocabulary,
 };
-use hush_models::checkpoint::TensorSource;
-use hush_models::compute::{self, ComputeKind};
-use hush_models::package::{write_asr_package, AsrCard, AsrMetrics, AsrSplitMetrics, Provenance};
-use hush_models::step::apply_grads;
+use hush_models::checkpoint::{NamedTensor, TensorSource};
+use hush_models::package::{
+    write_asr_package, AsrCard, AsrMetrics, AsrSplitMetrics, Provenance, WEIGHTS,
+};
+use hush_models::compute::ComputeKind;
+use hush_models::pretrained::{load_encoder_into, read_encoder};
+use hush_models::step::{apply_grads, scalar};
 use rand::seq::SliceRandom;
 use rand::SeedableRng;
 use rand_chacha::ChaCha8Rng;
@@ -70,6 +74,14 @@ pub struct AsrTrainConfig {
     /// Where to train (`--device`; a GPU that cannot start falls back to the CPU).
     #[serde(default)]
     pub compute: ComputeKind,
+    /// A pretrained encoder (`hush-host pretrain` output) to start from: its tensors,
+    /// input normalisation included, replace the fresh encoder's; the output layer starts
+    /// fresh.
+    #[serde(default)]
+    pub init: Option<PathBuf>,
+    /// Keep the pretrained encoder fixed and train only the output layer (needs `init`).
+    #[serde(default)]
+    pub freeze_encoder: bool,
 }
 
 impl AsrTrainConfig {
@@ -103,6 +115,8 @@ impl AsrTrainConfig {
             },
             beam: 8,
             compute: ComputeKind::Cpu,
+            init: None,
+            freeze_encoder: false,
         }
     }
 
@@ -130,10 +144,51 @@ impl AsrTrainConfig {
         }
     }
 
+    /// The pretrained encoder of `init`, checked against the architecture `arch` and the
+    /// features: `(weights file, encoder tensors)`.
+    fn pretrained(
+        &self,
+        arch: &AsrArchConfig,
+    ) -> Result<Option<(PathBuf, Vec<NamedTensor>)>, TrainError> {
+        let Some(dir) = &self.init else {
+            return Ok(None);
+        };
+        let (card, tensors) = read_encoder(dir)?;
+        let bad = |reason: String| TrainError::Option {
+            option: "--init",
+            reason: format!("{}: {reason}", dir.display()),
+        };
+        if card.arch != *arch {
+            return Err(bad(format!(
+                "the encoder is a {} of {} bins ({:?}); this run trains {} of {} bins; pass \
+                 the same --arch as `hush-host pretrain`",
+                card.arch.name(),
+                card.arch.bins(),
+                card.arch,
+                arch.name(),
+                arch.bins()
+            )));
+        }
+        let features: FeatureConfig =
+            serde_json::from_value(card.features.clone()).map_err(|e| bad(e.to_string()))?;
+        if features != self.features {
+            return Err(bad(
+                "the encoder was pretrained on other features than this run's".into(),
+            ));
+        }
+        Ok(Some((dir.join(WEIGHTS), tensors)))
+    }
+
     fn check(&self) -> Result<(), TrainError> {
         check_common(self.epochs, self.batch_size, self.lr, &self.features)?;
         if self.beam == 0 {
             return Err(TrainError::option("--beam", "at least 1"));
+        }
+        if self.freeze_encoder && self.init.is_none() {
+            return Err(TrainError::option(
+                "--freeze-encoder",
+                "freezes a pretrained encoder: needs --init ENCODER_DIR",
+            ));
         }
         if self.augment.mixup_alpha > 0.0 {
             return Err(TrainError::option(
@@ -377,8 +432,9 @@ pub fn train_asr(
     progress: &mut dyn FnMut(&AsrEpochReport),
 ) -> Result<AsrTrainReport, TrainError> {
     cfg.check()?;
-    // A bad architecture fails before the corpus is decoded.
-    cfg.resolve_arch(&Vocabulary::characters())?;
+    // A bad architecture or pretrained encoder fails before the corpus is decoded.
+    let arch = cfg.resolve_arch(&Vocabulary::characters())?;
+    cfg.pretrained(&arch)?;
     let data = load_asr(&cfg.data, cfg.features.frame.sample_rate)?;
     train_asr_on(cfg, &data, out, command, progress)
 }
@@ -421,11 +477,14 @@ pub fn train_asr_on(
     }
     let (mean, scale) = input_stats(&train_feats.concat(), bins);
 
-    let plain = compute::select(cfg.compute).device;
+    let plain = super::device(cfg.compute);
     let device = plain.clone().autodiff();
     device.seed(cfg.seed);
     let mut model = arch.init(&device)?;
     model.set_input_norm(&mean, &scale)?;
+    if let Some((origin, tensors)) = cfg.pretrained(&arch)? {
+        model = load_encoder_into(model, tensors, arch.name(), &origin)?;
+    }
     let mut optimizer = AdamWConfig::new()
         .with_weight_decay(cfg.weight_decay)
         .with_grad_clipping(Some(GradientClippingConfig::Norm(cfg.grad_clip)))
@@ -474,14 +533,16 @@ pub fn train_asr_on(
             let batch = pad_batch(feats, labels, bins, &mean);
             lr = schedule.lr(step);
             let loss = ctc_loss(&model, &batch, &device)?;
-            let value = loss
-                .clone()
-                .into_data()
-                .try_to_vec::<f32>()
-                .ok()
-                .and_then(|v| v.first().copied())
-                .unwrap_or(f32::NAN);
-            let grads = GradientsParams::from_grads(loss.backward(), &model);
+            let value = scalar(loss.clone())?;
+            let mut grads = GradientsParams::from_grads(loss.backward(), &model);
+            if cfg.freeze_encoder {
+                let output: Vec<NamedTensor> = model
+                    .named_grads(&grads)?
+                    .into_iter()
+                    .filter(|t| !is_encoder_tensor(&t.name))
+                    .collect();
+                grads = model.grads_params(&output)?;
+            }
             model = apply_grads(&mut optimizer, lr, model, grads);
             loss_sum += f64::from(value) * n_labels as f64;
             label_sum += n_labels;
@@ -577,6 +638,8 @@ pub fn train_asr_on(
             "selection": "best validation greedy WER",
             "augment": cfg.augment,
             "beam": cfg.beam,
+            "init": cfg.init,
+            "freeze_encoder": cfg.freeze_encoder,
         }),
         epochs_run: reports.len(),
         best_epoch,

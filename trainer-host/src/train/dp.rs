@@ -47,11 +47,9 @@ use burn::optim::AdamWConfig;
 use hush_device::infer::clip_samples;
 
 use hush_models::checkpoint::TensorSource;
-use hush_models::compute;
 use hush_models::dp::{
     clipped_grad_sum_with, gradient_noise_multiplier, trainable_layout, AdaptiveClip, Bounding,
-    ClipBounds, ClipStrategy, ExpectedCount, GaussianMechanism, NoiseKind, NoiseSource,
-    PerExampleConfig, PerExampleMethod, PoissonSampler,
+    ClipStrategy, NoiseKind, PerExampleConfig, PerExampleMethod,
 };
 use hush_models::package::{write_package, Metrics, ModelCard, Provenance};
 use hush_models::step::{apply_grads, loss_and_grads, Batch};
@@ -62,15 +60,17 @@ use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
 
 use super::data::{load_kws, Clip};
+use super::dp_run::{
+    frozen_count, mechanism, privacy_err, sampler_and_noise, split_public, DpPlan, DpRelease,
+    LayerScores,
+};
 use super::schedule::WarmupCosine;
 use super::{
     evaluate, features_of, input_stats, BestEpoch, EpochReport, KwsTrainConfig, Prepared,
     TrainError,
 };
-use crate::accountant::calibrate::{calibrate_noise_multiplier, DEFAULT_TOLERANCE};
-use crate::accountant::{Accountant, Adjacency, EpsilonReport, PrivacyUnit, SubsampledGaussian};
-use crate::ledger::sqlite::SqliteLedgerStore;
-use crate::ledger::{Budget, Ledger, Mechanism, ReleaseRecord};
+use crate::accountant::{Accountant, Adjacency, EpsilonReport, PrivacyUnit};
+use crate::ledger::{Mechanism, ReleaseRecord};
 
 /// How much noise: a target ε (the noise multiplier is calibrated) or a fixed multiplier.
 #[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
@@ -384,10 +384,6 @@ pub struct DpTrainReport {
     pub record: ReleaseRecord,
 }
 
-fn privacy_err(what: impl std::fmt::Display) -> TrainError {
-    TrainError::Privacy(what.to_string())
-}
-
 fn make_batch(p: &Prepared, idx: &[usize], per: usize, dims: (usize, usize, usize)) -> Batch {
     let (frames, bins, k) = dims;
     let mut features = Vec::with_capacity(idx.len() * per);
@@ -420,85 +416,18 @@ pub fn train_kws_dp(
     dp.check()?;
     let (labels, io, arch) = cfg.resolve_arch()?;
     let bins = io.bins;
-    let plain = compute::select(cfg.compute).device;
+    let plain = super::device(cfg.compute);
     let layers = trainable_layout(&arch.init(&plain)?)?;
-    let n_frozen = (dp.freeze_fraction * layers.len() as f64).floor() as usize;
-    if n_frozen >= layers.len() {
-        return Err(TrainError::Option {
-            option: "--freeze-fraction",
-            reason: format!(
-                "{} of {} layers would freeze every layer",
-                dp.freeze_fraction,
-                layers.len()
-            ),
-        });
-    }
+    let n_frozen = frozen_count(dp, layers.len())?;
 
     // Data: public and private training speakers.
     let sr = cfg.features.frame.sample_rate;
     let clip_len = clip_samples(&cfg.features, cfg.frames);
     let data = load_kws(&cfg.data, &labels, sr, clip_len)?;
-    let (public, private): (Vec<Clip>, Vec<Clip>) = data
-        .train
-        .iter()
-        .cloned()
-        .partition(|c| is_public_speaker(&c.speaker, dp.warm_start_public));
-    if private.is_empty() {
-        return Err(TrainError::Option {
-            option: "--warm-start-public",
-            reason: "every training speaker came out public; lower the fraction".into(),
-        });
-    }
-    if dp.warm_start_public > 0.0 && public.is_empty() {
-        return Err(TrainError::Option {
-            option: "--warm-start-public",
-            reason: "no training speaker came out public; raise the fraction".into(),
-        });
-    }
-    let n = private.len();
-    if dp.delta >= 1.0 / n as f64 {
-        return Err(TrainError::Option {
-            option: "--delta",
-            reason: format!(
-                "{} is not below 1/n = 1/{n} (private examples); a δ that large allows \
-                 releasing an example outright",
-                dp.delta
-            ),
-        });
-    }
-    let q = dp
-        .sampling_rate
-        .unwrap_or((cfg.batch_size as f64 / n as f64).min(1.0));
-    let steps_per_epoch = (1.0 / q).round().max(1.0) as usize;
-    let planned_steps = (steps_per_epoch * cfg.epochs) as u64;
-    let sigma = match dp.noise {
-        NoiseTarget::NoiseMultiplier(z) => z,
-        NoiseTarget::Epsilon(eps) => calibrate_noise_multiplier(
-            dp.accountant,
-            Adjacency::AddRemove,
-            eps,
-            dp.delta,
-            q,
-            planned_steps,
-            DEFAULT_TOLERANCE,
-        )
-        .map_err(|e| TrainError::Option {
-            option: "--target-epsilon",
-            reason: format!("cannot reach ε = {eps} in {planned_steps} steps at q = {q}: {e}"),
-        })?,
-    };
-    let max_sigma = dp.max_noise_multiplier.unwrap_or(q * n as f64);
-    if matches!(dp.noise, NoiseTarget::Epsilon(_)) && sigma > max_sigma {
-        return Err(TrainError::Option {
-            option: "--target-epsilon",
-            reason: format!(
-                "unreachable within {planned_steps} steps at q = {q}: it needs noise \
-                 multiplier {sigma:.1} (> {max_sigma:.1}), which drowns the gradient; use a \
-                 larger ε, fewer epochs or more examples per step"
-            ),
-        });
-    }
-    let expected = ExpectedCount::poisson(q, n).map_err(privacy_err)?;
+    let (public, private) = split_public(data.train.iter().cloned(), |c: &Clip| &c.speaker, dp)?;
+    let plan = DpPlan::new(dp, private.len(), cfg.batch_size, cfg.epochs)?;
+    let (n, q, steps_per_epoch) = (plan.n, plan.q, plan.steps_per_epoch);
+    let expected = plan.expected;
     // Adaptive clipping: the unclipped count takes a share of σ; the gradient gets z_Δ.
     let mut adaptive = match dp.adaptive_clip_quantile {
         None => None,
@@ -506,12 +435,13 @@ pub fn train_kws_dp(
             let sb = dp
                 .adaptive_clip_count_noise
                 .unwrap_or_else(|| AdaptiveClip::default_count_noise(expected));
-            gradient_noise_multiplier(sigma, sb).map_err(|e| TrainError::Option {
+            gradient_noise_multiplier(plan.sigma, sb).map_err(|e| TrainError::Option {
                 option: "--adaptive-clip-quantile",
                 reason: format!(
                     "the unclipped count's noise σ_b = {sb:.3} must exceed half the noise \
-                     multiplier {sigma:.3} (raise --adaptive-clip-count-noise, or the \
+                     multiplier {:.3} (raise --adaptive-clip-count-noise, or the \
                      expected batch q·n = {:.1}, whose default σ_b is q·n/20): {e}",
+                    plan.sigma,
                     expected.get()
                 ),
             })?;
@@ -522,42 +452,13 @@ pub fn train_kws_dp(
         }
     };
     let gradient_sigma = match &adaptive {
-        Some(a) => gradient_noise_multiplier(sigma, a.count_noise_std()).map_err(privacy_err)?,
-        None => sigma,
-    };
-    let planned_event =
-        SubsampledGaussian::poisson(q, sigma, planned_steps).map_err(privacy_err)?;
-    let planned_eps = planned_event
-        .epsilon(dp.accountant, Adjacency::AddRemove, dp.delta)
-        .map_err(privacy_err)?
-        .epsilon;
-    let budget_eps = dp.budget_epsilon.unwrap_or(match dp.noise {
-        NoiseTarget::Epsilon(e) => e,
-        NoiseTarget::NoiseMultiplier(_) => planned_eps,
-    });
-    let budget = Budget::new(
-        budget_eps,
-        dp.delta,
-        dp.accountant,
-        Adjacency::AddRemove,
-        PrivacyUnit::Example,
-    )
-    .map_err(privacy_err)?;
-    let store = SqliteLedgerStore::open(&dp.ledger).map_err(privacy_err)?;
-    let mut ledger = Ledger::new(store, budget);
-    let release = |steps: u64| -> Result<crate::ledger::Release, TrainError> {
-        Ok(crate::ledger::Release {
-            mechanism: Mechanism::DpSgd,
-            event: SubsampledGaussian::poisson(q, sigma, steps.max(1)).map_err(privacy_err)?,
-            unit: PrivacyUnit::Example,
-            adjacency: Adjacency::AddRemove,
-            population: Some(n as u64),
-            delta: dp.delta,
-            released: format!("kws model {}", out.display()),
-        })
+        Some(a) => {
+            gradient_noise_multiplier(plan.sigma, a.count_noise_std()).map_err(privacy_err)?
+        }
+        None => plan.sigma,
     };
     // Refused here, before any training, when over budget.
-    ledger.authorize(&release(planned_steps)?)?;
+    let release = DpRelease::open(dp, plan, format!("kws model {}", out.display()))?;
 
     // Features.
     let public_feats = features_of(&public, &cfg.features, cfg.frames)?;
@@ -579,7 +480,7 @@ pub fn train_kws_dp(
     let mut rng = ChaCha8Rng::seed_from_u64(cfg.seed);
 
     // Public warm start, ranking layers by normalised squared gradient norms.
-    let mut scores = vec![0f64; layers.len()];
+    let mut scores = LayerScores::new(&layers);
     if !public.is_empty() {
         let mut opt = AdamWConfig::new()
             .with_weight_decay(cfg.weight_decay)
@@ -598,17 +499,11 @@ pub fn train_kws_dp(
             for chunk in order.chunks(cfg.batch_size) {
                 let batch = make_batch(&public_feats, chunk, per, dims);
                 let (_, grads) = loss_and_grads(&model, &batch, &device)?;
-                let named = model.named_grads(&grads)?;
-                for (s, g) in scores.iter_mut().zip(&named) {
-                    let sq: f64 = g.data.iter().map(|&v| f64::from(v) * f64::from(v)).sum();
-                    *s += sq / g.data.len().max(1) as f64;
-                }
+                scores.add(&model.named_grads(&grads)?);
                 model = apply_grads(&mut opt, schedule.lr(step), model, grads);
                 step += 1;
             }
         }
-    }
-    if !public.is_empty() {
         // Epoch 0: where the warm start left the model.
         let v = evaluate(
             &model.valid(),
@@ -626,47 +521,12 @@ pub fn train_kws_dp(
             best: false,
         });
     }
-    let mut ranked: Vec<usize> = (0..layers.len()).collect();
-    ranked.sort_by(|&a, &b| scores[a].total_cmp(&scores[b]));
-    let frozen: Vec<String> = ranked[..n_frozen]
-        .iter()
-        .map(|&i| layers[i].0.clone())
-        .collect();
-    let dp_layers: Vec<(String, usize)> = layers
-        .iter()
-        .filter(|(name, _)| !frozen.contains(name))
-        .cloned()
-        .collect();
-    let dp_dim: usize = dp_layers.iter().map(|(_, d)| d).sum();
+    let (frozen, dp_layers) = scores.freeze(n_frozen);
     // The clip bounds and the mechanism for a total bound C (fixed, or each step's
     // adaptive bound).
-    let mechanism_for = |c: f32| -> Result<(ClipBounds, GaussianMechanism), TrainError> {
-        let bounds = ClipBounds::new(dp.clipping, c, &dp_layers).map_err(privacy_err)?;
-        let kind = if dp.discrete_noise {
-            // Grid step: the rounding's worst case γ√d adds at most 1 % to the sensitivity.
-            NoiseKind::DiscreteGaussian {
-                granularity: bounds.sensitivity() / (100.0 * (dp_dim as f64).sqrt()),
-            }
-        } else {
-            NoiseKind::Gaussian
-        };
-        let mechanism =
-            GaussianMechanism::new(gradient_sigma, bounds.sensitivity(), expected, kind)
-                .map_err(privacy_err)?;
-        Ok((bounds, mechanism))
-    };
+    let mechanism_for = |c: f32| mechanism(dp, c, &dp_layers, gradient_sigma, expected);
     let (initial_bounds, initial_mechanism) = mechanism_for(dp.clip)?;
-    let (mut sampler, mut noise) = if dp.reproducible {
-        (
-            PoissonSampler::from_seed(q, cfg.seed ^ 0x5eed_0001).map_err(privacy_err)?,
-            NoiseSource::from_seed(cfg.seed ^ 0x5eed_0002),
-        )
-    } else {
-        (
-            PoissonSampler::from_os(q).map_err(privacy_err)?,
-            NoiseSource::from_os(),
-        )
-    };
+    let (mut sampler, mut noise) = sampler_and_noise(dp, q, cfg.seed)?;
     let per_example = PerExampleConfig {
         method: dp.per_example_method,
         max_grad_memory: dp.max_grad_memory_mb << 20,
@@ -685,7 +545,7 @@ pub fn train_kws_dp(
     let schedule = WarmupCosine {
         peak: cfg.lr,
         warmup: steps_per_epoch.min(50),
-        total: planned_steps as usize,
+        total: plan.planned_steps as usize,
         min_ratio: 0.01,
     };
     let mut step = 0usize;
@@ -736,16 +596,7 @@ pub fn train_kws_dp(
     let (best_epoch, tensors, reports) = tracker.finish()?;
 
     // Record the release (the steps actually run) before anything is published.
-    let steps_run = step as u64;
-    let auth = ledger.authorize(&release(steps_run)?)?;
-    let record = ledger.record(auth)?;
-    let event = record.release.event;
-    let epsilon_rdp = event
-        .epsilon(Accountant::Rdp, Adjacency::AddRemove, dp.delta)
-        .map_err(privacy_err)?;
-    let epsilon_pld = event
-        .epsilon(Accountant::Pld, Adjacency::AddRemove, dp.delta)
-        .ok();
+    let (record, base) = release.record(dp, step as u64, &initial_bounds, &initial_mechanism)?;
     let count_speakers = |clips: &[Clip]| {
         clips
             .iter()
@@ -754,26 +605,6 @@ pub fn train_kws_dp(
             .len()
     };
     let privacy = PrivacyReport {
-        mechanism: Mechanism::DpSgd,
-        epsilon_rdp,
-        epsilon_pld,
-        delta: dp.delta,
-        unit: PrivacyUnit::Example,
-        adjacency: Adjacency::AddRemove,
-        noise_multiplier: sigma,
-        target_epsilon: match dp.noise {
-            NoiseTarget::Epsilon(e) => Some(e),
-            NoiseTarget::NoiseMultiplier(_) => None,
-        },
-        sampling_rate: q,
-        steps: event.steps,
-        population: n,
-        expected_batch: expected.get(),
-        clip: dp.clip,
-        clipping: dp.clipping,
-        normalize_layers: dp.normalize_layers,
-        sensitivity: initial_bounds.sensitivity(),
-        noise: initial_mechanism.kind,
         public_speakers: count_speakers(&public),
         public_examples: public.len(),
         private_speakers: count_speakers(&private),
@@ -784,7 +615,6 @@ pub fn train_kws_dp(
         } else {
             "public warm start, frozen during DP".into()
         },
-        reproducible_noise: dp.reproducible,
         adaptive_clip: adaptive.as_ref().map(|a| AdaptiveClipReport {
             target_quantile: a.target_quantile(),
             learning_rate: a.learning_rate(),
@@ -792,8 +622,7 @@ pub fn train_kws_dp(
             gradient_noise_multiplier: gradient_sigma,
             final_clip: a.clip(),
         }),
-        ledger: dp.ledger.display().to_string(),
-        ledger_record: record.id,
+        ..base
     };
 
     let model = arch.init(&plain)?.load_tensors(

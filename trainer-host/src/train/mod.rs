@@ -9,14 +9,17 @@
 //!
 //! Modules: [`data`] (decoded clips and noises), [`augment`] (waveform, SpecAugment,
 //! mixup), [`metrics`] (accuracy, balanced keyword accuracy, confusion), [`schedule`],
-//! [`dp`] (DP-SGD: `hush-host train --dp`), [`asr`] (CTC speech recognisers:
-//! `hush-host train --task asr`).
+//! [`dp`] (DP-SGD: `hush-host train --dp`), `dp_run` (the privacy side every central DP
+//! trainer shares), [`asr`] (CTC speech recognisers: `hush-host train --task asr`),
+//! [`pretrain`] (BEST-RQ pretraining of the ASR encoder: `hush-host pretrain`).
 
 pub mod asr;
 pub mod augment;
 pub mod data;
 pub mod dp;
+pub(crate) mod dp_run;
 pub mod metrics;
+pub mod pretrain;
 pub mod schedule;
 
 use std::path::{Path, PathBuf};
@@ -43,6 +46,13 @@ pub use dp::{
     train_kws_dp, AdaptiveClipReport, DpConfig, DpTrainReport, NoiseTarget, PrivacyReport,
 };
 use schedule::WarmupCosine;
+
+/// The device central training runs on (`--device`; a GPU that cannot start falls back
+/// to the CPU): the one place every trainer gets it; they derive their autodiff device
+/// from it.
+pub fn device(kind: ComputeKind) -> Device {
+    compute::select(kind).device
+}
 
 /// Why training failed.
 #[derive(Debug, thiserror::Error)]
@@ -435,7 +445,7 @@ pub fn train_kws_on(
     let test = features_of(&data.test, &cfg.features, cfg.frames)?;
     let (mean, scale) = input_stats(&clean_train.feats, bins);
 
-    let plain = compute::select(cfg.compute).device;
+    let plain = device(cfg.compute);
     let device = plain.clone().autodiff();
     device.seed(cfg.seed);
     let mut model = arch.init(&device)?;

@@ -1,4 +1,4 @@
-//! Helpers shared by the round-server tests.
+//! Helpers shared by the integration tests (round server, ASR training and pretraining).
 #![allow(dead_code, clippy::unwrap_used)]
 
 use std::path::{Path, PathBuf};
@@ -57,5 +57,25 @@ pub fn update(layout: &[NamedTensor], task: &TrainTask, device: u64, value: f32)
                 data: vec![value; t.data.len()],
             })
             .collect(),
+    }
+}
+
+/// Copies the first `k` utterances of each speaker in `speakers` (LibriSpeech layout).
+pub fn slice_corpus(src: &Path, dst: &Path, speakers: &[&str], k: usize) {
+    for s in speakers {
+        let from = src.join(s).join("0");
+        let to = dst.join(s).join("0");
+        std::fs::create_dir_all(&to).unwrap();
+        let trans = std::fs::read_to_string(from.join(format!("{s}-0.trans.txt"))).unwrap();
+        let lines: Vec<&str> = trans.lines().take(k).collect();
+        for l in &lines {
+            let id = l.split_whitespace().next().unwrap();
+            std::fs::copy(
+                from.join(format!("{id}.flac")),
+                to.join(format!("{id}.flac")),
+            )
+            .unwrap();
+        }
+        std::fs::write(to.join(format!("{s}-0.trans.txt")), lines.join("\n") + "\n").unwrap();
     }
 }

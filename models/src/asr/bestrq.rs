@@ -19,7 +19,6 @@
 //! trainer loads the encoder's tensors, [`is_encoder_tensor`]).
 //!
 //! ```
-//! use burn::tensor::Device;
 //! use hush_models::asr::bestrq::{BestRqConfig, RandomProjectionQuantizer};
 //! let q = RandomProjectionQuantizer::new(20, &BestRqConfig::default()).unwrap();
 //! let features = vec![0.5f32; 20 * 17]; // 17 frames of 20 bins

@@ -45,9 +45,25 @@ pub struct ModelArgs {
     /// Mixup Beta(α, α) parameter (0 = off).
     #[arg(long, default_value_t = 0.0)]
     pub mixup: f32,
+    /// Vocal-tract-length perturbation: warp factor uniform in [1 − V, 1 + V] (0 = off).
+    #[arg(long, default_value_t = 0.1)]
+    pub vtlp: f32,
+    /// Probability of synthetic room reverberation per example (0 = off).
+    #[arg(long, default_value_t = 0.3)]
+    pub reverb: f32,
     /// Turn all augmentation off.
     #[arg(long)]
     pub no_augment: bool,
+    /// KWS features: frame length in ms (fbank; default 25).
+    #[arg(long, default_value_t = 25.0)]
+    pub frame_length_ms: f32,
+    /// KWS features: frame shift in ms (default 10: 98 frames per second; 20 gives
+    /// Hello Edge's 49).
+    #[arg(long, default_value_t = 10.0)]
+    pub frame_shift_ms: f32,
+    /// KWS features: log-mel bins (default 40).
+    #[arg(long, default_value_t = 40)]
+    pub num_mel_bins: usize,
     /// Seed.
     #[arg(long, default_value_t = 0)]
     pub seed: u64,
@@ -65,14 +81,18 @@ impl ModelArgs {
         cfg.lr = self.lr.unwrap_or(cfg.lr);
         cfg.patience = self.patience.unwrap_or(cfg.patience);
         cfg.seed = self.seed;
+        cfg.set_fbank(self.frame_length_ms, self.frame_shift_ms, self.num_mel_bins);
         cfg.augment = if self.no_augment {
             Augment::none()
         } else {
             Augment {
                 mixup_alpha: self.mixup,
+                vtlp: self.vtlp,
+                reverb_prob: self.reverb,
                 ..Augment::default()
             }
         };
+        cfg.augment.fit_masks(cfg.frames, cfg.features.dim());
         cfg
     }
 

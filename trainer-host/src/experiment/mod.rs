@@ -8,5 +8,9 @@
 //! - [`dp_sgd`]: KWS accuracy against ε for flat and per-layer-dim clipping, with and
 //!   without a public warm start and gradient-based layer freezing
 //!   (`hush-host experiment dp-sgd`).
+//! - [`kws_generalization`]: KWS accuracy on voices never heard — leave one engine or
+//!   donor family out — beside the speaker-disjoint test
+//!   (`hush-host experiment kws-generalization`).
 
 pub mod dp_sgd;
+pub mod kws_generalization;

@@ -96,6 +96,9 @@ impl AsrTrainConfig {
                 time_masks: (2, 8),
                 freq_masks: (2, 10),
                 mixup_alpha: 0.0,
+                vtlp: 0.0,
+                reverb_prob: 0.0,
+                rt60_s: [0.0, 0.0],
             },
             beam: 8,
         }

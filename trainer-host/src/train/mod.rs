@@ -155,6 +155,18 @@ impl KwsTrainConfig {
         }
     }
 
+    /// Sets the log-mel front-end: `num_bins` fbank bins over frames of `length_ms` every
+    /// `shift_ms`, and as many frames as fit in one second (snipped edges). Hello Edge's
+    /// DS-CNN reads 49 frames of 40 ms every 20 ms; the default is 98 of 25 ms every 10 ms.
+    pub fn set_fbank(&mut self, length_ms: f32, shift_ms: f32, num_bins: usize) {
+        self.features.frame.frame_length_ms = length_ms;
+        self.features.frame.frame_shift_ms = shift_ms;
+        self.features.mel.num_bins = num_bins;
+        let sr = self.features.frame.sample_rate;
+        self.frames = hush_device::features::frame::Framing::new(&self.features.frame)
+            .num_frames(u64::from(sr)) as usize;
+    }
+
     /// The class set, the model's input/output shape and the architecture (the configured
     /// one, checked against the data's shape, or the named default).
     pub(crate) fn resolve_arch(&self) -> Result<(KwsLabels, IoShape, ArchConfig), TrainError> {
@@ -451,6 +463,7 @@ pub fn train_kws_on(
     let mut tracker = BestEpoch::new(cfg.patience);
     let per = cfg.frames * bins;
     let k = io.classes;
+    let mel_axis = augment::MelAxis::of(&cfg.features);
     for epoch in 1..=cfg.epochs {
         order.shuffle(&mut rng);
         let mut loss_sum = 0.0f64;
@@ -470,6 +483,7 @@ pub fn train_kws_on(
                         source,
                     }
                 })?;
+                cfg.augment.warp(&mut f, mel_axis.as_ref(), &mut rng);
                 cfg.augment.spec(&mut f, bins, &mean, &mut rng);
                 feats.extend(f);
                 targets[i * k + clip.class] = 1.0;

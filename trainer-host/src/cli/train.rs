@@ -67,6 +67,10 @@ pub struct ModelArgs {
     /// Seed.
     #[arg(long, default_value_t = 0)]
     pub seed: u64,
+    /// KWS: start from this model package's weights (same architecture, labels and
+    /// features) — more epochs of an earlier run, or fine-tuning.
+    #[arg(long)]
+    pub init_from: Option<PathBuf>,
 }
 
 impl ModelArgs {
@@ -93,6 +97,7 @@ impl ModelArgs {
             }
         };
         cfg.augment.fit_masks(cfg.frames, cfg.features.dim());
+        cfg.init_from = self.init_from.clone();
         cfg
     }
 
@@ -104,6 +109,9 @@ impl ModelArgs {
     ) -> anyhow::Result<AsrTrainConfig> {
         if !self.keywords.is_empty() {
             anyhow::bail!("--keywords applies to --task kws only");
+        }
+        if self.init_from.is_some() {
+            anyhow::bail!("--init-from applies to --task kws only");
         }
         let mut cfg = AsrTrainConfig::new(data, self.arch.as_deref().unwrap_or("ctc-gru"));
         cfg.epochs = self.epochs.unwrap_or(cfg.epochs);

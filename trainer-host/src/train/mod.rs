@@ -124,6 +124,10 @@ pub struct KwsTrainConfig {
     pub seed: u64,
     /// Augmentation.
     pub augment: Augment,
+    /// Start from this package's weights instead of fresh ones (same architecture and
+    /// labels): more epochs of an earlier run, or fine-tuning.
+    #[serde(default)]
+    pub init_from: Option<PathBuf>,
 }
 
 impl KwsTrainConfig {
@@ -152,6 +156,7 @@ impl KwsTrainConfig {
             patience: 8,
             seed: 0,
             augment: Augment::default(),
+            init_from: None,
         }
     }
 
@@ -447,6 +452,23 @@ pub fn train_kws_on(
     let plain = Device::flex();
     let mut model = arch.init(&device)?;
     model.set_input_norm(&mean, &scale)?;
+    if let Some(dir) = &cfg.init_from {
+        let (card, start) = hush_models::package::load_package(dir, &device)?;
+        if card.arch != arch || card.labels != labels.classes {
+            return Err(TrainError::option(
+                "--init-from",
+                format!(
+                    "{}: a {} model over {:?}; this run trains a {} over {:?}",
+                    dir.display(),
+                    card.arch.name(),
+                    card.labels,
+                    arch.name(),
+                    labels.classes
+                ),
+            ));
+        }
+        model = start;
+    }
     let mut optimizer = AdamWConfig::new()
         .with_weight_decay(cfg.weight_decay)
         .init();
@@ -563,6 +585,7 @@ pub fn train_kws_on(
             "optimizer": "adamw",
             "schedule": "warmup-cosine",
             "augment": cfg.augment,
+            "init_from": cfg.init_from,
         }),
         epochs_run: reports.len(),
         best_epoch,

@@ -7,6 +7,11 @@ use hush_host::experiment::dp_sgd::{results_markdown, run_dp_sgd, DpSgdExperimen
 use hush_host::experiment::pretrain::{
     results_markdown as pretrain_markdown, run_pretrain_experiment, PretrainExperimentConfig,
 };
+use hush_host::experiment::kws_generalization::{
+    self as kwsg, run_kws_generalization, Holdout, KwsGeneralizationConfig,
+};
+
+use super::train::{epoch_line, print_card, ModelArgs};
 
 /// Subcommands of `hush-host experiment`.
 #[derive(clap::Subcommand)]
@@ -20,6 +25,11 @@ pub enum ExperimentCommand {
     /// clipping, with and without layer freezing), each then fine-tuned. Generates both
     /// corpora when missing or empty.
     Pretrain(PretrainExperimentArgs),
+    /// KWS quality on voices never heard: train once per held-out engine (or donor
+    /// family, `donor:NAME`) on the other engines' speakers and test on the held-out
+    /// ones; plus one run on every engine tested on speaker-disjoint speakers. Accuracy,
+    /// balanced keyword accuracy, confusion matrices. The corpus needs `speakers.tsv`.
+    KwsGeneralization(KwsGeneralizationArgs),
 }
 
 /// Arguments of `hush-host experiment pretrain`.
@@ -51,6 +61,31 @@ pub struct PretrainExperimentArgs {
     /// Seed.
     #[arg(long, default_value_t = 0)]
     pub seed: u64,
+}
+
+/// Arguments of `hush-host experiment kws-generalization`.
+#[derive(clap::Args)]
+pub struct KwsGeneralizationArgs {
+    /// Output folder (results.json, results.md, confusion.png, runs/).
+    #[arg(long)]
+    pub out: PathBuf,
+    /// Keyword corpus (Speech Commands layout with speakers.tsv, from `corpus synth`).
+    #[arg(long)]
+    pub data: PathBuf,
+    /// Groups to hold out, one run each: engines (espeak-ng, flite, festival) or
+    /// donor:NAME (kal, slt, ked, awb, rms).
+    #[arg(
+        long,
+        value_delimiter = ',',
+        default_value = "espeak-ng,flite,festival"
+    )]
+    pub holdouts: Vec<String>,
+    /// Skip the run on every engine (speaker-disjoint test).
+    #[arg(long)]
+    pub no_all_engines: bool,
+    /// The model and how every run trains it.
+    #[command(flatten)]
+    pub model: ModelArgs,
 }
 
 /// Arguments of `hush-host experiment dp-sgd`.
@@ -95,6 +130,41 @@ pub struct DpSgdArgs {
     pub seed: u64,
 }
 
+/// Runs `experiment kws-generalization`.
+fn run_generalization(a: KwsGeneralizationArgs) -> anyhow::Result<()> {
+    let train = a.model.kws_config(&a.data);
+    let mut cfg = KwsGeneralizationConfig::new(train, &a.out);
+    cfg.holdouts = a
+        .holdouts
+        .iter()
+        .map(|h| Holdout::parse(h))
+        .collect::<Result<_, _>>()?;
+    cfg.all_engines = !a.no_all_engines;
+    let command = std::env::args().collect::<Vec<_>>().join(" ");
+    let start = std::time::Instant::now();
+    let mut progress = epoch_line(cfg.train.epochs);
+    let results = run_kws_generalization(
+        &cfg,
+        &command,
+        &mut |line| eprintln!("[{:>6.0} s] {line}", start.elapsed().as_secs_f64()),
+        &mut progress,
+    )
+    .context("hush-host experiment kws-generalization")?;
+    for run in &results.runs {
+        let card = hush_models::package::ModelCard::read(&run.model)
+            .with_context(|| format!("reading {}", run.model.display()))?;
+        println!("## {}", run.setting);
+        print_card(&card, &run.model);
+    }
+    print!("{}", kwsg::results_markdown(&results));
+    println!(
+        "results: {} ({:.0} s)",
+        a.out.join("results.md").display(),
+        start.elapsed().as_secs_f64()
+    );
+    Ok(())
+}
+
 /// Runs one `experiment` subcommand.
 pub fn run(cmd: ExperimentCommand) -> anyhow::Result<()> {
     match cmd {
@@ -134,6 +204,7 @@ pub fn run(cmd: ExperimentCommand) -> anyhow::Result<()> {
             );
             Ok(())
         }
+        ExperimentCommand::KwsGeneralization(a) => run_generalization(a),
         ExperimentCommand::DpSgd(a) => {
             let data = a.data.clone().unwrap_or_else(|| a.out.join("corpus"));
             let mut cfg = if a.quick {

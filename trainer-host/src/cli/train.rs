@@ -46,9 +46,25 @@ pub struct ModelArgs {
     /// Mixup Beta(α, α) parameter (0 = off).
     #[arg(long, default_value_t = 0.0)]
     pub mixup: f32,
+    /// Vocal-tract-length perturbation: warp factor uniform in [1 − V, 1 + V] (0 = off).
+    #[arg(long, default_value_t = 0.1)]
+    pub vtlp: f32,
+    /// Probability of synthetic room reverberation per example (0 = off).
+    #[arg(long, default_value_t = 0.3)]
+    pub reverb: f32,
     /// Turn all augmentation off.
     #[arg(long)]
     pub no_augment: bool,
+    /// KWS features: frame length in ms (fbank; default 25).
+    #[arg(long, default_value_t = 25.0)]
+    pub frame_length_ms: f32,
+    /// KWS features: frame shift in ms (default 10: 98 frames per second; 20 gives
+    /// Hello Edge's 49).
+    #[arg(long, default_value_t = 10.0)]
+    pub frame_shift_ms: f32,
+    /// KWS features: log-mel bins (default 40).
+    #[arg(long, default_value_t = 40)]
+    pub num_mel_bins: usize,
     /// Seed.
     #[arg(long, default_value_t = 0)]
     pub seed: u64,
@@ -56,6 +72,10 @@ pub struct ModelArgs {
     /// `--features gpu`, and falls back to the CPU with a message when no GPU starts).
     #[arg(long, default_value = "cpu")]
     pub device: ComputeKind,
+    /// KWS: start from this model package's weights (same architecture, labels and
+    /// features) — more epochs of an earlier run, or fine-tuning.
+    #[arg(long)]
+    pub init_from: Option<PathBuf>,
 }
 
 impl ModelArgs {
@@ -71,14 +91,19 @@ impl ModelArgs {
         cfg.patience = self.patience.unwrap_or(cfg.patience);
         cfg.seed = self.seed;
         cfg.compute = self.device;
+        cfg.set_fbank(self.frame_length_ms, self.frame_shift_ms, self.num_mel_bins);
         cfg.augment = if self.no_augment {
             Augment::none()
         } else {
             Augment {
                 mixup_alpha: self.mixup,
+                vtlp: self.vtlp,
+                reverb_prob: self.reverb,
                 ..Augment::default()
             }
         };
+        cfg.augment.fit_masks(cfg.frames, cfg.features.dim());
+        cfg.init_from = self.init_from.clone();
         cfg
     }
 
@@ -90,6 +115,9 @@ impl ModelArgs {
     ) -> anyhow::Result<AsrTrainConfig> {
         if !self.keywords.is_empty() {
             anyhow::bail!("--keywords applies to --task kws only");
+        }
+        if self.init_from.is_some() {
+            anyhow::bail!("--init-from applies to --task kws only");
         }
         let mut cfg = AsrTrainConfig::new(data, self.arch.as_deref().unwrap_or("ctc-gru"));
         cfg.epochs = self.epochs.unwrap_or(cfg.epochs);

@@ -756,9 +756,81 @@ fn speakers_tsv(speakers: &[Speaker]) -> String {
     s
 }
 
+/// One row of `speakers.tsv`, as far as experiments need it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SpeakerVoice {
+    /// The engine (`espeak-ng`, `flite`, `festival`).
+    pub engine: String,
+    /// The engine's voice.
+    pub voice: String,
+}
+
+/// Reads `dir/speakers.tsv` (written by [`synthesize`]): speaker id → engine and voice.
+pub fn read_speakers(
+    dir: &Path,
+) -> Result<std::collections::BTreeMap<String, SpeakerVoice>, SynthError> {
+    let path = dir.join("speakers.tsv");
+    let text = std::fs::read_to_string(&path).map_err(io_err(&path))?;
+    let mut lines = text.lines();
+    let header: Vec<&str> = lines.next().unwrap_or_default().split('\t').collect();
+    let column = |name: &str| {
+        header
+            .iter()
+            .position(|h| *h == name)
+            .ok_or_else(|| SynthError::BadConfig(format!("{}: no `{name}` column", path.display())))
+    };
+    let (id, engine, voice) = (column("speaker")?, column("engine")?, column("voice")?);
+    let mut speakers = std::collections::BTreeMap::new();
+    for (n, line) in lines.enumerate().filter(|(_, l)| !l.trim().is_empty()) {
+        let cells: Vec<&str> = line.split('\t').collect();
+        let cell = |i: usize| {
+            cells.get(i).map(|c| c.to_string()).ok_or_else(|| {
+                SynthError::BadConfig(format!(
+                    "{} line {}: {} columns, expected {}",
+                    path.display(),
+                    n + 2,
+                    cells.len(),
+                    header.len()
+                ))
+            })
+        };
+        speakers.insert(
+            cell(id)?,
+            SpeakerVoice {
+                engine: cell(engine)?,
+                voice: cell(voice)?,
+            },
+        );
+    }
+    Ok(speakers)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn speakers_tsv_reads_back() {
+        let dir = std::env::temp_dir().join(format!("hush-speakers-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let mut rng = ChaCha8Rng::seed_from_u64(1);
+        let speakers: Vec<Speaker> = (0..4).map(|i| draw_speaker(i, &mut rng)).collect();
+        std::fs::write(dir.join("speakers.tsv"), speakers_tsv(&speakers)).unwrap();
+        let read = read_speakers(&dir).unwrap();
+        assert_eq!(read.len(), 4);
+        for s in &speakers {
+            assert_eq!(read[&s.id].engine, s.engine.name());
+            assert_eq!(read[&s.id].voice, s.voice);
+        }
+        std::fs::write(
+            dir.join("speakers.tsv"),
+            "speaker\tengine\tvoice\nabc\tflite\n",
+        )
+        .unwrap();
+        let e = read_speakers(&dir).unwrap_err().to_string();
+        assert!(e.contains("line 2"), "{e}");
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
 
     #[test]
     fn centre_places_the_word_in_the_middle_and_crops_long_ones() {

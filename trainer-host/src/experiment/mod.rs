@@ -9,9 +9,13 @@
 //!   without a public warm start and gradient-based layer freezing
 //!   (`hush-host experiment dp-sgd`);
 //! - [`pretrain`]: ASR word and character error rates of CTC from scratch against BEST-RQ
-//!   pretraining (non-private and DP) then fine-tuning (`hush-host experiment pretrain`).
+//!   pretraining (non-private and DP) then fine-tuning (`hush-host experiment pretrain`);
+//! - [`kws_generalization`]: KWS accuracy on voices never heard — leave one engine or
+//!   donor family out — beside the speaker-disjoint test
+//!   (`hush-host experiment kws-generalization`).
 
 pub mod dp_sgd;
+pub mod kws_generalization;
 pub mod pretrain;
 
 use std::path::{Path, PathBuf};

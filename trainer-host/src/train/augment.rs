@@ -1,9 +1,16 @@
 //! Augmentation for cross-voice generalisation: on the waveform (speed, time shift,
-//! gain, background noise), on the features (SpecAugment time and frequency masks), and
-//! on the batch (mixup).
+//! synthetic reverberation, gain, background noise), on the features (vocal-tract-length
+//! perturbation, SpecAugment time and frequency masks), and on the batch (mixup).
+//!
+//! Every transform keeps the example's length and is the identity at zero strength.
 
+use std::sync::Arc;
+
+use hush_device::features::mel::{hz_to_mel, mel_to_hz};
+use hush_device::features::{FeatureConfig, FeatureKind, MelScale};
 use rand::Rng;
-use rand_distr::{Beta, Distribution};
+use rand_distr::{Beta, Distribution, StandardNormal};
+use realfft::RealFftPlanner;
 use serde::{Deserialize, Serialize};
 
 /// Augmentation options (all off: [`Augment::none`]).
@@ -26,6 +33,18 @@ pub struct Augment {
     pub freq_masks: (usize, usize),
     /// Mixup Beta(α, α); 0 = off.
     pub mixup_alpha: f32,
+    /// Vocal-tract-length perturbation (Jaitly & Hinton 2013): log-mel features warped
+    /// along frequency by a factor uniform in `[1 − vtlp, 1 + vtlp]` ([`MelAxis::warp`];
+    /// fbank features only); 0 = off.
+    #[serde(default)]
+    pub vtlp: f32,
+    /// Probability of convolving with a synthetic room impulse response
+    /// ([`synthetic_rir`]); 0 = off.
+    #[serde(default)]
+    pub reverb_prob: f32,
+    /// Reverberation time (RT60) range of the synthetic rooms, in seconds.
+    #[serde(default)]
+    pub rt60_s: [f32; 2],
 }
 
 impl Default for Augment {
@@ -39,6 +58,9 @@ impl Default for Augment {
             time_masks: (2, 10),
             freq_masks: (2, 5),
             mixup_alpha: 0.0,
+            vtlp: 0.1,
+            reverb_prob: 0.3,
+            rt60_s: [0.1, 0.6],
         }
     }
 }
@@ -55,7 +77,18 @@ impl Augment {
             time_masks: (0, 0),
             freq_masks: (0, 0),
             mixup_alpha: 0.0,
+            vtlp: 0.0,
+            reverb_prob: 0.0,
+            rt60_s: [0.0, 0.0],
         }
+    }
+
+    /// Scales the widest SpecAugment masks, set for 98 frames × 40 bins (the defaults),
+    /// to `frames × bins`: a 10-frame mask hides a fifth of a 49-frame example.
+    pub fn fit_masks(&mut self, frames: usize, bins: usize) {
+        let scale = |w: usize, n: usize, of: usize| ((w * n) as f32 / of as f32).round() as usize;
+        self.time_masks.1 = scale(self.time_masks.1, frames, 98);
+        self.freq_masks.1 = scale(self.freq_masks.1, bins, 40);
     }
 
     /// A perturbed copy of `clip` (same length).
@@ -78,6 +111,11 @@ impl Augment {
             let max = (self.shift_s * sample_rate as f32) as i64;
             let s = rng.random_range(-max..=max);
             x = shift(&x, s);
+        }
+        if self.reverb_prob > 0.0 && rng.random::<f32>() < self.reverb_prob {
+            let (lo, hi) = (self.rt60_s[0], self.rt60_s[1].max(self.rt60_s[0]));
+            let rir = synthetic_rir(rng.random_range(lo..=hi), sample_rate, rng);
+            x = reverberate(&x, &rir);
         }
         if self.gain_db > 0.0 {
             let g = 10f32.powf(rng.random_range(-self.gain_db..=self.gain_db) / 20.0);
@@ -102,6 +140,15 @@ impl Augment {
         }
         x.iter_mut().for_each(|v| *v = v.clamp(-1.0, 1.0));
         x
+    }
+
+    /// Vocal-tract-length perturbation of one example's features (`frames × bins`) on
+    /// `axis` (None: features that are not log-mel, left alone).
+    pub fn warp<R: Rng>(&self, feats: &mut [f32], axis: Option<&MelAxis>, rng: &mut R) {
+        if let (Some(axis), true) = (axis, self.vtlp > 0.0) {
+            let alpha = 1.0 + rng.random_range(-self.vtlp..=self.vtlp);
+            axis.warp(feats, f64::from(alpha));
+        }
     }
 
     /// SpecAugment on one example's features (`frames × bins`), masking with `fill`
@@ -153,6 +200,117 @@ impl Augment {
             }
         }
     }
+}
+
+/// The mel positions of a log-mel feature vector's bins, for warping features along
+/// frequency. Bin `k`'s centre is `low + (k + 1)·step` on the mel axis, under both the
+/// Kaldi and the librosa filterbank layouts ([`hush_device::features::mel`]).
+#[derive(Debug, Clone, PartialEq)]
+pub struct MelAxis {
+    low_mel: f64,
+    step: f64,
+    scale: MelScale,
+    bins: usize,
+}
+
+impl MelAxis {
+    /// The axis of `cfg`'s features; None unless they are fbank (log-mel) features.
+    pub fn of(cfg: &FeatureConfig) -> Option<Self> {
+        if cfg.kind != FeatureKind::Fbank || cfg.mel.num_bins == 0 {
+            return None;
+        }
+        let sr = cfg.frame.sample_rate;
+        let low_mel = hz_to_mel(f64::from(cfg.mel.low_freq), cfg.mel.scale);
+        let high_mel = hz_to_mel(f64::from(cfg.mel.high_freq_hz(sr)), cfg.mel.scale);
+        Some(Self {
+            low_mel,
+            step: (high_mel - low_mel) / (cfg.mel.num_bins + 1) as f64,
+            scale: cfg.mel.scale,
+            bins: cfg.mel.num_bins,
+        })
+    }
+
+    /// Warps features (`frames × bins`) in place by `alpha`: output bin `k` takes the
+    /// input's value at frequency `f_k / alpha` (linear interpolation between bin centres,
+    /// edge bins held), so `alpha > 1` moves formants up, as a shorter vocal tract does.
+    /// `alpha = 1` leaves the features unchanged.
+    pub fn warp(&self, feats: &mut [f32], alpha: f64) {
+        if alpha == 1.0 || !(alpha.is_finite() && alpha > 0.0) || self.bins == 0 {
+            return;
+        }
+        let last = (self.bins - 1) as f64;
+        let source: Vec<(usize, f32)> = (0..self.bins)
+            .map(|k| {
+                let hz = mel_to_hz(self.low_mel + (k + 1) as f64 * self.step, self.scale);
+                let pos = (hz_to_mel(hz / alpha, self.scale) - self.low_mel) / self.step - 1.0;
+                let pos = pos.clamp(0.0, last);
+                let i = (pos.floor() as usize).min(self.bins - 1);
+                (i, (pos - i as f64) as f32)
+            })
+            .collect();
+        let mut row = vec![0f32; self.bins];
+        for frame in feats.chunks_exact_mut(self.bins) {
+            row.copy_from_slice(frame);
+            for (v, &(i, a)) in frame.iter_mut().zip(&source) {
+                let next = row[(i + 1).min(self.bins - 1)];
+                *v = row[i] + a * (next - row[i]);
+            }
+        }
+    }
+}
+
+/// Direct-to-reverberant energy ratio range of [`synthetic_rir`], in dB.
+const DRR_DB: [f32; 2] = [0.0, 12.0];
+
+/// A synthetic room impulse response (Polack's model): a unit direct path, then Gaussian
+/// noise decaying exponentially to −60 dB at `rt60` seconds, scaled to a
+/// direct-to-reverberant ratio drawn from 0–12 dB. `rt60 <= 0` gives the unit impulse.
+pub fn synthetic_rir<R: Rng>(rt60: f32, sample_rate: u32, rng: &mut R) -> Vec<f32> {
+    let len = (rt60.max(0.0) * sample_rate as f32) as usize;
+    let mut h = vec![0f32; len.max(1)];
+    h[0] = 1.0;
+    if len < 2 {
+        return h;
+    }
+    // Amplitude falls 60 dB (a factor 1000) over `rt60`: exp(−ln(1000)·t/rt60).
+    let decay = (1000f32).ln() / len as f32;
+    for (i, v) in h.iter_mut().enumerate().skip(1) {
+        let n: f32 = rng.sample(StandardNormal);
+        *v = n * (-decay * i as f32).exp();
+    }
+    let tail: f32 = h[1..].iter().map(|v| v * v).sum();
+    let drr = rng.random_range(DRR_DB[0]..=DRR_DB[1]);
+    let g = (10f32.powf(-drr / 10.0) / tail.max(1e-12)).sqrt();
+    h[1..].iter_mut().for_each(|v| *v *= g);
+    h
+}
+
+/// `x` convolved with `rir` (FFT), cut to `x`'s length and rescaled to `x`'s RMS.
+pub fn reverberate(x: &[f32], rir: &[f32]) -> Vec<f32> {
+    if x.is_empty() || rir.is_empty() {
+        return x.to_vec();
+    }
+    let n = (x.len() + rir.len() - 1).next_power_of_two();
+    let mut planner = RealFftPlanner::<f32>::new();
+    let fwd: Arc<dyn realfft::RealToComplex<f32>> = planner.plan_fft_forward(n);
+    let inv = planner.plan_fft_inverse(n);
+    let spectrum = |sig: &[f32]| {
+        let mut buf = vec![0f32; n];
+        buf[..sig.len()].copy_from_slice(sig);
+        let mut out = fwd.make_output_vec();
+        // Lengths come from the plan, so the transform cannot fail.
+        let _ = fwd.process(&mut buf, &mut out);
+        out
+    };
+    let mut a = spectrum(x);
+    let b = spectrum(rir);
+    a.iter_mut().zip(&b).for_each(|(p, q)| *p *= q);
+    let mut y = inv.make_output_vec();
+    let _ = inv.process(&mut a, &mut y);
+    y.truncate(x.len());
+    let scale = rms(x) / rms(&y).max(1e-12);
+    y.iter_mut().for_each(|v| *v *= scale);
+    y
 }
 
 fn rms(x: &[f32]) -> f32 {
@@ -213,6 +371,15 @@ mod tests {
     }
 
     #[test]
+    fn masks_scale_with_the_feature_shape() {
+        let mut aug = Augment::default();
+        aug.fit_masks(98, 40);
+        assert_eq!((aug.time_masks, aug.freq_masks), ((2, 10), (2, 5)));
+        aug.fit_masks(49, 20);
+        assert_eq!((aug.time_masks, aug.freq_masks), ((2, 5), (2, 3)));
+    }
+
+    #[test]
     fn mixup_targets_stay_distributions() {
         let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(2);
         let aug = Augment {
@@ -223,5 +390,134 @@ mod tests {
         let mut t = vec![1.0, 0.0, 0.0, 1.0];
         aug.mixup(&mut f, &mut t, 2, &mut rng);
         assert!((t[0] + t[1] - 1.0).abs() < 1e-6 && (t[2] + t[3] - 1.0).abs() < 1e-6);
+    }
+
+    fn fbank40() -> FeatureConfig {
+        let mut cfg = FeatureConfig::kaldi(FeatureKind::Fbank);
+        cfg.mel.num_bins = 40;
+        cfg
+    }
+
+    #[test]
+    fn warp_is_identity_at_one_and_moves_peaks_with_alpha() {
+        let axis = MelAxis::of(&fbank40()).unwrap();
+        let frames = 3;
+        let mut peak = vec![0f32; frames * 40];
+        for t in 0..frames {
+            peak[t * 40 + 20] = 1.0;
+        }
+        let mut same = peak.clone();
+        axis.warp(&mut same, 1.0);
+        assert_eq!(same, peak);
+        let argmax_row = |f: &[f32]| super::super::metrics::argmax(&f[..40]);
+        let mut up = peak.clone();
+        axis.warp(&mut up, 1.15);
+        let mut down = peak.clone();
+        axis.warp(&mut down, 0.85);
+        assert_eq!(up.len(), peak.len());
+        assert!(
+            argmax_row(&up) > 20,
+            "alpha > 1 raises: {}",
+            argmax_row(&up)
+        );
+        assert!(
+            argmax_row(&down) < 20,
+            "alpha < 1 lowers: {}",
+            argmax_row(&down)
+        );
+        // Every frame is warped alike.
+        assert_eq!(&up[..40], &up[80..120]);
+        // A flat spectrum stays flat (interpolation between equal values).
+        let mut flat = vec![2.5f32; frames * 40];
+        axis.warp(&mut flat, 0.9);
+        assert!(flat.iter().all(|v| (v - 2.5).abs() < 1e-6));
+        assert!(MelAxis::of(&FeatureConfig::kaldi(FeatureKind::Mfcc)).is_none());
+    }
+
+    #[test]
+    fn vtlp_off_leaves_features_alone() {
+        let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(5);
+        let axis = MelAxis::of(&fbank40()).unwrap();
+        let f: Vec<f32> = (0..80).map(|i| (i as f32).sin()).collect();
+        let mut g = f.clone();
+        Augment::none().warp(&mut g, Some(&axis), &mut rng);
+        assert_eq!(f, g);
+        let mut h = f.clone();
+        Augment {
+            vtlp: 0.2,
+            ..Augment::none()
+        }
+        .warp(&mut h, Some(&axis), &mut rng);
+        assert_eq!(h.len(), f.len());
+        assert_ne!(h, f);
+    }
+
+    #[test]
+    fn rir_decays_and_has_a_unit_direct_path() {
+        let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(3);
+        let h = synthetic_rir(0.4, 16_000, &mut rng);
+        assert_eq!(h.len(), 6_400);
+        assert_eq!(h[0], 1.0);
+        let energy = |s: &[f32]| s.iter().map(|v| v * v).sum::<f32>();
+        // The first 10 % of the tail holds more energy than the last 10 % (−54 dB lower).
+        assert!(energy(&h[1..641]) > 100.0 * energy(&h[5_760..]));
+        // Direct-to-reverberant ratio within 0–12 dB.
+        let drr = 10.0 * (1.0 / energy(&h[1..])).log10();
+        assert!((-0.01..=12.01).contains(&drr), "DRR {drr} dB");
+        assert_eq!(synthetic_rir(0.0, 16_000, &mut rng), vec![1.0]);
+    }
+
+    #[test]
+    fn reverb_keeps_length_and_level_and_a_unit_impulse_is_identity() {
+        let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(4);
+        let clip: Vec<f32> = (0..4000).map(|i| (i as f32 * 0.07).sin() * 0.2).collect();
+        let dry = reverberate(&clip, &[1.0]);
+        assert!(dry.iter().zip(&clip).all(|(a, b)| (a - b).abs() < 1e-5));
+        let wet = reverberate(&clip, &synthetic_rir(0.5, 16_000, &mut rng));
+        assert_eq!(wet.len(), clip.len());
+        assert!((rms(&wet) - rms(&clip)).abs() < 1e-4);
+        assert!(wet.iter().zip(&clip).any(|(a, b)| (a - b).abs() > 1e-3));
+        // A delayed impulse delays the signal.
+        let late = reverberate(&clip, &[0.0, 0.0, 1.0]);
+        assert!(late[2..]
+            .iter()
+            .zip(&clip)
+            .all(|(a, b)| (a - b).abs() < 1e-5));
+    }
+
+    #[test]
+    fn speed_gain_and_reverb_alone_keep_length() {
+        let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(6);
+        let clip: Vec<f32> = (0..1600).map(|i| (i as f32 * 0.05).sin() * 0.3).collect();
+        for aug in [
+            Augment {
+                speed: 0.2,
+                ..Augment::none()
+            },
+            Augment {
+                gain_db: 6.0,
+                ..Augment::none()
+            },
+            Augment {
+                reverb_prob: 1.0,
+                rt60_s: [0.2, 0.4],
+                ..Augment::none()
+            },
+        ] {
+            let y = aug.waveform(&clip, &[], 16_000, &mut rng);
+            assert_eq!(y.len(), clip.len());
+            assert_ne!(y, clip);
+        }
+        // Gain scales without changing shape.
+        let g = Augment {
+            gain_db: 6.0,
+            ..Augment::none()
+        }
+        .waveform(&clip, &[], 16_000, &mut rng);
+        let ratio = g[100] / clip[100];
+        assert!(g
+            .iter()
+            .zip(&clip)
+            .all(|(a, b)| (a - ratio * b).abs() < 1e-5));
     }
 }

@@ -138,6 +138,10 @@ pub struct KwsTrainConfig {
     /// Where to train (`--device`; a GPU that cannot start falls back to the CPU).
     #[serde(default)]
     pub compute: ComputeKind,
+    /// Start from this package's weights instead of fresh ones (same architecture and
+    /// labels): more epochs of an earlier run, or fine-tuning.
+    #[serde(default)]
+    pub init_from: Option<PathBuf>,
 }
 
 impl KwsTrainConfig {
@@ -167,7 +171,20 @@ impl KwsTrainConfig {
             seed: 0,
             augment: Augment::default(),
             compute: ComputeKind::Cpu,
+            init_from: None,
         }
+    }
+
+    /// Sets the log-mel front-end: `num_bins` fbank bins over frames of `length_ms` every
+    /// `shift_ms`, and as many frames as fit in one second (snipped edges). Hello Edge's
+    /// DS-CNN reads 49 frames of 40 ms every 20 ms; the default is 98 of 25 ms every 10 ms.
+    pub fn set_fbank(&mut self, length_ms: f32, shift_ms: f32, num_bins: usize) {
+        self.features.frame.frame_length_ms = length_ms;
+        self.features.frame.frame_shift_ms = shift_ms;
+        self.features.mel.num_bins = num_bins;
+        let sr = self.features.frame.sample_rate;
+        self.frames = hush_device::features::frame::Framing::new(&self.features.frame)
+            .num_frames(u64::from(sr)) as usize;
     }
 
     /// The class set, the model's input/output shape and the architecture (the configured
@@ -450,6 +467,23 @@ pub fn train_kws_on(
     device.seed(cfg.seed);
     let mut model = arch.init(&device)?;
     model.set_input_norm(&mean, &scale)?;
+    if let Some(dir) = &cfg.init_from {
+        let (card, start) = hush_models::package::load_package(dir, &device)?;
+        if card.arch != arch || card.labels != labels.classes {
+            return Err(TrainError::option(
+                "--init-from",
+                format!(
+                    "{}: a {} model over {:?}; this run trains a {} over {:?}",
+                    dir.display(),
+                    card.arch.name(),
+                    card.labels,
+                    arch.name(),
+                    labels.classes
+                ),
+            ));
+        }
+        model = start;
+    }
     let mut optimizer = AdamWConfig::new()
         .with_weight_decay(cfg.weight_decay)
         .init();
@@ -466,6 +500,7 @@ pub fn train_kws_on(
     let mut tracker = BestEpoch::new(cfg.patience);
     let per = cfg.frames * bins;
     let k = io.classes;
+    let mel_axis = augment::MelAxis::of(&cfg.features);
     for epoch in 1..=cfg.epochs {
         order.shuffle(&mut rng);
         let mut loss_sum = 0.0f64;
@@ -485,6 +520,7 @@ pub fn train_kws_on(
                         source,
                     }
                 })?;
+                cfg.augment.warp(&mut f, mel_axis.as_ref(), &mut rng);
                 cfg.augment.spec(&mut f, bins, &mean, &mut rng);
                 feats.extend(f);
                 targets[i * k + clip.class] = 1.0;
@@ -564,6 +600,7 @@ pub fn train_kws_on(
             "optimizer": "adamw",
             "schedule": "warmup-cosine",
             "augment": cfg.augment,
+            "init_from": cfg.init_from,
         }),
         epochs_run: reports.len(),
         best_epoch,

@@ -39,9 +39,9 @@ use std::time::Instant;
 
 use burn::optim::{AdamWConfig, GradientsParams};
 use burn::tensor::Device;
-use hush_models::compute::{select, ComputeKind};
 use hush_models::arch::{ArchConfig, IoShape, KwsModel};
 use hush_models::asr::{ctc_loss, AsrArchConfig, CtcBatch, Vocabulary};
+use hush_models::compute::{select, ComputeKind};
 use hush_models::dp::{
     clipped_grad_sum_with, per_example_model, trainable_layout, Bounding, ClipBounds, ClipStrategy,
     ExpectedCount, GaussianMechanism, NoiseKind, NoiseSource, PerExampleConfig, PerExampleMethod,

@@ -4,11 +4,11 @@ use std::path::PathBuf;
 
 use anyhow::Context;
 use hush_host::experiment::dp_sgd::{results_markdown, run_dp_sgd, DpSgdExperimentConfig};
-use hush_host::experiment::pretrain::{
-    results_markdown as pretrain_markdown, run_pretrain_experiment, PretrainExperimentConfig,
-};
 use hush_host::experiment::kws_generalization::{
     self as kwsg, run_kws_generalization, Holdout, KwsGeneralizationConfig,
+};
+use hush_host::experiment::pretrain::{
+    results_markdown as pretrain_markdown, run_pretrain_experiment, PretrainExperimentConfig,
 };
 
 use super::train::{epoch_line, print_card, ModelArgs};

@@ -5,9 +5,9 @@
 use std::path::PathBuf;
 
 use anyhow::Context;
-use hush_models::compute::ComputeKind;
 use hush_host::train::asr::{train_asr, AsrEpochReport, AsrTrainConfig};
 use hush_host::train::{train_kws, train_kws_dp, Augment, DpConfig, KwsTrainConfig, NoiseTarget};
+use hush_models::compute::ComputeKind;
 
 /// What to train.
 #[derive(Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
@@ -148,31 +148,37 @@ pub fn announce_device(kind: ComputeKind) {
     }
 }
 
-/// Prints one line per ASR epoch.
+/// Prints one line per ASR epoch, with its seconds (the first includes reading the corpus).
 pub fn asr_epoch_line(epochs: usize) -> impl FnMut(&AsrEpochReport) {
+    let mut since = std::time::Instant::now();
     move |e| {
         eprintln!(
-            "epoch {:>3}/{epochs}  ctc loss {:.4}  val WER {:.3}  lr {:.2e}{}",
+            "epoch {:>3}/{epochs}  ctc loss {:.4}  val WER {:.3}  lr {:.2e}  {:.1} s{}",
             e.epoch,
             e.train_loss,
             e.val_wer,
             e.lr,
+            since.elapsed().as_secs_f64(),
             if e.best { "  *" } else { "" }
         );
+        since = std::time::Instant::now();
     }
 }
 
-/// Prints one line per epoch.
+/// Prints one line per epoch, with its seconds (the first includes reading the corpus).
 pub fn epoch_line(epochs: usize) -> impl FnMut(&hush_host::train::EpochReport) {
+    let mut since = std::time::Instant::now();
     move |e| {
         eprintln!(
-            "epoch {:>3}/{epochs}  loss {:.4}  val acc {:.3}  lr {:.2e}{}",
+            "epoch {:>3}/{epochs}  loss {:.4}  val acc {:.3}  lr {:.2e}  {:.1} s{}",
             e.epoch,
             e.train_loss,
             e.val_accuracy,
             e.lr,
+            since.elapsed().as_secs_f64(),
             if e.best { "  *" } else { "" }
         );
+        since = std::time::Instant::now();
     }
 }
 

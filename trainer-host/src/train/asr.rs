@@ -27,10 +27,10 @@ use hush_models::asr::{
     Vocabulary,
 };
 use hush_models::checkpoint::{NamedTensor, TensorSource};
+use hush_models::compute::ComputeKind;
 use hush_models::package::{
     write_asr_package, AsrCard, AsrMetrics, AsrSplitMetrics, Provenance, WEIGHTS,
 };
-use hush_models::compute::ComputeKind;
 use hush_models::pretrained::{load_encoder_into, read_encoder};
 use hush_models::step::{apply_grads, scalar};
 use rand::seq::SliceRandom;

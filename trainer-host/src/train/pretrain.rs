@@ -30,7 +30,6 @@ use burn::optim::{AdamWConfig, GradientsParams};
 use burn::tensor::Device;
 use hush_device::features::{FeatureConfig, FeatureKind};
 use hush_device::infer::utterance_features;
-use hush_models::compute::ComputeKind;
 use hush_models::arch::is_trainable;
 use hush_models::arch::layers::{read_grads, read_values, write_grads};
 use hush_models::asr::bestrq::{
@@ -38,6 +37,7 @@ use hush_models::asr::bestrq::{
     RandomProjectionQuantizer,
 };
 use hush_models::asr::{AsrArchConfig, Vocabulary};
+use hush_models::compute::ComputeKind;
 use hush_models::dp::Bounding;
 use hush_models::package::Provenance;
 use hush_models::pretrained::{write_encoder, EncoderCard, PretrainEpoch};

@@ -84,18 +84,24 @@ pub struct AsrTrainConfig {
     pub freeze_encoder: bool,
 }
 
+/// The ASR front-end's default, shared by CTC training and BEST-RQ pretraining so a
+/// pretrained encoder fits the recogniser: 80-bin Kaldi fbank (25/10 ms).
+pub fn default_features() -> FeatureConfig {
+    let mut features = FeatureConfig::kaldi(FeatureKind::Fbank);
+    features.mel.num_bins = 80;
+    features
+}
+
 impl AsrTrainConfig {
     /// Defaults: 80-bin Kaldi fbank (25/10 ms), 60 epochs, batch 8, lr 2e-3, weight decay
     /// 1e-2, gradient clip 5, patience 12, speed/shift/gain augmentation and SpecAugment
     /// (2 time masks ≤ 8 frames, 2 frequency masks ≤ 10 bins), beam 8.
     pub fn new(data: &Path, arch_name: &str) -> Self {
-        let mut features = FeatureConfig::kaldi(FeatureKind::Fbank);
-        features.mel.num_bins = 80;
         Self {
             data: data.to_path_buf(),
             arch_name: arch_name.to_string(),
             arch: None,
-            features,
+            features: default_features(),
             epochs: 60,
             batch_size: 8,
             lr: 2e-3,

@@ -28,7 +28,7 @@ use burn::grad_clipping::GradientClippingConfig;
 use burn::module::Module;
 use burn::optim::{AdamWConfig, GradientsParams};
 use burn::tensor::Device;
-use hush_device::features::{FeatureConfig, FeatureKind};
+use hush_device::features::FeatureConfig;
 use hush_device::infer::utterance_features;
 use hush_models::arch::is_trainable;
 use hush_models::arch::layers::{read_grads, read_values, write_grads};
@@ -89,12 +89,10 @@ impl PretrainConfig {
     /// Defaults: `arch_name` over the ASR trainer's 80-bin Kaldi fbank, default BEST-RQ
     /// options, 10 epochs, batch 8, lr 2e-3, weight decay 1e-2, gradient clip 5.
     pub fn new(data: &Path, arch_name: &str) -> Self {
-        let mut features = FeatureConfig::kaldi(FeatureKind::Fbank);
-        features.mel.num_bins = 80;
         Self {
             data: data.to_path_buf(),
             arch_name: arch_name.to_string(),
-            features,
+            features: super::asr::default_features(),
             bestrq: BestRqConfig::default(),
             epochs: 10,
             batch_size: 8,

@@ -67,4 +67,23 @@ fn the_grid_runs_end_to_end_and_writes_table_json_and_plot() {
     // Its ledgers hold releases now: a second run into the same folder is refused.
     let err = run_dp_sgd(&cfg, "test", &mut |_| {}).unwrap_err();
     assert!(err.to_string().contains("choose a new --out"), "{err}");
+
+    // A later run can take the non-private reference from this one, and trains only the
+    // DP variants it names; one that trains differently cannot.
+    let mut again = cfg.clone();
+    again.out = dir.path().join("again");
+    again.variants = vec![Variant::parse("per-layer-dim").unwrap()];
+    again.reuse_non_private = Some(out.join("results.json"));
+    let reused = run_dp_sgd(&again, "test", &mut |_| {}).unwrap();
+    assert_eq!(reused.runs.len(), 2);
+    assert_eq!(reused.runs[0].test_accuracy, json.runs[0].test_accuracy);
+    assert!(reused.runs[0].setting.starts_with("non-private (from "));
+    assert_eq!(reused.runs[1].setting, "per-layer-dim");
+    assert!(!again.out.join("runs/non-private").exists());
+    let mut other = again.clone();
+    other.out = dir.path().join("other");
+    other.epochs = 2;
+    let err = run_dp_sgd(&other, "test", &mut |_| {}).unwrap_err();
+    assert!(err.to_string().contains("--reuse-non-private"), "{err}");
+    assert!(Variant::parse("flat-ws").is_err());
 }

@@ -3,15 +3,16 @@
 use std::path::PathBuf;
 
 use anyhow::Context;
-use hush_host::experiment::dp_sgd::{results_markdown, run_dp_sgd, DpSgdExperimentConfig};
+use hush_host::experiment::dp_sgd::{results_markdown, run_dp_sgd, DpSgdExperimentConfig, Variant};
 use hush_host::experiment::kws_generalization::{
     self as kwsg, run_kws_generalization, Holdout, KwsGeneralizationConfig,
 };
 use hush_host::experiment::pretrain::{
     results_markdown as pretrain_markdown, run_pretrain_experiment, PretrainExperimentConfig,
 };
+use hush_models::compute::ComputeKind;
 
-use super::train::{epoch_line, print_card, ModelArgs};
+use super::train::{announce_device, epoch_line, print_card, ModelArgs};
 
 /// Subcommands of `hush-host experiment`.
 #[derive(clap::Subcommand)]
@@ -116,6 +117,12 @@ pub struct DpSgdArgs {
     /// Epochs of every run (default 15; --quick 3).
     #[arg(long)]
     pub epochs: Option<usize>,
+    /// Batch size of the non-private run (default 32).
+    #[arg(long)]
+    pub batch_size: Option<usize>,
+    /// Peak learning rate of the non-private run (default 3e-3).
+    #[arg(long)]
+    pub lr: Option<f64>,
     /// Expected batch of the DP runs (default 256; --quick 64).
     #[arg(long)]
     pub dp_batch_size: Option<usize>,
@@ -125,6 +132,18 @@ pub struct DpSgdArgs {
     /// Total clip bound C (default 1).
     #[arg(long)]
     pub clip: Option<f32>,
+    /// DP variants to run at every ε, comma-separated (default all four: flat,
+    /// per-layer-dim, flat-ws-freeze, per-layer-dim-ws-freeze).
+    #[arg(long, value_delimiter = ',', value_parser = Variant::parse)]
+    pub variants: Vec<Variant>,
+    /// Take the non-private run from an earlier run's results.json (same corpus, seed,
+    /// epochs, batch size and learning rate) instead of training it again.
+    #[arg(long)]
+    pub reuse_non_private: Option<PathBuf>,
+    /// Where every run trains: cpu, or gpu (the `gpu` feature; falls back to the CPU
+    /// with the reason when no GPU starts).
+    #[arg(long, default_value = "cpu")]
+    pub device: ComputeKind,
     /// Seed.
     #[arg(long, default_value_t = 0)]
     pub seed: u64,
@@ -227,6 +246,12 @@ pub fn run(cmd: ExperimentCommand) -> anyhow::Result<()> {
             if let Some(e) = a.epochs {
                 cfg.epochs = e;
             }
+            if let Some(b) = a.batch_size {
+                cfg.batch_size = b;
+            }
+            if let Some(lr) = a.lr {
+                cfg.lr = lr;
+            }
             if let Some(b) = a.dp_batch_size {
                 cfg.dp_batch_size = b;
             }
@@ -236,6 +261,12 @@ pub fn run(cmd: ExperimentCommand) -> anyhow::Result<()> {
             if let Some(c) = a.clip {
                 cfg.clip = c;
             }
+            if !a.variants.is_empty() {
+                cfg.variants = a.variants.clone();
+            }
+            cfg.reuse_non_private = a.reuse_non_private.clone();
+            announce_device(a.device);
+            cfg.compute = a.device;
             cfg.seed = a.seed;
             let command = std::env::args().collect::<Vec<_>>().join(" ");
             let start = std::time::Instant::now();

@@ -19,6 +19,7 @@ use std::path::{Path, PathBuf};
 use std::time::Instant;
 
 use hush_device::dataset::{read_corpus, Split};
+use hush_models::compute::ComputeKind;
 use hush_models::dp::ClipStrategy;
 use serde::{Deserialize, Serialize};
 
@@ -75,6 +76,20 @@ pub struct DpSgdExperimentConfig {
     pub freeze_fraction: f64,
     /// Seed of initialisation, shuffling, sampling and noise.
     pub seed: u64,
+    /// The DP variants to run at every ε (default: all four).
+    #[serde(default = "all_variants")]
+    pub variants: Vec<Variant>,
+    /// Where every run trains (`--device`).
+    #[serde(default)]
+    pub compute: ComputeKind,
+    /// Take the non-private run from this earlier `results.json` instead of training it
+    /// again: it must have the same corpus, seed, epochs, batch size and learning rate.
+    #[serde(default)]
+    pub reuse_non_private: Option<PathBuf>,
+}
+
+fn all_variants() -> Vec<Variant> {
+    Variant::ALL.to_vec()
 }
 
 /// The ten Speech Commands keywords of the 12-class task.
@@ -110,6 +125,9 @@ impl DpSgdExperimentConfig {
             warm_start_epochs: 10,
             freeze_fraction: 0.25,
             seed: 0,
+            variants: all_variants(),
+            compute: ComputeKind::Cpu,
+            reuse_non_private: None,
         }
     }
 
@@ -140,6 +158,9 @@ impl DpSgdExperimentConfig {
         }
         if let Some(e) = self.epsilons.iter().find(|e| !(e.is_finite() && **e > 0.0)) {
             return bad(&format!("--epsilons: {e} is not a finite ε > 0"));
+        }
+        if self.variants.is_empty() {
+            return bad("--variants: at least one DP variant");
         }
         if self.dp_batch_size == 0 {
             return bad("--dp-batch-size: at least 1");
@@ -189,12 +210,24 @@ impl Variant {
         }
     }
 
-    fn slug(&self) -> String {
+    /// `flat`, `per-layer-dim-ws-freeze`, …: the run folder's name and `--variants`' word.
+    pub fn slug(&self) -> String {
         if self.warm_start_freeze {
             format!("{}-ws-freeze", self.clipping)
         } else {
             self.clipping.to_string()
         }
+    }
+
+    /// The variant whose [`Variant::slug`] is `s`.
+    pub fn parse(s: &str) -> Result<Self, String> {
+        Self::ALL
+            .into_iter()
+            .find(|v| v.slug() == s)
+            .ok_or_else(|| {
+                let known: Vec<String> = Self::ALL.iter().map(Variant::slug).collect();
+                format!("--variants {s:?}: expected one of {}", known.join(", "))
+            })
     }
 }
 
@@ -377,6 +410,7 @@ fn base_config(cfg: &DpSgdExperimentConfig) -> KwsTrainConfig {
     let mut train = small_kws_config(&cfg.data, cfg.epochs, cfg.seed);
     train.keywords = KEYWORDS.iter().map(|w| w.to_string()).collect();
     train.patience = cfg.epochs;
+    train.compute = cfg.compute;
     train
 }
 
@@ -403,44 +437,21 @@ pub fn run_dp_sgd(
         arch: base_config(cfg).arch_name,
         runs: Vec::new(),
     };
-    let total = 1 + cfg.epsilons.len() * Variant::ALL.len();
+    let total = 1 + cfg.epsilons.len() * cfg.variants.len();
 
     // Non-private.
-    let train = {
-        let mut t = base_config(cfg);
-        t.batch_size = cfg.batch_size;
-        t.lr = cfg.lr;
-        t
-    };
-    let dir = runs_dir.join("non-private");
     log(&format!("[1/{total}] non-private"));
-    let start = Instant::now();
-    let report = {
-        let mut progress = epoch_logger("non-private", cfg.epochs, log);
-        train_kws(&train, &dir, command, &mut progress)
-    }
-    .map_err(|source| ExperimentError::Train {
-        run: "non-private".into(),
-        source,
-    })?;
-    let card = &report.card;
-    let split = |name: &str| card.metrics.as_ref().and_then(|m| m.splits.get(name));
-    results.runs.push(RunResult {
-        train_examples: results.corpus.train,
-        test_accuracy: split("test").map(|s| s.accuracy),
-        test_balanced_keyword_accuracy: split("test").map(|s| s.balanced_keyword_accuracy),
-        validation_accuracy: split("validation").map(|s| s.accuracy),
-        epochs_run: report.epochs.len(),
-        best_epoch: card.provenance.as_ref().map_or(0, |p| p.best_epoch),
-        seconds: start.elapsed().as_secs_f64(),
-        ..RunResult::blank("non-private".into(), None, None, dir)
-    });
+    let run = match &cfg.reuse_non_private {
+        Some(path) => earlier_non_private(cfg, path)?,
+        None => train_non_private(cfg, &runs_dir, results.corpus.train, command, log)?,
+    };
+    results.runs.push(run);
     log_result(log, results.runs.last());
     write_results(&cfg.out, &results)?;
 
     let mut index = 1;
     for &eps in &cfg.epsilons {
-        for variant in Variant::ALL {
+        for &variant in &cfg.variants {
             index += 1;
             let setting = variant.name();
             let label = format!("{setting}, ε = {eps}");
@@ -505,6 +516,84 @@ pub fn run_dp_sgd(
     Ok(results)
 }
 
+/// Trains the non-private reference.
+fn train_non_private(
+    cfg: &DpSgdExperimentConfig,
+    runs_dir: &Path,
+    train_examples: usize,
+    command: &str,
+    log: &mut dyn FnMut(&str),
+) -> Result<RunResult, ExperimentError> {
+    let train = {
+        let mut t = base_config(cfg);
+        t.batch_size = cfg.batch_size;
+        t.lr = cfg.lr;
+        t
+    };
+    let dir = runs_dir.join("non-private");
+    let start = Instant::now();
+    let report = {
+        let mut progress = epoch_logger("non-private", cfg.epochs, log);
+        train_kws(&train, &dir, command, &mut progress)
+    }
+    .map_err(|source| ExperimentError::Train {
+        run: "non-private".into(),
+        source,
+    })?;
+    let card = &report.card;
+    let split = |name: &str| card.metrics.as_ref().and_then(|m| m.splits.get(name));
+    Ok(RunResult {
+        train_examples,
+        test_accuracy: split("test").map(|s| s.accuracy),
+        test_balanced_keyword_accuracy: split("test").map(|s| s.balanced_keyword_accuracy),
+        validation_accuracy: split("validation").map(|s| s.accuracy),
+        epochs_run: report.epochs.len(),
+        best_epoch: card.provenance.as_ref().map_or(0, |p| p.best_epoch),
+        seconds: start.elapsed().as_secs_f64(),
+        ..RunResult::blank("non-private".into(), None, None, dir)
+    })
+}
+
+/// The non-private run of an earlier `results.json`, refused unless it trained the same
+/// way on the same corpus (so that a long reference run need not be repeated).
+fn earlier_non_private(
+    cfg: &DpSgdExperimentConfig,
+    path: &Path,
+) -> Result<RunResult, ExperimentError> {
+    let text = std::fs::read_to_string(path).map_err(io_err(path))?;
+    let earlier: DpSgdResults = serde_json::from_str(&text).map_err(|e| {
+        ExperimentError::Config(format!(
+            "--reuse-non-private {}: not an experiment dp-sgd results.json ({e})",
+            path.display()
+        ))
+    })?;
+    let e = &earlier.config;
+    let same = e.corpus == cfg.corpus
+        && e.seed == cfg.seed
+        && e.epochs == cfg.epochs
+        && e.batch_size == cfg.batch_size
+        && e.lr == cfg.lr;
+    if !same {
+        return Err(ExperimentError::Config(format!(
+            "--reuse-non-private {}: its corpus, seed, epochs, batch size or learning rate \
+             differ from this run's",
+            path.display()
+        )));
+    }
+    let mut run = earlier
+        .runs
+        .into_iter()
+        .find(|r| r.variant.is_none() && r.refused.is_none())
+        .ok_or_else(|| {
+            ExperimentError::Config(format!(
+                "--reuse-non-private {}: it has no non-private run",
+                path.display()
+            ))
+        })?;
+    run.setting = format!("non-private (from {})", path.display());
+    Ok(run)
+}
+
 fn epoch_logger<'a>(
     label: &'a str,
     epochs: usize,
@@ -553,7 +642,8 @@ pub fn results_markdown(r: &DpSgdResults) -> String {
          clip each, generator seed {}). Architecture `{}` (49 × 20 fbank, 2 conv + 2 FC). \
          Example-level DP, add/remove adjacency, Poisson sampling, expected batch {}, C = {}, \
          {} epochs, AdamW lr {} (non-private: batch {}, lr {}); warm-start variants: {} of \
-         the training speakers public, {} warm-start epochs, {} of the layers frozen.\n\n",
+         the training speakers public, {} warm-start epochs, {} of the layers frozen. \
+         Device: {}.\n\n",
         r.corpus.path.display(),
         if r.corpus.generated {
             "generated by this run"
@@ -578,6 +668,7 @@ pub fn results_markdown(r: &DpSgdResults) -> String {
         c.warm_start_public,
         c.warm_start_epochs,
         c.freeze_fraction,
+        c.compute,
     ));
     s.push_str(
         "| setting | target ε | ε (RDP) | ε (PLD) | δ | σ | steps | private examples | \

@@ -6,6 +6,7 @@ use std::path::{Path, PathBuf};
 use hush_device::audio::read_audio;
 use hush_device::dataset::{read_corpus, KwsLabels, Layout, Split, Target};
 use hush_device::infer::fit_clip;
+use rayon::prelude::*;
 
 use super::TrainError;
 
@@ -80,28 +81,40 @@ pub fn read_kws(
             reason: format!("KWS training needs a Speech Commands corpus, found {layout:?}"),
         });
     }
+    // Decoding is most of a large corpus's start-up: every core takes a share, and the
+    // order (and so every seeded run) stays that of `read_corpus`.
+    let labelled: Vec<_> = examples
+        .into_iter()
+        .filter_map(|ex| match &ex.target {
+            Target::Label(word) => Some((labels.class_of(word), ex)),
+            _ => None,
+        })
+        .collect();
+    let clips = labelled
+        .into_par_iter()
+        .map(|(class, ex)| {
+            let audio = read_audio(&ex.path)?;
+            if audio.sample_rate != sample_rate {
+                return Err(TrainError::Data {
+                    path: ex.path.clone(),
+                    reason: format!(
+                        "{} Hz; the feature config expects {sample_rate} Hz",
+                        audio.sample_rate
+                    ),
+                });
+            }
+            let clip = Clip {
+                class,
+                speaker: ex.speaker,
+                samples: fit_clip(&audio.samples, clip_len),
+                path: ex.path,
+            };
+            Ok((ex.split, clip))
+        })
+        .collect::<Result<Vec<_>, TrainError>>()?;
     let mut data = KwsData::default();
-    for ex in examples {
-        let Target::Label(word) = &ex.target else {
-            continue;
-        };
-        let audio = read_audio(&ex.path)?;
-        if audio.sample_rate != sample_rate {
-            return Err(TrainError::Data {
-                path: ex.path.clone(),
-                reason: format!(
-                    "{} Hz; the feature config expects {sample_rate} Hz",
-                    audio.sample_rate
-                ),
-            });
-        }
-        let clip = Clip {
-            class: labels.class_of(word),
-            speaker: ex.speaker.clone(),
-            samples: fit_clip(&audio.samples, clip_len),
-            path: ex.path.clone(),
-        };
-        match ex.split {
+    for (split, clip) in clips {
+        match split {
             Split::Train => data.train.push(clip),
             Split::Validation => data.validation.push(clip),
             Split::Test => data.test.push(clip),

@@ -38,6 +38,7 @@ use hush_models::step::{apply_grads, loss_and_grads, predict, Batch};
 use rand::seq::SliceRandom;
 use rand::SeedableRng;
 use rand_chacha::ChaCha8Rng;
+use rayon::prelude::*;
 use serde::{Deserialize, Serialize};
 
 pub use augment::Augment;
@@ -364,16 +365,18 @@ struct Prepared {
 }
 
 fn features_of(clips: &[Clip], cfg: &FeatureConfig, frames: usize) -> Result<Prepared, TrainError> {
-    let mut feats = Vec::new();
-    for c in clips {
-        let f = clip_features(cfg, &c.samples, frames).map_err(|source| TrainError::Features {
-            path: c.path.clone(),
-            source,
-        })?;
-        feats.extend(f);
-    }
+    // Every core computes a share; the rows keep the clips' order.
+    let rows = clips
+        .par_iter()
+        .map(|c| {
+            clip_features(cfg, &c.samples, frames).map_err(|source| TrainError::Features {
+                path: c.path.clone(),
+                source,
+            })
+        })
+        .collect::<Result<Vec<_>, TrainError>>()?;
     Ok(Prepared {
-        feats,
+        feats: rows.concat(),
         classes: clips.iter().map(|c| c.class).collect(),
     })
 }

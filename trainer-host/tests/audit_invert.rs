@@ -398,6 +398,47 @@ fn mel_features_leak_from_one_gradient_and_dp_noise_stops_it() {
     assert!(d.metrics.stoi < a.metrics.stoi - 0.25);
 }
 
+#[test]
+fn the_delta_of_local_steps_leaks_the_label_and_the_features_too() {
+    use hush_host::audit::attack::{attack_clip, score_features, AttackOptions};
+    use hush_host::audit::baseline::{mean_features, other_speakers};
+    let dir = tempfile::tempdir().unwrap();
+    let (target, samples, label, opts) = mel_setup(dir.path());
+    // Two local steps at the federated default rate; fewer iterations than the gradient
+    // test (each costs about two single-gradient ones).
+    let opts = AttackOptions {
+        update: UpdateRule::LocalSteps { steps: 2, lr: 0.05 },
+        invert: InvertConfig {
+            iterations: 200,
+            ..opts.invert
+        },
+        ..opts
+    };
+    let a = attack_clip(&target, &samples, label, &opts, None, &mut || {}).unwrap();
+    assert_eq!(a.recovered_label, label, "iDLG from the delta");
+    // The guesses that need no update (the attack on a pure-noise update is the gradient
+    // test's; here the cheap ones): the training mean and other speakers saying the word.
+    let mut guesses = vec![mean_features(&target)];
+    for p in other_speakers(&clip_path(), 3).unwrap() {
+        let wave = target.read_clip(&p).unwrap();
+        guesses.push(hush_device::infer::clip_features(&target.features, &wave, 98).unwrap());
+    }
+    let (mut best_f_mse, mut best_stoi) = (f64::INFINITY, 0f64);
+    for g in &guesses {
+        let (_, m) =
+            score_features(&target, &samples, &a.original_features, g, 32, 0, None).unwrap();
+        best_f_mse = best_f_mse.min(m.f_mse);
+        best_stoi = best_stoi.max(m.stoi);
+    }
+    eprintln!(
+        "K = 2 local steps, no DP: F-MSE {:.3}, STOI {:.3} (grad loss {:.4}); best guess \
+         without the update: F-MSE {best_f_mse:.3}, STOI {best_stoi:.3}",
+        a.metrics.f_mse, a.metrics.stoi, a.grad_loss
+    );
+    assert!(a.metrics.f_mse < 0.5 * best_f_mse);
+    assert!(a.metrics.stoi > best_stoi + 0.15);
+}
+
 fn hush_host_cmd() -> std::process::Command {
     std::process::Command::new(env!("CARGO_BIN_EXE_hush-host"))
 }

@@ -254,7 +254,9 @@ pub fn shared_update(
 /// The weight delta of `steps` local SGD steps of learning rate `lr` on one clip (model
 /// features `features`, class `label`), run by the device's own local training on the
 /// model package `package` (whose twin `net` is), unclipped; flat in
-/// [`super::leak_net::LeakShape::layout`] order.
+/// [`super::leak_net::LeakShape::layout`] order. A model with dropout drops units at random
+/// in these steps, which the attacker's deterministic simulation does not (the audit's
+/// target models have none).
 pub fn local_steps_delta(
     net: &LeakNet,
     package: &Path,

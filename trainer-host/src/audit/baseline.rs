@@ -64,6 +64,10 @@ pub fn prior_only_features(
     Ok(net.denormalise(&inv.normalised))
 }
 
+/// How many other speakers' recordings of the word `audit invert` and `audit report`
+/// score per clip.
+pub const OTHER_SPEAKERS: usize = 3;
+
 /// Up to `n` recordings beside `input` (its Speech Commands word folder) by other
 /// speakers, one per speaker, in name order. A speaker is the name's part before
 /// `_nohash_`; when `input` is not named that way, any other recording in its folder.

@@ -13,7 +13,7 @@ use std::path::{Path, PathBuf};
 use serde::{Deserialize, Serialize};
 
 use super::attack::{attack_clip, AttackOptions, AttackTarget, LeakMetrics, MeanLeak};
-use super::baseline::{other_speakers, score_baselines};
+use super::baseline::{other_speakers, score_baselines, OTHER_SPEAKERS};
 use super::invert::InvertConfig;
 use super::speaker::SpeakerModel;
 use super::update::{DpNoise, UpdateRule};
@@ -26,9 +26,6 @@ const MEAN: &str = "mean features (training average)";
 const PRIOR: &str = "prior only (attack on a pure-noise update)";
 const OTHERS: &str = "other speakers, same word";
 const CEILING: &str = "true features (ceiling)";
-
-/// Recordings of the word by other speakers scored per clip.
-pub const OTHER_SPEAKERS: usize = 3;
 
 /// One clip to attack.
 #[derive(Debug, Clone)]

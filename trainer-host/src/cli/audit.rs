@@ -12,7 +12,7 @@ use hush_device::features::npy::write_npy_f32;
 use hush_host::audit::attack::{
     attack_clip, AttackFeatures, AttackOptions, AttackTarget, MeanLeak,
 };
-use hush_host::audit::baseline::{other_speakers, score_baselines, Baselines};
+use hush_host::audit::baseline::{other_speakers, score_baselines, Baselines, OTHER_SPEAKERS};
 use hush_host::audit::invert::InvertConfig;
 use hush_host::audit::report::{pick_clips, run_report, write_report, ReportConfig};
 use hush_host::audit::speaker::{train_speaker_model, SpeakerModel, SpeakerTrainConfig};
@@ -331,9 +331,6 @@ struct InvertReport {
     best_baseline_f_mse: f64,
     speaker_threshold: Option<f64>,
 }
-
-/// How many other speakers' recordings of the word `audit invert` scores as a baseline.
-const OTHER_SPEAKERS: usize = hush_host::audit::report::OTHER_SPEAKERS;
 
 fn write_wav(path: &Path, samples: &[f32], rate: u32) -> anyhow::Result<()> {
     let audio = Audio {

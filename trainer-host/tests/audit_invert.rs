@@ -4,10 +4,9 @@
 #![allow(clippy::unwrap_used)]
 
 use burn::tensor::Device;
-use hush_host::audit::invert::{
-    idlg_label, objective, shared_update, total_variation, DpNoise, InvertConfig,
-};
+use hush_host::audit::invert::{idlg_label, objective, total_variation, InvertConfig};
 use hush_host::audit::leak_net::{LeakNet, LeakShape};
+use hush_host::audit::update::{local_steps_delta, shared_update, DpNoise, UpdateRule};
 use hush_models::arch::{ArchConfig, IoShape, KwsModel, LeakCnnConfig};
 use hush_models::step::{loss_and_grads, Batch};
 use std::path::{Path, PathBuf};
@@ -97,25 +96,93 @@ fn second_order_pass_matches_finite_differences_of_the_objective() {
     let x_true = net.normalise(&features(120, 2));
     let target = net.weight_grad(&x_true, 1).1;
     let x = net.normalise(&features(120, 9));
-    let (_, _, grad) = objective(&net, &x, 1, &target, 0.0);
+    check_objective_gradient(&net, &x, 1, UpdateRule::Gradient, &target);
+}
+
+/// The exact input gradient of the attack objective under `rule` against central finite
+/// differences, on every 7th coordinate.
+fn check_objective_gradient(
+    net: &LeakNet,
+    x: &[f64],
+    label: usize,
+    rule: UpdateRule,
+    target: &[f64],
+) {
+    let (_, _, grad) = objective(net, x, label, rule, target, 0.0);
     let h = 1e-5;
     let mut checked = 0;
     for i in (0..x.len()).step_by(7) {
-        let mut xp = x.clone();
+        let mut xp = x.to_vec();
         xp[i] += h;
-        let mut xm = x.clone();
+        let mut xm = x.to_vec();
         xm[i] -= h;
-        let fd = (objective(&net, &xp, 1, &target, 0.0).0
-            - objective(&net, &xm, 1, &target, 0.0).0)
+        let fd = (objective(net, &xp, label, rule, target, 0.0).0
+            - objective(net, &xm, label, rule, target, 0.0).0)
             / (2.0 * h);
         assert!(
             (fd - grad[i]).abs() < 1e-5 + 1e-3 * fd.abs(),
-            "coordinate {i}: finite difference {fd} vs exact {}",
+            "{rule:?}, coordinate {i}: finite difference {fd} vs exact {}",
             grad[i]
         );
         checked += 1;
     }
     assert!(checked > 10);
+}
+
+#[test]
+fn gradient_through_local_steps_matches_finite_differences() {
+    let arch = small_arch(12, 10, 3);
+    let m = model(&arch, 5, &Device::flex());
+    let net = LeakNet::from_model(&arch, &m).unwrap();
+    // A large step, so that the later steps' weights differ visibly from the first's.
+    let rule = UpdateRule::LocalSteps { steps: 3, lr: 0.5 };
+    let x_true = net.normalise(&features(120, 2));
+    let target = rule.simulate(&net, &x_true, 1).update;
+    let x = net.normalise(&features(120, 9));
+    check_objective_gradient(&net, &x, 1, rule, &target);
+}
+
+/// `arch`'s model `m` as a package in `dir` (Mel features of `bins` bins), labels c0…
+fn write_small_package(dir: &Path, arch: &ArchConfig, m: &KwsModel) {
+    use hush_models::package::{write_package, ModelCard};
+    let mut fc =
+        hush_device::features::FeatureConfig::kaldi(hush_device::features::FeatureKind::Fbank);
+    fc.mel.num_bins = arch.io().bins;
+    let labels = (0..arch.io().classes).map(|i| format!("c{i}")).collect();
+    let card = ModelCard::new(arch.clone(), serde_json::to_value(&fc).unwrap(), labels, m).unwrap();
+    write_package(dir, &card, m).unwrap();
+}
+
+#[test]
+fn the_devices_local_steps_are_what_the_attacker_simulates() {
+    let arch = small_arch(14, 12, 5);
+    let m = model(&arch, 11, &Device::flex());
+    let dir = tempfile::tempdir().unwrap();
+    write_small_package(dir.path(), &arch, &m);
+    let net = LeakNet::from_model(&arch, &m).unwrap();
+    let f = features(14 * 12, 3);
+    let x = net.normalise(&f);
+    let label = 2;
+    let close = |a: &[f64], b: &[f64]| {
+        let scale = b.iter().fold(1e-12f64, |m, v| m.max(v.abs()));
+        let worst = a.iter().zip(b).fold(0f64, |m, (a, b)| m.max((a - b).abs()));
+        assert!(worst < 1e-4 * scale, "differ by {worst} at scale {scale}");
+    };
+    // K = 1: the delta is −η × the single gradient.
+    let lr = 0.05;
+    let delta = local_steps_delta(&net, dir.path(), &f, label, 1, lr).unwrap();
+    let g = shared_update(&net, &x, label, None, 0).unwrap();
+    let scaled: Vec<f64> = g.iter().map(|v| -lr * v).collect();
+    close(&delta, &scaled);
+    let one = UpdateRule::LocalSteps { steps: 1, lr };
+    close(&one.simulate(&net, &x, label).update, &scaled);
+    // K = 4: the device's burn SGD (f32) and the attacker's f64 unrolling agree, and iDLG
+    // reads the label from the delta's last bias.
+    let four = UpdateRule::LocalSteps { steps: 4, lr: 0.2 };
+    let delta = local_steps_delta(&net, dir.path(), &f, label, 4, 0.2).unwrap();
+    close(&delta, &four.simulate(&net, &x, label).update);
+    assert_eq!(idlg_label(&net, &delta, four), label);
+    assert_ne!(idlg_label(&net, &delta, UpdateRule::Gradient), label);
 }
 
 #[test]
@@ -141,14 +208,14 @@ fn idlg_recovers_the_label_from_the_last_layer_without_noise() {
     for label in 0..6 {
         let x = net.normalise(&features(120, label as u64 + 20));
         let g = shared_update(&net, &x, label, None, 0).unwrap();
-        assert_eq!(idlg_label(&net, &g), label);
+        assert_eq!(idlg_label(&net, &g, UpdateRule::Gradient), label);
         // Clipping alone scales the update: the sign pattern, and the label, survive.
         let dp = DpNoise {
             clip: 1e-3,
             noise_multiplier: 0.0,
         };
         let g = shared_update(&net, &x, label, Some(dp), 0).unwrap();
-        assert_eq!(idlg_label(&net, &g), label);
+        assert_eq!(idlg_label(&net, &g, UpdateRule::Gradient), label);
     }
 }
 
@@ -239,46 +306,54 @@ fn audit_model(dir: &Path, kind: hush_host::audit::attack::AttackFeatures) {
     write_package(dir, &card, &m).unwrap();
 }
 
-#[test]
-fn mel_features_leak_from_one_gradient_and_dp_noise_stops_it() {
-    use hush_host::audit::attack::{
-        attack_clip, mean_features, random_features, score_features, AttackFeatures, AttackOptions,
-        AttackTarget,
-    };
-    let dir = tempfile::tempdir().unwrap();
-    audit_model(dir.path(), AttackFeatures::Mel);
-    let target = AttackTarget::load(dir.path(), Some(AttackFeatures::Mel)).unwrap();
+/// The Mel model, the test clip and its class, and 500 × 1 attack options (Griffin-Lim 32).
+fn mel_setup(
+    dir: &Path,
+) -> (
+    hush_host::audit::attack::AttackTarget,
+    Vec<f32>,
+    usize,
+    hush_host::audit::attack::AttackOptions,
+) {
+    use hush_host::audit::attack::{AttackFeatures, AttackOptions, AttackTarget};
+    audit_model(dir, AttackFeatures::Mel);
+    let target = AttackTarget::load(dir, Some(AttackFeatures::Mel)).unwrap();
     let samples = target.read_clip(&clip_path()).unwrap();
     let label = target.class_of("yes").unwrap();
-    let invert_cfg = InvertConfig {
-        iterations: 500,
-        restarts: 1,
-        ..InvertConfig::default()
-    };
-    let plain = AttackOptions {
-        invert: invert_cfg.clone(),
+    let opts = AttackOptions {
+        invert: InvertConfig {
+            iterations: 500,
+            restarts: 1,
+            ..InvertConfig::default()
+        },
+        update: UpdateRule::Gradient,
         dp: None,
         griffin_lim_iterations: 32,
     };
+    (target, samples, label, opts)
+}
+
+#[test]
+fn mel_features_leak_from_one_gradient_and_dp_noise_stops_it() {
+    use hush_host::audit::attack::{attack_clip, AttackOptions};
+    use hush_host::audit::baseline::{other_speakers, score_baselines};
+    let dir = tempfile::tempdir().unwrap();
+    let (target, samples, label, plain) = mel_setup(dir.path());
     let a = attack_clip(&target, &samples, label, &plain, None, &mut || {}).unwrap();
-    let (_, random) = score_features(
+    let others = other_speakers(&clip_path(), 3).unwrap();
+    assert_eq!(others.len(), 3);
+    assert!(others
+        .iter()
+        .all(|p| !p.ends_with("f95727ef_nohash_0.flac")));
+    let b = score_baselines(
         &target,
         &samples,
         &a.original_features,
-        &random_features(&target, 0),
-        32,
-        0,
+        &plain,
+        &others,
         None,
-    )
-    .unwrap();
-    let (_, mean) = score_features(
-        &target,
-        &samples,
-        &a.original_features,
-        &mean_features(&target),
-        32,
         0,
-        None,
+        &mut || {},
     )
     .unwrap();
     let noisy = AttackOptions {
@@ -289,31 +364,135 @@ fn mel_features_leak_from_one_gradient_and_dp_noise_stops_it() {
         ..plain.clone()
     };
     let d = attack_clip(&target, &samples, label, &noisy, None, &mut || {}).unwrap();
+    let o = b.other_speakers_mean().unwrap();
     eprintln!(
-        "no DP: F-MSE {:.3}, STOI {:.3}, grad loss {:.4}; random features: F-MSE {:.3}, STOI {:.3}; \
-         training mean: F-MSE {:.3}, STOI {:.3}; C=1, σ=1: F-MSE {:.3}, STOI {:.3}, grad loss {:.4}",
+        "F-MSE / STOI: no DP {:.3} / {:.3} (grad loss {:.4}); C=1, σ=1 {:.3} / {:.3} (grad loss \
+         {:.4}); baselines: random {:.3} / {:.3}, training mean {:.3} / {:.3}, prior only \
+         {:.3} / {:.3}, other speakers {:.3} / {:.3}",
         a.metrics.f_mse,
         a.metrics.stoi,
         a.grad_loss,
-        random.f_mse,
-        random.stoi,
-        mean.f_mse,
-        mean.stoi,
         d.metrics.f_mse,
         d.metrics.stoi,
-        d.grad_loss
+        d.grad_loss,
+        b.random.f_mse,
+        b.random.stoi,
+        b.mean.f_mse,
+        b.mean.stoi,
+        b.prior_only.f_mse,
+        b.prior_only.stoi,
+        o.f_mse,
+        o.stoi,
     );
     assert_eq!(a.recovered_label, label, "iDLG without noise");
-    // Without DP: the features come back (F-MSE a fraction of the baseline's) and the
-    // audio is far more intelligible than audio from random features.
-    assert!(a.metrics.f_mse < 0.4 * random.f_mse);
-    assert!(a.metrics.stoi > random.stoi + 0.25);
-    // With clipping and noise at σ = 1 the update is noise: the features are no closer
-    // than the training average, a guess that needs no update, and the audio's
-    // intelligibility collapses to that guess's level.
-    assert!(d.metrics.f_mse > 0.9 * mean.f_mse);
-    assert!(d.metrics.stoi < mean.stoi + 0.15);
+    // Without DP: the features come back (F-MSE a fraction of the best guess that needs
+    // no update) and the audio is far more intelligible than any such guess — the attack
+    // on a pure-noise update, other speakers saying the word, the training average.
+    assert!(a.metrics.f_mse < 0.5 * b.best_f_mse());
+    assert!(a.metrics.stoi > b.best_stoi() + 0.15);
+    assert!(a.metrics.stoi > b.random.stoi + 0.25);
+    // With clipping and noise at σ = 1 the update is noise: the reconstruction is no
+    // closer to the clip than what the attacker gets without it.
+    assert!(d.metrics.f_mse > 0.9 * b.best_f_mse());
+    assert!(d.metrics.stoi < b.best_stoi() + 0.05);
     assert!(d.metrics.stoi < a.metrics.stoi - 0.25);
+}
+
+/// Why the σ = 1 attack beats random features: over seeds (of the DP noise, the pure-noise
+/// update and the attack's start), its STOI and F-MSE spread over the same range as the
+/// attack on a pure-noise update — the TV prior's smooth spectrograms — and below other
+/// speakers saying the word. Slow (10 attacks); run by hand:
+/// `cargo test -p hush-host --test audit_invert -- --ignored --nocapture noise_level_attack`.
+#[test]
+#[ignore = "an experiment, about 4 minutes"]
+fn noise_level_attack_is_indistinguishable_from_the_prior_over_seeds() {
+    use hush_host::audit::attack::{attack_clip, score_features, AttackOptions};
+    use hush_host::audit::baseline::{other_speakers, prior_only_features};
+    let dir = tempfile::tempdir().unwrap();
+    let (target, samples, label, plain) = mel_setup(dir.path());
+    let original = hush_device::infer::clip_features(&target.features, &samples, 98).unwrap();
+    let mut rows = Vec::new();
+    for seed in 0..5u64 {
+        let mut opts = AttackOptions {
+            dp: Some(DpNoise {
+                clip: 1.0,
+                noise_multiplier: 1.0,
+            }),
+            ..plain.clone()
+        };
+        opts.invert.seed = seed;
+        let d = attack_clip(&target, &samples, label, &opts, None, &mut || {}).unwrap();
+        let prior = prior_only_features(&target, &opts, seed, &mut || {}).unwrap();
+        let (_, p) = score_features(&target, &samples, &original, &prior, 32, seed, None).unwrap();
+        eprintln!(
+            "seed {seed}: σ=1 F-MSE {:.3} STOI {:.3} (label {}) | prior only F-MSE {:.3} STOI {:.3}",
+            d.metrics.f_mse, d.metrics.stoi, d.recovered_label, p.f_mse, p.stoi
+        );
+        rows.push([d.metrics.stoi, p.stoi, d.metrics.f_mse, p.f_mse]);
+    }
+    for path in other_speakers(&clip_path(), 8).unwrap() {
+        let wave = target.read_clip(&path).unwrap();
+        let f = hush_device::infer::clip_features(&target.features, &wave, 98).unwrap();
+        let (_, m) = score_features(&target, &samples, &original, &f, 32, 0, None).unwrap();
+        eprintln!(
+            "other speaker {}: F-MSE {:.3} STOI {:.3}",
+            path.display(),
+            m.f_mse,
+            m.stoi
+        );
+    }
+    let mean = |k: usize| rows.iter().map(|r| r[k]).sum::<f64>() / rows.len() as f64;
+    let (d_stoi, p_stoi) = (mean(0), mean(1));
+    eprintln!(
+        "mean over 5 seeds: σ=1 STOI {d_stoi:.3}, F-MSE {:.3}; prior only STOI {p_stoi:.3}, F-MSE {:.3}",
+        mean(2),
+        mean(3)
+    );
+    assert!(
+        (d_stoi - p_stoi).abs() < 0.1,
+        "σ=1 {d_stoi} vs prior only {p_stoi}"
+    );
+}
+
+#[test]
+fn the_delta_of_local_steps_leaks_the_label_and_the_features_too() {
+    use hush_host::audit::attack::{attack_clip, score_features, AttackOptions};
+    use hush_host::audit::baseline::{mean_features, other_speakers};
+    let dir = tempfile::tempdir().unwrap();
+    let (target, samples, label, opts) = mel_setup(dir.path());
+    // Two local steps at the federated default rate; fewer iterations than the gradient
+    // test (each costs about two single-gradient ones).
+    let opts = AttackOptions {
+        update: UpdateRule::LocalSteps { steps: 2, lr: 0.05 },
+        invert: InvertConfig {
+            iterations: 200,
+            ..opts.invert
+        },
+        ..opts
+    };
+    let a = attack_clip(&target, &samples, label, &opts, None, &mut || {}).unwrap();
+    assert_eq!(a.recovered_label, label, "iDLG from the delta");
+    // The guesses that need no update (the attack on a pure-noise update is the gradient
+    // test's; here the cheap ones): the training mean and other speakers saying the word.
+    let mut guesses = vec![mean_features(&target)];
+    for p in other_speakers(&clip_path(), 3).unwrap() {
+        let wave = target.read_clip(&p).unwrap();
+        guesses.push(hush_device::infer::clip_features(&target.features, &wave, 98).unwrap());
+    }
+    let (mut best_f_mse, mut best_stoi) = (f64::INFINITY, 0f64);
+    for g in &guesses {
+        let (_, m) =
+            score_features(&target, &samples, &a.original_features, g, 32, 0, None).unwrap();
+        best_f_mse = best_f_mse.min(m.f_mse);
+        best_stoi = best_stoi.max(m.stoi);
+    }
+    eprintln!(
+        "K = 2 local steps, no DP: F-MSE {:.3}, STOI {:.3} (grad loss {:.4}); best guess \
+         without the update: F-MSE {best_f_mse:.3}, STOI {best_stoi:.3}",
+        a.metrics.f_mse, a.metrics.stoi, a.grad_loss
+    );
+    assert!(a.metrics.f_mse < 0.5 * best_f_mse);
+    assert!(a.metrics.stoi > best_stoi + 0.15);
 }
 
 fn hush_host_cmd() -> std::process::Command {
@@ -369,6 +548,38 @@ fn invert_cli_writes_its_outputs_and_refuses_bad_inputs_clearly() {
         assert!(report["metrics"][key].is_number(), "{key}: {report}");
     }
     assert_eq!(report["true_label"], "yes");
+    assert!(
+        report["baselines"]["prior_only"]["stoi"].is_number(),
+        "{report}"
+    );
+    assert_eq!(
+        report["baselines"]["other_speaker_clips"]
+            .as_array()
+            .map(Vec::len),
+        Some(3)
+    );
+    assert!(report["best_baseline_stoi"].is_number(), "{report}");
+
+    // K local steps: the flag is taken; K = 0 and a bad local learning rate are refused.
+    let (ok, err) = run(&["--local-steps", "2"], &clip_path(), &model);
+    assert!(ok, "{err}");
+    let report: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(out.join("report.json")).unwrap()).unwrap();
+    assert_eq!(
+        report["options"]["update"]["local_steps"]["steps"], 2,
+        "{report}"
+    );
+    let (ok, err) = run(&["--local-steps", "0"], &clip_path(), &model);
+    assert!(
+        !ok && err.contains("--local-steps") && err.contains("0 steps"),
+        "{err}"
+    );
+    let (ok, err) = run(
+        &["--local-steps", "2", "--local-lr", "0"],
+        &clip_path(),
+        &model,
+    );
+    assert!(!ok && err.contains("--local-lr"), "{err}");
 
     // The wrong feature kind.
     let (ok, err) = run(&["--features", "mfcc"], &clip_path(), &model);

@@ -10,14 +10,12 @@ use hush_device::audio::read_audio;
 use hush_device::features::{FeatureConfig, FeatureKind};
 use hush_device::infer::{card_features, clip_features, clip_samples, fit_clip};
 use hush_models::package::load_package;
-use rand::SeedableRng;
-use rand_chacha::ChaCha8Rng;
-use rand_distr::{Distribution, StandardNormal};
 use serde::{Deserialize, Serialize};
 
-use super::invert::{idlg_label, invert, shared_update, DpNoise, InvertConfig};
+use super::invert::{idlg_label, invert, InvertConfig};
 use super::leak_net::LeakNet;
 use super::speaker::SpeakerModel;
+use super::update::{device_update, DpNoise, UpdateRule};
 use super::waveform::{features_to_waveform, WaveformOptions};
 use super::{pesq_mos, stoi, waveform_mse, AuditError};
 
@@ -143,7 +141,10 @@ impl AttackTarget {
 pub struct AttackOptions {
     /// The optimisation.
     pub invert: InvertConfig,
-    /// Clipping and noise on the device's update (`None`: the raw gradient).
+    /// What the device computes: a single gradient, or the delta of K local steps.
+    #[serde(default)]
+    pub update: UpdateRule,
+    /// Clipping and noise on the device's update (`None`: the raw update).
     pub dp: Option<DpNoise>,
     /// Griffin-Lim iterations.
     pub griffin_lim_iterations: usize,
@@ -153,6 +154,7 @@ impl Default for AttackOptions {
     fn default() -> Self {
         Self {
             invert: InvertConfig::default(),
+            update: UpdateRule::Gradient,
             dp: None,
             griffin_lim_iterations: 64,
         }
@@ -191,7 +193,7 @@ pub struct ClipAttack {
     pub true_label: usize,
     /// The label iDLG recovered.
     pub recovered_label: usize,
-    /// `1 − cos` between the recovered input's gradient and the shared update.
+    /// `1 − cos` between the recovered input's update and the shared update.
     pub grad_loss: f64,
     /// Leakage metrics.
     pub metrics: LeakMetrics,
@@ -262,10 +264,24 @@ pub fn attack_clip(
         });
     }
     let original_features = clip_features(&target.features, samples, net.shape.frames)?;
-    let x = net.normalise(&original_features);
-    let update = shared_update(net, &x, true_label, opts.dp, opts.invert.seed)?;
-    let recovered_label = idlg_label(net, &update);
-    let inv = invert(net, &update, recovered_label, &opts.invert, tick)?;
+    let update = device_update(
+        net,
+        &target.dir,
+        &original_features,
+        true_label,
+        opts.update,
+        opts.dp,
+        opts.invert.seed,
+    )?;
+    let recovered_label = idlg_label(net, &update, opts.update);
+    let inv = invert(
+        net,
+        &update,
+        recovered_label,
+        opts.update,
+        &opts.invert,
+        tick,
+    )?;
     let reconstructed_features = net.denormalise(&inv.normalised);
     let (reconstructed_wave, metrics) = score_features(
         target,
@@ -288,18 +304,53 @@ pub fn attack_clip(
     })
 }
 
-/// Random features, the baseline every attack must beat: standard normal in the model's
-/// normalised input space (the attack's own starting distribution), seeded.
-pub fn random_features(target: &AttackTarget, seed: u64) -> Vec<f32> {
-    let n = target.net.shape.frames * target.net.shape.bins;
-    let mut rng = ChaCha8Rng::seed_from_u64(seed ^ 0x5eed_ba5e);
-    let x: Vec<f64> = (0..n).map(|_| StandardNormal.sample(&mut rng)).collect();
-    target.net.denormalise(&x)
+/// [`LeakMetrics`] averaged over several clips (or several baseline recordings).
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct MeanLeak {
+    /// Clips averaged.
+    pub clips: usize,
+    /// Mean F-MSE.
+    pub f_mse: f64,
+    /// Mean W-MSE.
+    pub w_mse: f64,
+    /// Mean STOI.
+    pub stoi: f64,
+    /// Mean PESQ over the clips PESQ scored (None if none).
+    pub pesq: Option<f64>,
+    /// Mean speaker cosine (None without a speaker model).
+    pub speaker_similarity: Option<f64>,
+    /// Fraction of clips the speaker model calls the same speaker.
+    pub speaker_match: Option<f64>,
 }
 
-/// The training-set average (the model's input normalisation mean, every frame): the best
-/// guess that needs no update at all, the baseline a DP-protected update should not beat.
-pub fn mean_features(target: &AttackTarget) -> Vec<f32> {
-    let n = target.net.shape.frames * target.net.shape.bins;
-    target.net.denormalise(&vec![0.0; n])
+impl MeanLeak {
+    /// The mean of `metrics` (all zero for none).
+    pub fn of<'a>(metrics: impl IntoIterator<Item = &'a LeakMetrics>) -> Self {
+        let mut out = Self::default();
+        let (mut pesq, mut spk, mut same) = ((0.0, 0), (0.0, 0), (0.0, 0));
+        let add = |acc: &mut (f64, usize), v: Option<f64>| {
+            if let Some(v) = v {
+                acc.0 += v;
+                acc.1 += 1;
+            }
+        };
+        for m in metrics {
+            out.clips += 1;
+            out.f_mse += m.f_mse;
+            out.w_mse += m.w_mse;
+            out.stoi += m.stoi;
+            add(&mut pesq, m.pesq);
+            add(&mut spk, m.speaker_similarity);
+            add(&mut same, m.same_speaker.map(|s| f64::from(u8::from(s))));
+        }
+        let n = out.clips.max(1) as f64;
+        out.f_mse /= n;
+        out.w_mse /= n;
+        out.stoi /= n;
+        let mean = |(s, k): (f64, usize)| (k > 0).then(|| s / k as f64);
+        out.pesq = mean(pesq);
+        out.speaker_similarity = mean(spk);
+        out.speaker_match = mean(same);
+        out
+    }
 }

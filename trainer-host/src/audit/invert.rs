@@ -2,39 +2,28 @@
 //! iDLG, Zhao et al. 2020, for the label), as the gradient-leakage paper (Li, Zhang, Liu,
 //! arXiv 2302.10441) runs it on speech features.
 //!
-//! - [`shared_update`]: what a device would share for one clip: the single-example
-//!   gradient, optionally clipped to `C` (flat) and noised with `N(0, σ²C²)` by hush-models'
-//!   own clipping and Gaussian mechanism (one example: the expected count is 1).
+//! The update attacked is [`super::update`]'s: a device's single-example gradient `g`, or
+//! its weight delta after K local steps, optionally clipped and noised.
+//!
 //! - [`idlg_label`]: the label, from the sign of the last layer's bias gradient
 //!   (`∂L/∂b_c = p_c − y_c` is negative only for the true class).
-//! - [`invert`]: features minimising `1 − cos(∇_W L(x̂), g) + λ·TV(x̂)` — Adam on the sign
+//! - [`invert`]: features minimising `1 − cos(update(x̂), g) + λ·TV(x̂)` — Adam on the sign
 //!   of the gradient, learning rate ×0.1 at 3/8, 5/8 and 7/8 of the iterations, several
 //!   seeded restarts, the best kept by gradient loss. The gradient of the cosine term
-//!   through `∇_W L` is exact ([`super::leak_net`]).
+//!   through `update` is exact ([`super::leak_net`], and through K local steps
+//!   [`super::update::UpdateRule::pullback`]).
 //!
 //! The search runs in the model's normalised input space (features after `input_norm`),
 //! where every bin has unit scale, so one learning rate and one TV weight fit every bin.
 
-use hush_models::checkpoint::NamedTensor;
-use hush_models::dp::{
-    ClipBounds, ClipStrategy, ExpectedCount, GaussianMechanism, NoiseKind, NoiseSource,
-};
 use rand::SeedableRng;
 use rand_chacha::ChaCha8Rng;
 use rand_distr::{Distribution, StandardNormal};
 use serde::{Deserialize, Serialize};
 
 use super::leak_net::LeakNet;
+use super::update::UpdateRule;
 use super::AuditError;
-
-/// Clipping and noise a device applies to its update before sharing it.
-#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
-pub struct DpNoise {
-    /// Flat L2 clip bound `C`.
-    pub clip: f32,
-    /// Noise multiplier `σ`: Gaussian noise of std `σ·C` on every coordinate.
-    pub noise_multiplier: f64,
-}
 
 /// Options of the attack.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -47,7 +36,7 @@ pub struct InvertConfig {
     pub lr: f64,
     /// Weight of the total-variation prior `λ`.
     pub tv_weight: f64,
-    /// Seed of the starts (and of the DP noise, in [`shared_update`]).
+    /// Seed of the starts (and of the DP noise, in [`super::update::device_update`]).
     pub seed: u64,
 }
 
@@ -89,53 +78,17 @@ impl InvertConfig {
     }
 }
 
-/// The update a device shares for one normalised example: `∇_W L`, clipped and noised
-/// when `dp` is given (noise seeded from `seed`, reproducible: this is an audit, not a
-/// release).
-pub fn shared_update(
-    net: &LeakNet,
-    x: &[f64],
-    label: usize,
-    dp: Option<DpNoise>,
-    seed: u64,
-) -> Result<Vec<f64>, AuditError> {
-    let (_, g) = net.weight_grad(x, label);
-    let Some(dp) = dp else {
-        return Ok(g);
-    };
-    let layout = net.shape.layout();
-    let mut tensors = Vec::with_capacity(layout.len());
-    let mut off = 0;
-    for (name, shape) in &layout {
-        let n: usize = shape.iter().product();
-        let data = g[off..off + n].iter().map(|&v| v as f32).collect();
-        tensors.push(NamedTensor::new(name, shape.clone(), data)?);
-        off += n;
-    }
-    let sizes: Vec<(String, usize)> = tensors.iter().map(|t| (t.name.clone(), t.len())).collect();
-    let bounds = ClipBounds::new(ClipStrategy::Flat, dp.clip, &sizes)?;
-    bounds.clip(&mut tensors)?;
-    let mech = GaussianMechanism::new(
-        dp.noise_multiplier,
-        bounds.sensitivity(),
-        ExpectedCount::poisson(1.0, 1)?,
-        NoiseKind::Gaussian,
-    )?;
-    mech.privatize(&mut tensors, &mut NoiseSource::from_seed(seed))?;
-    Ok(tensors
-        .iter()
-        .flat_map(|t| t.data.iter().map(|&v| f64::from(v)))
-        .collect())
-}
-
 /// iDLG: the class whose last-layer bias gradient is the most negative (`p_c − y_c < 0`
-/// only for the true class; with noise, the most negative is the best guess).
-pub fn idlg_label(net: &LeakNet, g: &[f64]) -> usize {
+/// only for the true class; with noise, the most negative is the best guess). For a
+/// local-steps delta, `Δb = −η Σ_k (p_k − y)`: the most positive.
+pub fn idlg_label(net: &LeakNet, update: &[f64], rule: UpdateRule) -> usize {
     let k = net.shape.classes;
-    let bias = &g[g.len() - k..];
+    let sign = rule.gradient_sign();
+    let bias = &update[update.len() - k..];
     bias.iter()
+        .map(|&b| sign * b)
         .enumerate()
-        .min_by(|a, b| a.1.total_cmp(b.1))
+        .min_by(|a, b| a.1.total_cmp(&b.1))
         .map_or(0, |(i, _)| i)
 }
 
@@ -186,17 +139,19 @@ pub fn cosine_loss(g: &[f64], target: &[f64]) -> (f64, Vec<f64>) {
 }
 
 /// The attack objective at normalised input `x` and its exact gradient:
-/// `(1 − cos(∇_W L(x), target), λ·TV(x), ∇_x)`.
+/// `(1 − cos(update(x), target), λ·TV(x), ∇_x)`, where `update` is what `rule` makes of
+/// `x` (the gradient `∇_W L(x)`, or the delta of K local steps).
 pub fn objective(
     net: &LeakNet,
     x: &[f64],
     label: usize,
+    rule: UpdateRule,
     target: &[f64],
     tv_weight: f64,
 ) -> (f64, f64, Vec<f64>) {
-    let (_, g) = net.weight_grad(x, label);
-    let (loss, u) = cosine_loss(&g, target);
-    let mut grad = net.grad_dot_input_grad(x, label, &u);
+    let sim = rule.simulate(net, x, label);
+    let (loss, u) = cosine_loss(&sim.update, target);
+    let mut grad = rule.pullback(net, x, label, &sim, &u);
     let (tv, tv_grad) = total_variation(x, net.shape.frames, net.shape.bins);
     for (a, b) in grad.iter_mut().zip(&tv_grad) {
         *a += tv_weight * b;
@@ -215,21 +170,23 @@ pub struct Inversion {
     pub restart_losses: Vec<f64>,
 }
 
-/// Reconstructs the normalised input whose gradient for `label` best matches `target`.
-/// `tick` is called once per iteration (progress bars).
+/// Reconstructs the normalised input whose update under `rule` for `label` best matches
+/// `target`. `tick` is called once per iteration (progress bars).
 pub fn invert(
     net: &LeakNet,
     target: &[f64],
     label: usize,
+    rule: UpdateRule,
     cfg: &InvertConfig,
     tick: &mut dyn FnMut(),
 ) -> Result<Inversion, AuditError> {
     cfg.check()?;
+    rule.check()?;
     if target.len() != net.weights.len() {
         return Err(AuditError::Option {
             option: "update",
             reason: format!(
-                "{} gradient values for a model with {} parameters",
+                "{} update values for a model with {} parameters",
                 target.len(),
                 net.weights.len()
             ),
@@ -256,7 +213,7 @@ pub fn invert(
             if milestones.contains(&it) && it > 0 {
                 lr *= 0.1;
             }
-            let (loss, _, grad) = objective(net, &x, label, target, cfg.tv_weight);
+            let (loss, _, grad) = objective(net, &x, label, rule, target, cfg.tv_weight);
             if loss < best_here.0 {
                 best_here = (loss, x.clone());
             }
@@ -271,8 +228,7 @@ pub fn invert(
             }
             tick();
         }
-        let (_, g) = net.weight_grad(&x, label);
-        let (last, _) = cosine_loss(&g, target);
+        let (last, _) = cosine_loss(&rule.simulate(net, &x, label).update, target);
         if last < best_here.0 {
             best_here = (last, x);
         }

@@ -657,10 +657,19 @@ impl LeakNet {
     /// # Panics
     /// When `x` or `label` do not fit the shape (callers check first).
     pub fn weight_grad(&self, x: &[f64], label: usize) -> (f64, Vec<f64>) {
+        self.weight_grad_at(&self.weights, x, label)
+    }
+
+    /// [`LeakNet::weight_grad`] at other weights `w` (same layout), e.g. after local steps.
+    ///
+    /// # Panics
+    /// As [`LeakNet::weight_grad`], and when `w` has the wrong length.
+    pub fn weight_grad_at(&self, w: &[f64], x: &[f64], label: usize) -> (f64, Vec<f64>) {
         self.check_input(x, label);
-        let p = Params::split(&self.shape, &self.weights);
+        assert_eq!(w.len(), self.weights.len(), "weights size");
+        let p = Params::split(&self.shape, w);
         let c = self.forward(&p, x.to_vec(), label);
-        let mut g = vec![0.0; self.weights.len()];
+        let mut g = vec![0.0; w.len()];
         self.backward(&p, &c, label, Some(&mut g));
         (c.loss, g)
     }
@@ -682,20 +691,60 @@ impl LeakNet {
     /// # Panics
     /// As [`LeakNet::weight_grad`], and when `u` has the wrong length.
     pub fn grad_dot_input_grad(&self, x: &[f64], label: usize, u: &[f64]) -> Vec<f64> {
+        self.grad_dot_input_grad_at(&self.weights, x, label, u)
+    }
+
+    /// [`LeakNet::grad_dot_input_grad`] at other weights `w` (same layout).
+    ///
+    /// # Panics
+    /// As [`LeakNet::weight_grad_at`], and when `u` has the wrong length.
+    pub fn grad_dot_input_grad_at(
+        &self,
+        w: &[f64],
+        x: &[f64],
+        label: usize,
+        u: &[f64],
+    ) -> Vec<f64> {
+        self.dual_pass(w, x, label, u, false).0
+    }
+
+    /// Both second-order products of the loss at weights `w` with a weight-space direction
+    /// `u`, exactly, from one dual-number pass at `w + εu`: `(∇_x ⟨∇_W L, u⟩, ∇_W ⟨∇_W
+    /// L, u⟩)` — the mixed product and the Hessian-vector product `H_WW u`, which
+    /// differentiating through local SGD steps needs.
+    ///
+    /// # Panics
+    /// As [`LeakNet::weight_grad_at`], and when `u` has the wrong length.
+    pub fn second_order_at(
+        &self,
+        w: &[f64],
+        x: &[f64],
+        label: usize,
+        u: &[f64],
+    ) -> (Vec<f64>, Vec<f64>) {
+        self.dual_pass(w, x, label, u, true)
+    }
+
+    fn dual_pass(
+        &self,
+        w: &[f64],
+        x: &[f64],
+        label: usize,
+        u: &[f64],
+        want_hwu: bool,
+    ) -> (Vec<f64>, Vec<f64>) {
         self.check_input(x, label);
+        assert_eq!(w.len(), self.weights.len(), "weights size");
         assert_eq!(u.len(), self.weights.len(), "direction size");
-        let wd: Vec<Dual> = self
-            .weights
-            .iter()
-            .zip(u)
-            .map(|(&v, &t)| Dual { v, t })
-            .collect();
+        let wd: Vec<Dual> = w.iter().zip(u).map(|(&v, &t)| Dual { v, t }).collect();
         let p = Params::split(&self.shape, &wd);
         let xd = x.iter().map(|&v| Dual::constant(v)).collect();
         let c = self.forward(&p, xd, label);
-        self.backward(&p, &c, label, None)
-            .into_iter()
-            .map(|d| d.t)
-            .collect()
+        let mut dw = vec![Dual::zero(); if want_hwu { w.len() } else { 0 }];
+        let dx = self.backward(&p, &c, label, want_hwu.then_some(dw.as_mut_slice()));
+        (
+            dx.into_iter().map(|d| d.t).collect(),
+            dw.into_iter().map(|d| d.t).collect(),
+        )
     }
 }

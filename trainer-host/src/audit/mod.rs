@@ -10,14 +10,20 @@
 //!
 //! - [`leak_net`]: the leak-CNN written out by hand, with the exact second-order pass
 //!   gradient inversion needs (burn has no double backprop);
-//! - [`invert`]: the shared update of one clip (optionally clipped and noised), iDLG label
-//!   recovery, and feature reconstruction by gradient matching;
+//! - [`update`]: the update a device shares for one clip (a single gradient, or the delta
+//!   of K local steps; optionally clipped and noised), and the attacker's exact
+//!   simulation of it;
+//! - [`invert`]: iDLG label recovery, and feature reconstruction by update matching;
 //! - [`waveform`]: features back to audio (inverse DCT, NNLS onto |STFT|, Griffin-Lim);
 //! - [`speaker`]: a small speaker-embedding model with an equal-error-rate threshold;
-//! - [`attack`]: one clip end to end, with every metric; [`report`]: many clips, Mel vs
-//!   MFCC, with and without DP; [`target`]: the models the audit attacks.
+//! - [`attack`]: one clip end to end, with every metric; [`baseline`]: what an attacker
+//!   gets without the update (random and mean features, the attack on a pure-noise
+//!   update, other speakers' recordings of the word), scored the same way; [`report`]:
+//!   many clips, Mel vs MFCC, with and without DP; [`target`]: the models the audit
+//!   attacks.
 
 pub mod attack;
+pub mod baseline;
 pub mod invert;
 pub mod leak_net;
 pub mod quality;
@@ -25,6 +31,7 @@ pub mod report;
 pub mod speaker;
 pub mod stoi;
 pub mod target;
+pub mod update;
 pub mod waveform;
 
 use std::path::PathBuf;
@@ -74,6 +81,9 @@ pub enum AuditError {
     /// Clipping or noise failed.
     #[error(transparent)]
     Dp(#[from] hush_models::dp::DpError),
+    /// The device's local training failed.
+    #[error("local steps: {0}")]
+    Training(#[from] hush_device::training::TrainingError),
     /// STOI could not be computed.
     #[error(transparent)]
     Stoi(#[from] StoiError),

@@ -1,26 +1,31 @@
 //! `audit report`: the gradient-leakage paper's tables for our setting. For each attacked
-//! model (Mel and MFCC front-ends), each clip, and each setting — the raw gradient, then
+//! model (Mel and MFCC front-ends), each clip, and each setting — the raw update, then
 //! clipped updates with noise multipliers σ — the attack runs and the leakage metrics are
-//! averaged; two baselines that need no update (random features, and the training-set
-//! average) and the true features (the ceiling of the waveform reconstruction) are
-//! scored beside them. Written as `report.md`,
-//! `report.json` and `report.png` (STOI per setting).
+//! averaged. Beside them, scored the same way: the [`super::baseline`]s an attacker has
+//! without the update (random features, the training average, the attack on a pure-noise
+//! update, other speakers saying the word) and the true features (the ceiling of the
+//! waveform reconstruction). Each attack row says how far its STOI lies above the best
+//! realistic baseline (all but random features): the update leaks what that margin
+//! shows. Written as `report.md`, `report.json` and `report.png` (STOI per setting).
 
 use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
 
-use super::attack::{
-    attack_clip, mean_features, random_features, score_features, AttackOptions, AttackTarget,
-};
-use super::invert::{DpNoise, InvertConfig};
+use super::attack::{attack_clip, AttackOptions, AttackTarget, LeakMetrics, MeanLeak};
+use super::baseline::{other_speakers, score_baselines, OTHER_SPEAKERS};
+use super::invert::InvertConfig;
 use super::speaker::SpeakerModel;
+use super::update::{DpNoise, UpdateRule};
 use super::AuditError;
 use crate::plot::{line_plot, Series};
 
-/// The setting names of the two baselines.
+/// The setting names of the baselines, in table order.
 const RANDOM: &str = "random features";
 const MEAN: &str = "mean features (training average)";
+const PRIOR: &str = "prior only (attack on a pure-noise update)";
+const OTHERS: &str = "other speakers, same word";
+const CEILING: &str = "true features (ceiling)";
 
 /// One clip to attack.
 #[derive(Debug, Clone)]
@@ -38,6 +43,9 @@ pub struct ReportConfig {
     pub sigmas: Vec<f64>,
     /// Flat clip bound of the DP settings.
     pub clip: f32,
+    /// What the device shares: a single gradient or the delta of K local steps.
+    #[serde(default)]
+    pub update: UpdateRule,
     /// The optimisation.
     pub invert: InvertConfig,
     /// Griffin-Lim iterations.
@@ -49,79 +57,40 @@ pub struct ReportConfig {
 pub struct ReportRow {
     /// `mel` or `mfcc`.
     pub features: String,
-    /// `no DP`, `C=…, σ=…`, `random features`, `true features`.
+    /// `no DP`, `C=…, σ=…`, or a baseline's name.
     pub setting: String,
-    /// σ (None for the raw gradient and the reference rows).
+    /// σ (None for the raw update and the reference rows).
     pub sigma: Option<f64>,
-    /// Clips averaged.
-    pub clips: usize,
-    /// Mean F-MSE.
-    pub f_mse: f64,
-    /// Mean W-MSE.
-    pub w_mse: f64,
-    /// Mean STOI.
-    pub stoi: f64,
-    /// Mean PESQ over the clips PESQ scored (None if none).
-    pub pesq: Option<f64>,
-    /// Mean speaker cosine (None without a speaker model).
-    pub speaker_similarity: Option<f64>,
-    /// Fraction of clips the speaker model calls the same speaker.
-    pub speaker_match: Option<f64>,
+    /// The metrics, averaged over clips.
+    #[serde(flatten)]
+    pub leak: MeanLeak,
     /// Fraction of clips whose label iDLG recovered (None for reference rows).
     pub label_accuracy: Option<f64>,
     /// Mean gradient loss `1 − cos` (None for reference rows).
     pub grad_loss: Option<f64>,
+    /// Attack rows: STOI minus the best realistic baseline's (training mean, prior only,
+    /// other speakers) of the same features; > 0 where the update tells more than a guess.
+    pub stoi_over_baselines: Option<f64>,
 }
 
 #[derive(Default)]
 struct Acc {
-    n: usize,
-    f_mse: f64,
-    w_mse: f64,
-    stoi: f64,
-    pesq: (f64, usize),
-    spk: (f64, usize),
-    same: (f64, usize),
+    metrics: Vec<LeakMetrics>,
     label: (f64, usize),
     grad: (f64, usize),
 }
 
 impl Acc {
-    fn add(&mut self, m: &super::attack::LeakMetrics) {
-        self.n += 1;
-        self.f_mse += m.f_mse;
-        self.w_mse += m.w_mse;
-        self.stoi += m.stoi;
-        if let Some(p) = m.pesq {
-            self.pesq.0 += p;
-            self.pesq.1 += 1;
-        }
-        if let Some(s) = m.speaker_similarity {
-            self.spk.0 += s;
-            self.spk.1 += 1;
-        }
-        if let Some(s) = m.same_speaker {
-            self.same.0 += f64::from(u8::from(s));
-            self.same.1 += 1;
-        }
-    }
-
     fn row(&self, features: &str, setting: String, sigma: Option<f64>) -> ReportRow {
-        let n = self.n.max(1) as f64;
         let mean = |(s, k): (f64, usize)| (k > 0).then(|| s / k as f64);
         ReportRow {
             features: features.to_string(),
             setting,
             sigma,
-            clips: self.n,
-            f_mse: self.f_mse / n,
-            w_mse: self.w_mse / n,
-            stoi: self.stoi / n,
-            pesq: mean(self.pesq),
-            speaker_similarity: mean(self.spk),
-            speaker_match: mean(self.same),
+            leak: MeanLeak::of(&self.metrics),
             label_accuracy: mean(self.label),
             grad_loss: mean(self.grad),
+            stoi_over_baselines: None,
         }
     }
 }
@@ -149,6 +118,7 @@ pub fn run_report(
         });
     }
     cfg.invert.check()?;
+    cfg.update.check()?;
     let mut rows = Vec::new();
     for target in targets {
         let name = target.kind.name();
@@ -163,7 +133,7 @@ pub fn run_report(
             ));
         }
         let mut accs: Vec<Acc> = settings.iter().map(|_| Acc::default()).collect();
-        let (mut random, mut mean, mut truth) = (Acc::default(), Acc::default(), Acc::default());
+        let mut refs: [Acc; 5] = Default::default();
         for (ci, clip) in clips.iter().enumerate() {
             let samples = target.read_clip(&clip.path)?;
             let label = target
@@ -172,54 +142,78 @@ pub fn run_report(
                     path: clip.path.clone(),
                     reason: format!("the model has no class `{}`", clip.word),
                 })?;
+            let opts_for = |dp: Option<DpNoise>| AttackOptions {
+                invert: InvertConfig {
+                    seed: cfg.invert.seed.wrapping_add(ci as u64),
+                    ..cfg.invert.clone()
+                },
+                update: cfg.update,
+                dp,
+                griffin_lim_iterations: cfg.griffin_lim_iterations,
+            };
+            let mut original_features = Vec::new();
             for ((setting, dp), acc) in settings.iter().zip(accs.iter_mut()) {
                 progress(&format!(
                     "{name} · {setting} · clip {}/{}",
                     ci + 1,
                     clips.len()
                 ));
-                let opts = AttackOptions {
-                    invert: InvertConfig {
-                        seed: cfg.invert.seed.wrapping_add(ci as u64),
-                        ..cfg.invert.clone()
-                    },
-                    dp: *dp,
-                    griffin_lim_iterations: cfg.griffin_lim_iterations,
-                };
-                let a = attack_clip(target, &samples, label, &opts, speaker, tick)?;
-                acc.add(&a.metrics);
+                let a = attack_clip(target, &samples, label, &opts_for(*dp), speaker, tick)?;
+                acc.metrics.push(a.metrics);
                 acc.label.0 += f64::from(u8::from(a.recovered_label == a.true_label));
                 acc.label.1 += 1;
                 acc.grad.0 += a.grad_loss;
                 acc.grad.1 += 1;
-                if dp.is_none() {
-                    // The baselines and the ceiling, scored once per clip.
-                    let references = [
-                        (&mut random, random_features(target, ci as u64)),
-                        (&mut mean, mean_features(target)),
-                        (&mut truth, a.original_features.clone()),
-                    ];
-                    for (acc, features) in references {
-                        let (_, m) = score_features(
-                            target,
-                            &samples,
-                            &a.original_features,
-                            &features,
-                            cfg.griffin_lim_iterations,
-                            ci as u64,
-                            speaker,
-                        )?;
-                        acc.add(&m);
-                    }
-                }
+                original_features = a.original_features;
             }
+            progress(&format!(
+                "{name} · baselines · clip {}/{}",
+                ci + 1,
+                clips.len()
+            ));
+            let others = other_speakers(&clip.path, OTHER_SPEAKERS)?;
+            let b = score_baselines(
+                target,
+                &samples,
+                &original_features,
+                &opts_for(None),
+                &others,
+                speaker,
+                ci as u64,
+                tick,
+            )?;
+            let (_, ceiling) = super::attack::score_features(
+                target,
+                &samples,
+                &original_features,
+                &original_features,
+                cfg.griffin_lim_iterations,
+                ci as u64,
+                speaker,
+            )?;
+            refs[0].metrics.push(b.random);
+            refs[1].metrics.push(b.mean);
+            refs[2].metrics.push(b.prior_only);
+            refs[3].metrics.extend(b.other_speakers);
+            refs[4].metrics.push(ceiling);
         }
+        let reference_rows: Vec<ReportRow> = [RANDOM, MEAN, PRIOR, OTHERS, CEILING]
+            .iter()
+            .zip(&refs)
+            .filter(|(_, acc)| !acc.metrics.is_empty())
+            .map(|(setting, acc)| acc.row(name, (*setting).into(), None))
+            .collect();
+        let best = reference_rows
+            .iter()
+            .filter(|r| [MEAN, PRIOR, OTHERS].contains(&r.setting.as_str()))
+            .map(|r| r.leak.stoi)
+            .fold(f64::NEG_INFINITY, f64::max);
         for ((setting, dp), acc) in settings.into_iter().zip(&accs) {
-            rows.push(acc.row(name, setting, dp.map(|d| d.noise_multiplier)));
+            let mut row = acc.row(name, setting, dp.map(|d| d.noise_multiplier));
+            row.stoi_over_baselines = Some(row.leak.stoi - best);
+            rows.push(row);
         }
-        rows.push(random.row(name, RANDOM.into(), None));
-        rows.push(mean.row(name, MEAN.into(), None));
-        rows.push(truth.row(name, "true features (ceiling)".into(), None));
+        rows.extend(reference_rows);
     }
     Ok(rows)
 }
@@ -233,21 +227,24 @@ pub fn markdown(rows: &[ReportRow], preamble: &str) -> String {
     let mut s = String::from("# Privacy audit: gradient inversion of one clip's update\n\n");
     s.push_str(preamble);
     s.push_str(
-        "\n| features | setting | clips | F-MSE | W-MSE | STOI | PESQ | speaker cos | same speaker | label acc | grad loss |\n\
-         |---|---|---|---|---|---|---|---|---|---|---|\n",
+        "\n| features | setting | clips | F-MSE | W-MSE | STOI | STOI − best baseline | PESQ | speaker cos | same speaker | label acc | grad loss |\n\
+         |---|---|---|---|---|---|---|---|---|---|---|---|\n",
     );
     for r in rows {
+        let m = &r.leak;
         s.push_str(&format!(
-            "| {} | {} | {} | {:.3} | {:.2e} | {:.3} | {} | {} | {} | {} | {} |\n",
+            "| {} | {} | {} | {:.3} | {:.2e} | {:.3} | {} | {} | {} | {} | {} | {} |\n",
             r.features,
             r.setting,
-            r.clips,
-            r.f_mse,
-            r.w_mse,
-            r.stoi,
-            opt(r.pesq, 2),
-            opt(r.speaker_similarity, 3),
-            opt(r.speaker_match, 2),
+            m.clips,
+            m.f_mse,
+            m.w_mse,
+            m.stoi,
+            r.stoi_over_baselines
+                .map_or("–".into(), |v| format!("{v:+.3}")),
+            opt(m.pesq, 2),
+            opt(m.speaker_similarity, 3),
+            opt(m.speaker_match, 2),
             opt(r.label_accuracy, 2),
             opt(r.grad_loss, 4),
         ));
@@ -282,21 +279,26 @@ pub fn write_report(out: &Path, rows: &[ReportRow], preamble: &str) -> Result<()
         let points: Vec<(f64, f64)> = attack
             .iter()
             .enumerate()
-            .map(|(i, r)| (i as f64, r.stoi))
+            .map(|(i, r)| (i as f64, r.leak.stoi))
             .collect();
         let last = points.len().saturating_sub(1) as f64;
         series.push(Series {
             name: format!("{kind}: attack"),
             points,
         });
-        for (setting, label) in [(RANDOM, "random features"), (MEAN, "training mean")] {
+        for (setting, label) in [
+            (RANDOM, "random features"),
+            (MEAN, "training mean"),
+            (PRIOR, "prior only"),
+            (OTHERS, "other speakers"),
+        ] {
             if let Some(r) = rows
                 .iter()
                 .find(|r| r.features == kind && r.setting == setting)
             {
                 series.push(Series {
                     name: format!("{kind}: {label}"),
-                    points: vec![(0.0, r.stoi), (last, r.stoi)],
+                    points: vec![(0.0, r.leak.stoi), (last, r.leak.stoi)],
                 });
             }
         }

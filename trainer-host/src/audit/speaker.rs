@@ -2,8 +2,9 @@
 //! style at toy scale: statistics pooling (per-bin mean and standard deviation over the
 //! clip's voiced frames) of the 40-bin Kaldi fbank, then a one-hidden-layer network
 //! (64 ReLU units) trained by hush with a softmax over the corpus's training speakers
-//! (Adam, full batch). The embedding is the hidden layer (the penultimate one). Two clips
-//! are scored by the cosine of their embeddings; the same-speaker decision uses the
+//! (Adam, full batch). The embedding is the hidden layer (the penultimate one), centred by
+//! the training clips' mean embedding. Two clips are scored by the cosine of their
+//! embeddings (length-normalised); the same-speaker decision uses the
 //! equal-error-rate threshold measured on held-out speakers (validation and test splits,
 //! which share no speaker with training).
 //!
@@ -86,6 +87,12 @@ pub struct SpeakerModel {
     pub w2: Vec<f32>,
     /// Classifier bias.
     pub b2: Vec<f32>,
+    /// Mean embedding of the training clips, subtracted before scoring (ReLU embeddings
+    /// all lie in the positive orthant, where every cosine is high; centred, the cosine
+    /// of two clips measures how they differ from the average voice). Empty in models
+    /// saved before centring: scored uncentred.
+    #[serde(default)]
+    pub embedding_mean: Vec<f32>,
     /// Decision threshold and EER.
     pub calibration: SpeakerCalibration,
 }
@@ -97,9 +104,54 @@ pub fn speaker_features() -> FeatureConfig {
     f
 }
 
+/// Pooled statistics per clip: two per Mel bin and two of pitch.
+pub fn stats_len(cfg: &FeatureConfig) -> usize {
+    2 * cfg.dim() + 2
+}
+
+/// Pitch of one frame by normalised autocorrelation over 60–400 Hz: `ln F0`, or `None`
+/// where the best peak is under 0.5 (unvoiced). The period is the first local peak within
+/// 90 % of the best one, so that multiples of the period (as high on a periodic signal)
+/// do not halve the pitch.
+fn log_pitch(frame: &[f32], rate: f64) -> Option<f64> {
+    let (lo, hi) = ((rate / 400.0) as usize, (rate / 60.0) as usize);
+    let n = frame.len();
+    if n <= hi + 1 || lo < 2 {
+        return None;
+    }
+    // Prefix sums of squares: the energy of any sub-slice in O(1).
+    let mut sq = Vec::with_capacity(n + 1);
+    sq.push(0.0);
+    for &v in frame {
+        sq.push(sq[sq.len() - 1] + f64::from(v) * f64::from(v));
+    }
+    let r: Vec<f64> = (lo - 1..=hi + 1)
+        .map(|lag| {
+            let dot: f64 = frame[..n - lag]
+                .iter()
+                .zip(&frame[lag..])
+                .map(|(&x, &y)| f64::from(x) * f64::from(y))
+                .sum();
+            dot / ((sq[n - lag] - sq[0]) * (sq[n] - sq[lag]))
+                .sqrt()
+                .max(1e-12)
+        })
+        .collect();
+    let best = r.iter().copied().fold(f64::NEG_INFINITY, f64::max);
+    if best < 0.5 {
+        return None;
+    }
+    // r[i] is lag lo − 1 + i; peaks are looked for strictly inside.
+    (1..r.len() - 1)
+        .find(|&i| r[i] >= 0.9 * best && r[i] >= r[i - 1] && r[i] >= r[i + 1])
+        .map(|i| (rate / (lo - 1 + i) as f64).ln())
+}
+
 /// Statistics pooling: per-bin mean and standard deviation over the frames whose mean
 /// log Mel energy is within 3 (natural log, 13 dB) of the loudest frame's — the voiced
-/// part; all frames when fewer than 5 pass.
+/// part; all frames when fewer than 5 pass — then the mean and standard deviation of
+/// `ln F0` over every other such frame's 40 ms window, where voiced (0 and 0 when none
+/// is).
 pub fn pooled_stats(cfg: &FeatureConfig, samples: &[f32]) -> Result<Vec<f32>, AuditError> {
     let f = compute(cfg, samples)?;
     let d = f.dim;
@@ -130,6 +182,32 @@ pub fn pooled_stats(cfg: &FeatureConfig, samples: &[f32]) -> Result<Vec<f32>, Au
             / n;
         out[j] = m as f32;
         out[d + j] = v.sqrt() as f32;
+    }
+    // Pitch at half the rate (pairs averaged: F0 ≤ 400 Hz is far below the new Nyquist),
+    // on every other loud frame: a quarter of the work, the same statistics.
+    let half: Vec<f32> = samples
+        .chunks_exact(2)
+        .map(|p| 0.5 * (p[0] + p[1]))
+        .collect();
+    let rate = f64::from(cfg.frame.sample_rate) / 2.0;
+    let shift = cfg.frame.window_shift() / 2;
+    let window = (rate * 0.04) as usize;
+    let pitches: Vec<f64> = energy
+        .iter()
+        .enumerate()
+        .filter(|(_, &e)| e >= top - 3.0)
+        .step_by(2)
+        .filter_map(|(i, _)| half.get(i * shift..i * shift + window))
+        .filter_map(|w| log_pitch(w, rate))
+        .collect();
+    if !pitches.is_empty() {
+        let k = pitches.len() as f64;
+        let m = pitches.iter().sum::<f64>() / k;
+        let v = pitches.iter().map(|p| (p - m).powi(2)).sum::<f64>() / k;
+        out.push(m as f32);
+        out.push(v.sqrt() as f32);
+    } else {
+        out.extend([0.0, 0.0]);
     }
     Ok(out)
 }
@@ -233,9 +311,18 @@ impl SpeakerModel {
         h
     }
 
-    /// The embedding of one clip (`samples` at the model's rate).
+    /// The hidden layer of pooled statistics, centred by the training mean embedding.
+    fn embedding(&self, stats: &[f32]) -> Vec<f32> {
+        let mut h = self.hidden(stats);
+        h.iter_mut()
+            .zip(&self.embedding_mean)
+            .for_each(|(v, m)| *v -= m);
+        h
+    }
+
+    /// The embedding of one clip (`samples` at the model's rate), centred.
     pub fn embed(&self, samples: &[f32]) -> Result<Vec<f32>, AuditError> {
-        Ok(self.hidden(&pooled_stats(&self.features, samples)?))
+        Ok(self.embedding(&pooled_stats(&self.features, samples)?))
     }
 
     /// Cosine score of two clips and the same-speaker decision.
@@ -269,7 +356,7 @@ impl SpeakerModel {
             path: path.clone(),
             reason: format!("not a hush speaker model: {e}"),
         })?;
-        let d = 2 * m.features.dim();
+        let d = stats_len(&m.features);
         let k = m.speakers.len();
         if m.input_mean.len() != d
             || m.input_scale.len() != d
@@ -277,6 +364,7 @@ impl SpeakerModel {
             || m.b1.len() != HIDDEN
             || m.w2.len() != HIDDEN * k
             || m.b2.len() != k
+            || !(m.embedding_mean.is_empty() || m.embedding_mean.len() == HIDDEN)
         {
             return Err(AuditError::Input {
                 path,
@@ -347,7 +435,7 @@ pub fn train_speaker_model(
         .filter(|c| c.split == Split::Train)
         .filter_map(|c| speakers.binary_search(&c.speaker).ok().map(|i| (c, i)))
         .collect();
-    let d = 2 * features.dim();
+    let d = stats_len(&features);
     let k = speakers.len();
     let n = train.len() as f64;
     let mut input_mean = vec![0f32; d];
@@ -377,6 +465,7 @@ pub fn train_speaker_model(
         b1: vec![0.0; HIDDEN],
         w2: init(HIDDEN, HIDDEN * k, &mut rng),
         b2: vec![0.0; k],
+        embedding_mean: Vec::new(),
         features,
         speakers: speakers.clone(),
         input_mean,
@@ -459,9 +548,17 @@ pub fn train_speaker_model(
             progress(step, loss / n);
         }
     }
+    // Centre on the training clips' mean embedding.
+    let mut centre = vec![0f64; HIDDEN];
+    for (clip, _) in &train {
+        for (c, h) in centre.iter_mut().zip(model.hidden(&clip.stats)) {
+            *c += f64::from(h) / n;
+        }
+    }
+    model.embedding_mean = centre.iter().map(|&c| c as f32).collect();
     // Calibrate on held-out speakers: every pair of their clips.
     let held: Vec<&SpeakerClip> = clips.iter().filter(|c| c.split != Split::Train).collect();
-    let embs: Vec<Vec<f32>> = held.iter().map(|c| model.hidden(&c.stats)).collect();
+    let embs: Vec<Vec<f32>> = held.iter().map(|c| model.embedding(&c.stats)).collect();
     let (mut same, mut diff) = (Vec::new(), Vec::new());
     for i in 0..held.len() {
         for j in i + 1..held.len() {
@@ -492,6 +589,39 @@ pub fn train_speaker_model(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn pitch_of_a_tone_and_none_for_noise() {
+        let rate = 16_000.0;
+        for f0 in [110.0, 200.0, 310.0] {
+            // A harmonic tone: the fundamental and two overtones.
+            let tone: Vec<f32> = (0..640)
+                .map(|i| {
+                    let t = i as f64 / rate;
+                    (1..=3)
+                        .map(|h| (2.0 * std::f64::consts::PI * f0 * h as f64 * t).sin() / h as f64)
+                        .sum::<f64>() as f32
+                })
+                .collect();
+            let got = log_pitch(&tone, rate).unwrap().exp();
+            assert!((got - f0).abs() < 0.03 * f0, "{f0} Hz: got {got}");
+        }
+        let mut s = 1u64;
+        let noise: Vec<f32> = (0..640)
+            .map(|_| {
+                s = s
+                    .wrapping_mul(6364136223846793005)
+                    .wrapping_add(1442695040888963407);
+                (s >> 40) as f32 / (1u64 << 24) as f32 - 0.5
+            })
+            .collect();
+        assert_eq!(log_pitch(&noise, rate), None);
+        assert_eq!(
+            log_pitch(&noise[..100], rate),
+            None,
+            "shorter than the longest lag"
+        );
+    }
 
     #[test]
     fn eer_of_separable_and_overlapping_scores() {

@@ -10,13 +10,14 @@ use anyhow::{bail, Context};
 use hush_device::audio::{read_audio, write_wav_i16, Audio};
 use hush_device::features::npy::write_npy_f32;
 use hush_host::audit::attack::{
-    attack_clip, mean_features, random_features, score_features, AttackFeatures, AttackOptions,
-    AttackTarget,
+    attack_clip, AttackFeatures, AttackOptions, AttackTarget, MeanLeak,
 };
-use hush_host::audit::invert::{DpNoise, InvertConfig};
+use hush_host::audit::baseline::{other_speakers, score_baselines, Baselines, OTHER_SPEAKERS};
+use hush_host::audit::invert::InvertConfig;
 use hush_host::audit::report::{pick_clips, run_report, write_report, ReportConfig};
 use hush_host::audit::speaker::{train_speaker_model, SpeakerModel, SpeakerTrainConfig};
 use hush_host::audit::target::{target_config, twin_config};
+use hush_host::audit::update::{DpNoise, UpdateRule};
 use hush_host::audit::{pesq_mos, stoi, waveform_mse, PesqMode};
 use hush_host::plot::{heatmaps, Heatmap};
 use hush_host::train::train_kws;
@@ -28,8 +29,9 @@ use serde::Serialize;
 pub enum AuditCommand {
     /// STOI, PESQ and W-MSE of a degraded (e.g. reconstructed) recording against its reference.
     Metrics(MetricsArgs),
-    /// Invert one clip's shared update (single-example gradient of a leak-cnn model):
-    /// recover its label and features, rebuild the audio, score what leaked.
+    /// Invert one clip's shared update (the single-example gradient of a leak-cnn model,
+    /// or the delta of K local steps): recover its label and features, rebuild the audio,
+    /// score what leaked against what an attacker gets without the update.
     Invert(InvertArgs),
     /// The attack over N test clips for a Mel and an MFCC model, without DP and at several
     /// noise levels: report.md, report.json, report.png.
@@ -80,6 +82,14 @@ pub struct AttackArgs {
     /// Seed of the restarts, the DP noise and Griffin-Lim.
     #[arg(long, default_value_t = 0)]
     seed: u64,
+    /// The device shares the weight delta of K local SGD steps on the clip (batch 1) instead
+    /// of a single gradient; the attacker differentiates through all K steps (exact, K
+    /// times the cost).
+    #[arg(long)]
+    local_steps: Option<usize>,
+    /// Learning rate of the local steps (as `hush-host simulate`'s default).
+    #[arg(long, default_value_t = 0.05, requires = "local_steps")]
+    local_lr: f64,
     /// A speaker model (`audit speaker-model`) for the speaker-similarity score
     /// (`audit report` trains one into OUT/speaker-model when absent).
     #[arg(long)]
@@ -90,6 +100,19 @@ pub struct AttackArgs {
 }
 
 impl AttackArgs {
+    /// The update rule, checked (`--local-steps 0`, a bad `--local-lr`: errors naming them).
+    fn update(&self) -> anyhow::Result<UpdateRule> {
+        let rule = match self.local_steps {
+            None => UpdateRule::Gradient,
+            Some(steps) => UpdateRule::LocalSteps {
+                steps,
+                lr: self.local_lr,
+            },
+        };
+        rule.check()?;
+        Ok(rule)
+    }
+
     fn config(&self) -> InvertConfig {
         InvertConfig {
             iterations: self.iterations,
@@ -300,8 +323,12 @@ struct InvertReport {
     label_recovered: bool,
     grad_loss: f64,
     metrics: hush_host::audit::attack::LeakMetrics,
-    random_features_baseline: hush_host::audit::attack::LeakMetrics,
-    mean_features_baseline: hush_host::audit::attack::LeakMetrics,
+    /// What an attacker gets without the update, scored the same way.
+    baselines: Baselines,
+    other_speakers_mean: Option<hush_host::audit::attack::MeanLeak>,
+    /// The best realistic baseline (training mean, prior only, other speakers).
+    best_baseline_stoi: f64,
+    best_baseline_f_mse: f64,
     speaker_threshold: Option<f64>,
 }
 
@@ -349,14 +376,17 @@ fn invert(args: InvertArgs) -> anyhow::Result<()> {
     };
     let opts = AttackOptions {
         invert: args.attack.config(),
+        update: args.attack.update()?,
         dp,
         griffin_lim_iterations: args.attack.griffin_lim_iterations,
     };
     opts.invert.check()?;
+    let others = other_speakers(&args.input, OTHER_SPEAKERS)?;
     std::fs::create_dir_all(&args.attack.out)
         .with_context(|| format!("creating {}", args.attack.out.display()))?;
+    // The attack, then the same attack on a pure-noise update (the prior-only baseline).
     let pb = bar(
-        (opts.invert.iterations * opts.invert.restarts) as u64,
+        (2 * opts.invert.iterations * opts.invert.restarts) as u64,
         "inverting",
     );
     let a = attack_clip(
@@ -367,25 +397,18 @@ fn invert(args: InvertArgs) -> anyhow::Result<()> {
         speaker.as_ref(),
         &mut || pb.inc(1),
     )?;
+    pb.set_message("prior-only baseline");
+    let baselines = score_baselines(
+        &target,
+        &samples,
+        &a.original_features,
+        &opts,
+        &others,
+        speaker.as_ref(),
+        opts.invert.seed,
+        &mut || pb.inc(1),
+    )?;
     pb.finish_and_clear();
-    let (_, baseline) = score_features(
-        &target,
-        &samples,
-        &a.original_features,
-        &random_features(&target, opts.invert.seed),
-        opts.griffin_lim_iterations,
-        opts.invert.seed,
-        speaker.as_ref(),
-    )?;
-    let (_, mean_baseline) = score_features(
-        &target,
-        &samples,
-        &a.original_features,
-        &mean_features(&target),
-        opts.griffin_lim_iterations,
-        opts.invert.seed,
-        speaker.as_ref(),
-    )?;
     let rate = target.features.frame.sample_rate;
     let (frames, dim) = (target.net.shape.frames, target.net.shape.bins);
     write_wav(
@@ -441,8 +464,10 @@ fn invert(args: InvertArgs) -> anyhow::Result<()> {
         label_recovered: a.true_label == a.recovered_label,
         grad_loss: a.grad_loss,
         metrics: a.metrics.clone(),
-        random_features_baseline: baseline.clone(),
-        mean_features_baseline: mean_baseline.clone(),
+        other_speakers_mean: baselines.other_speakers_mean(),
+        best_baseline_stoi: baselines.best_stoi(),
+        best_baseline_f_mse: baselines.best_f_mse(),
+        baselines,
         speaker_threshold: speaker.as_ref().map(|s| s.calibration.threshold),
     };
     let p = args.attack.out.join("report.json");
@@ -461,22 +486,39 @@ fn invert(args: InvertArgs) -> anyhow::Result<()> {
         }
     );
     println!("gradient loss (1 - cos): {:.4}", a.grad_loss);
-    println!("                 attack   random features");
-    println!("F-MSE          {:>8.3}   {:>8.3}", m.f_mse, baseline.f_mse);
+    let b = &report.baselines;
+    let others = report.other_speakers_mean.clone();
+    let columns: Vec<(String, MeanLeak)> = [
+        ("attack".to_string(), Some(MeanLeak::of([m]))),
+        ("prior only".into(), Some(MeanLeak::of([&b.prior_only]))),
+        (format!("{} others", b.other_speaker_clips.len()), others),
+        ("mean".into(), Some(MeanLeak::of([&b.mean]))),
+        ("random".into(), Some(MeanLeak::of([&b.random]))),
+    ]
+    .into_iter()
+    .filter_map(|(n, v)| v.map(|v| (n, v)))
+    .collect();
+    let line = |name: &str, cell: &dyn Fn(&MeanLeak) -> String| {
+        let cells: String = columns
+            .iter()
+            .map(|(_, v)| format!(" {:>11}", cell(v)))
+            .collect();
+        println!("{name:<12}{cells}");
+    };
+    let heads: String = columns.iter().map(|(n, _)| format!(" {n:>11}")).collect();
+    println!("{:<12}{heads}", "");
+    line("F-MSE", &|v| format!("{:.3}", v.f_mse));
+    line("W-MSE", &|v| format!("{:.2e}", v.w_mse));
+    line("STOI", &|v| format!("{:.3}", v.stoi));
+    line("PESQ", &|v| fmt(v.pesq));
+    line("speaker cos", &|v| fmt(v.speaker_similarity));
     println!(
-        "W-MSE          {:>8.2e}   {:>8.2e}",
-        m.w_mse, baseline.w_mse
-    );
-    println!("STOI           {:>8.3}   {:>8.3}", m.stoi, baseline.stoi);
-    println!(
-        "PESQ           {:>8}   {:>8}",
-        fmt(m.pesq),
-        fmt(baseline.pesq)
-    );
-    println!(
-        "speaker cos    {:>8}   {:>8}",
-        fmt(m.speaker_similarity),
-        fmt(baseline.speaker_similarity)
+        "without the update an attacker gets STOI {:.3}, F-MSE {:.3} (best of prior only, \
+         other speakers, training mean); the attack: STOI {:+.3}, F-MSE ×{:.2} of that",
+        report.best_baseline_stoi,
+        report.best_baseline_f_mse,
+        m.stoi - report.best_baseline_stoi,
+        m.f_mse / report.best_baseline_f_mse.max(1e-12),
     );
     println!("wrote {}", args.attack.out.display());
     Ok(())
@@ -557,11 +599,13 @@ fn report(args: ReportArgs) -> anyhow::Result<()> {
     let cfg = ReportConfig {
         sigmas: args.sigmas.clone(),
         clip: args.clip,
+        update: args.attack.update()?,
         invert: args.attack.config(),
         griffin_lim_iterations: args.attack.griffin_lim_iterations,
     };
     cfg.invert.check()?;
-    let attacks = targets.len() * clips.len() * (1 + cfg.sigmas.len());
+    // Each setting's attack, and the prior-only baseline's, per clip and model.
+    let attacks = targets.len() * clips.len() * (2 + cfg.sigmas.len());
     let steps = attacks * cfg.invert.iterations * cfg.invert.restarts;
     let pb = bar(steps as u64, "attacking");
     let pb2 = pb.clone();
@@ -575,8 +619,8 @@ fn report(args: ReportArgs) -> anyhow::Result<()> {
     )?;
     pb.finish_and_clear();
     let preamble = format!(
-        "Models: {} ({}), {} ({}); {} test clips ({}); clip bound C = {}; {} iterations × {} \
-         restarts, lr {}, TV weight {}; Griffin-Lim {} iterations; seed {}. Speaker model: EER \
+        "Models: {} ({}), {} ({}); {} test clips ({}); the device shares {}; clip bound C = {}; \
+         {} iterations × {} restarts, lr {}, TV weight {}; Griffin-Lim {} iterations; seed {}. Speaker model: EER \
          {:.3} at cosine {:.3} on {} held-out speakers.\n\nClips: {}.\n\nCommand: `{}`\n",
         targets[0].dir.display(),
         targets[0].kind.name(),
@@ -584,6 +628,7 @@ fn report(args: ReportArgs) -> anyhow::Result<()> {
         targets[1].kind.name(),
         clips.len(),
         args.data.display(),
+        cfg.update,
         cfg.clip,
         cfg.invert.iterations,
         cfg.invert.restarts,

@@ -127,12 +127,14 @@ fn pate_end_to_end_student_learns_from_noisy_teacher_labels() {
         budget_epsilon: 1e6,
         accountant: Accountant::Rdp,
         seed: Some(5),
+        student: None,
+        smooth: None,
     };
     let labels_path = tmp.path().join("labels.json");
     let report = label_public(&label_cfg, &labels_path, &mut |_, _| {}).unwrap();
     // The cost written is the accountant's for the same votes.
     let want = Aggregator::GnMax { sigma: 1.0 }
-        .analyze(&report.votes, 1e-5, &default_orders())
+        .analyze(&report.votes, None, 1e-5, &default_orders(), None)
         .unwrap();
     let file = LabelFile::read(&labels_path).unwrap();
     assert_eq!(

@@ -6,7 +6,7 @@ use std::path::{Path, PathBuf};
 use anyhow::Context;
 use hush_host::accountant::Accountant;
 use hush_host::pate::{
-    label_public, train_student, train_teachers, Aggregator, LabelConfig, LabelFile,
+    label_public, train_student, train_teachers, Aggregator, LabelConfig, LabelFile, SmoothRelease,
 };
 
 use super::train::{epoch_line, print_card, ModelArgs};
@@ -55,7 +55,7 @@ pub struct EnsembleArgs {
 /// The aggregator flags.
 #[derive(clap::Args, Clone)]
 pub struct AggregatorArgs {
-    /// lnmax, gnmax or confident-gnmax.
+    /// lnmax, gnmax, confident-gnmax or interactive-gnmax.
     #[arg(long, default_value = "gnmax")]
     pub aggregator: String,
     /// GNMax noise σ (the answer step of confident-gnmax too).
@@ -67,9 +67,20 @@ pub struct AggregatorArgs {
     /// Confident-GNMax: threshold T on the noisy top vote.
     #[arg(long)]
     pub threshold: Option<f64>,
-    /// Confident-GNMax: noise σ₁ of the threshold step.
+    /// Confident- and interactive-GNMax: noise σ₁ of the threshold step.
     #[arg(long)]
     pub sigma1: Option<f64>,
+    /// Interactive-GNMax: the student's top probability from which its own label is kept
+    /// where the teachers do not disagree.
+    #[arg(long, default_value_t = 0.9)]
+    pub student_confidence: f64,
+    /// Release the data-dependent ε with smooth sensitivity, noise multiplier σ_ss
+    /// (GNMax family; written to the labels file and the ledger record).
+    #[arg(long)]
+    pub ss_sigma: Option<f64>,
+    /// Smoothness β of that release (default 0.4/λ at the data-dependent optimal order λ).
+    #[arg(long, requires = "ss_sigma")]
+    pub ss_beta: Option<f64>,
     /// δ of the reported ε and of the ledger budget.
     #[arg(long, default_value_t = 1e-5)]
     pub delta: f64,
@@ -104,13 +115,25 @@ impl AggregatorArgs {
                 sigma1: need(self.sigma1, "--sigma1")?,
                 sigma2: need(self.sigma, "--sigma")?,
             },
-            other => {
-                anyhow::bail!("--aggregator: `{other}` is not one of lnmax, gnmax, confident-gnmax")
-            }
+            "interactive-gnmax" => Aggregator::InteractiveGnMax {
+                threshold: need(self.threshold, "--threshold")?,
+                sigma1: need(self.sigma1, "--sigma1")?,
+                sigma2: need(self.sigma, "--sigma")?,
+                student_confidence: self.student_confidence,
+            },
+            other => anyhow::bail!(
+                "--aggregator: `{other}` is not one of lnmax, gnmax, confident-gnmax, \
+                 interactive-gnmax"
+            ),
         })
     }
 
-    fn config(&self, teachers: &Path, public: &Path) -> anyhow::Result<LabelConfig> {
+    fn config(
+        &self,
+        teachers: &Path,
+        public: &Path,
+        student: Option<&Path>,
+    ) -> anyhow::Result<LabelConfig> {
         Ok(LabelConfig {
             teachers: teachers.to_path_buf(),
             public: public.to_path_buf(),
@@ -120,6 +143,11 @@ impl AggregatorArgs {
             budget_epsilon: self.budget_epsilon,
             accountant: self.accountant,
             seed: self.noise_seed,
+            student: student.map(Path::to_path_buf),
+            smooth: self.ss_sigma.map(|sigma_ss| SmoothRelease {
+                sigma_ss,
+                beta: self.ss_beta,
+            }),
         })
     }
 }
@@ -136,6 +164,9 @@ pub struct LabelArgs {
     /// The labels file to write (JSON).
     #[arg(long)]
     pub out: PathBuf,
+    /// interactive-gnmax: the current student (a package over the teachers' classes).
+    #[arg(long)]
+    pub student: Option<PathBuf>,
     /// The aggregator, its noise and the ledger.
     #[command(flatten)]
     pub agg: AggregatorArgs,
@@ -185,13 +216,26 @@ pub struct RunArgs {
 pub fn run(cmd: PateCommand) -> anyhow::Result<()> {
     match cmd {
         PateCommand::TrainTeachers(a) => teachers(&a.private, a.ensemble, &a.model, &a.out),
-        PateCommand::Label(a) => label(&a.agg, &a.teachers, &a.public, &a.out),
+        PateCommand::Label(a) => {
+            label(&a.agg, &a.teachers, &a.public, a.student.as_deref(), &a.out)
+        }
         PateCommand::Student(a) => student(&a.public, &a.labels, &a.model, &a.out),
         PateCommand::Run(a) => {
             let teachers_dir = a.out.join("teachers");
             let labels = a.out.join("labels.json");
             teachers(&a.private, a.ensemble, &a.model, &teachers_dir)?;
-            label(&a.agg, &teachers_dir, &a.public, &labels)?;
+            // Interactive: a first round without a student (Confident-GNMax), a first
+            // student, then the interactive round that asks it; two ledger records.
+            let first = if a.agg.aggregator == "interactive-gnmax" {
+                let labels0 = a.out.join("labels-round0.json");
+                let student0 = a.out.join("student-round0");
+                label(&a.agg, &teachers_dir, &a.public, None, &labels0)?;
+                student(&a.public, &labels0, &a.model, &student0)?;
+                Some(student0)
+            } else {
+                None
+            };
+            label(&a.agg, &teachers_dir, &a.public, first.as_deref(), &labels)?;
             student(&a.public, &labels, &a.model, &a.out.join("student"))
         }
     }
@@ -217,29 +261,48 @@ fn teachers(
     Ok(())
 }
 
-fn label(agg: &AggregatorArgs, teachers: &Path, public: &Path, out: &Path) -> anyhow::Result<()> {
-    let cfg = agg.config(teachers, public)?;
+fn label(
+    agg: &AggregatorArgs,
+    teachers: &Path,
+    public: &Path,
+    student: Option<&Path>,
+    out: &Path,
+) -> anyhow::Result<()> {
+    let cfg = agg.config(teachers, public, student)?;
     let report = label_public(&cfg, out, &mut |t, n| {
         eprintln!("votes of teacher {}/{n}", t + 1)
     })
     .with_context(|| format!("labelling {}", public.display()))?;
     let f = &report.file;
-    let answered = f.labels.iter().filter(|l| l.label.is_some()).count();
     println!(
-        "{}: {answered} of {} public clips answered by {} teachers",
+        "{}: of {} public clips, {} answered by {} teachers, {} kept from the student, {} \
+         refused",
         f.aggregator.name(),
         f.labels.len(),
-        f.num_teachers
+        f.answered,
+        f.num_teachers,
+        f.kept_from_student,
+        f.refused
     );
     println!(
         "ε = {:.4} (data-independent, publishable), δ = {}; ledger {} record {}",
         f.epsilon_data_independent, f.delta, f.ledger, f.ledger_record
     );
-    println!(
-        "data-dependent ε = {:.4} (private: a function of the votes; release it only with \
-         smooth sensitivity, `hush-host privacy pate`)",
-        f.epsilon_data_dependent
-    );
+    match &f.smooth_sensitivity {
+        Some(s) => println!(
+            "data-dependent ε released with smooth sensitivity = {:.4} at δ = {} (order {}, \
+             β = {}, σ_ss = {}, noise std {:.3e})",
+            s.released_epsilon,
+            f.delta,
+            s.release.order,
+            s.release.params.beta,
+            s.release.params.sigma_ss,
+            s.release.noise_std
+        ),
+        None => println!(
+            "data-dependent ε: private (a function of the votes); release it with --ss-sigma"
+        ),
+    }
     println!("labels → {}", out.display());
     Ok(())
 }

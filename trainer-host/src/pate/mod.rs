@@ -15,11 +15,15 @@ pub mod teachers;
 
 use std::path::PathBuf;
 
-pub use aggregate::{vote_histogram, Aggregator};
-pub use label::{finished_teachers, label_public, LabelConfig, LabelFile, LabelReport};
+pub use aggregate::{disagreement, vote_histogram, Aggregator, Answer, SmoothRelease};
+pub use label::{
+    finished_teachers, label_public, LabelConfig, LabelFile, LabelReport, ReleasedEpsilon,
+};
 pub use partition::partition_by_speaker;
 pub use student::train_student;
-pub use teachers::{teacher_dir, teacher_votes, train_teachers, Partition, PARTITION_JSON};
+pub use teachers::{
+    package_probabilities, teacher_dir, teacher_votes, train_teachers, Partition, PARTITION_JSON,
+};
 
 /// What can go wrong in a PATE run.
 #[derive(Debug, thiserror::Error)]

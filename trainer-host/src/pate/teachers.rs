@@ -160,53 +160,91 @@ pub fn teacher_votes(
         progress(t, teachers.len());
         let (card, model) = load_package(dir, &device)?;
         let model = model.valid();
-        let io = card.arch.io();
         if shared.as_ref().is_some_and(|(labels, features, _)| {
             *labels != card.labels || *features != card.features
         }) {
             return Err(PateError::File {
                 path: dir.join(MODEL_JSON),
-                reason: "its classes or feature config differ from the first teacher's".into(),
+                reason: format!(
+                    "its classes {:?} or feature config differ from the first teacher's \
+                     (every teacher must be trained on one label set and front-end)",
+                    card.labels
+                ),
             });
         }
         if shared.is_none() {
-            let cfg = card_features(&card, dir)?;
-            let mut feats = Vec::with_capacity(clips.len() * io.frames * io.bins);
-            for c in clips {
-                feats.extend(
-                    clip_features(&cfg, &c.samples, io.frames).map_err(|source| {
-                        PateError::File {
-                            path: c.path.clone(),
-                            reason: source.to_string(),
-                        }
-                    })?,
-                );
-            }
+            let feats = package_features(&card, dir, clips)?;
             votes = vec![vec![0.0; card.labels.len()]; clips.len()];
             shared = Some((card.labels.clone(), card.features.clone(), feats));
         }
         let Some((_, _, feats)) = &shared else {
             continue;
         };
-        let per = io.frames * io.bins;
-        for start in (0..clips.len()).step_by(64) {
-            let end = (start + 64).min(clips.len());
-            let probs = predict(
-                &model,
-                &feats[start * per..end * per],
-                end - start,
-                io.frames,
-                io.bins,
-                &device,
-            )?;
-            for (row, p) in votes[start..end].iter_mut().zip(probs) {
-                let h = vote_histogram([crate::train::metrics::argmax(&p)], row.len());
-                for (a, b) in row.iter_mut().zip(h) {
-                    *a += b;
-                }
+        let probs = probabilities(&model, card.arch.io(), feats, clips.len(), &device)?;
+        for (row, p) in votes.iter_mut().zip(probs) {
+            let h = vote_histogram([crate::train::metrics::argmax(&p)], row.len());
+            for (a, b) in row.iter_mut().zip(h) {
+                *a += b;
             }
         }
     }
     let labels = shared.map(|(l, _, _)| l).unwrap_or_default();
     Ok((votes, labels))
+}
+
+/// A model package's class probabilities on every clip (`[clip][class]`), and its classes
+/// (the interactive aggregator asks the student this way).
+pub fn package_probabilities(
+    dir: &Path,
+    clips: &[Clip],
+) -> Result<(Vec<Vec<f32>>, Vec<String>), PateError> {
+    let device = Device::flex();
+    let (card, model) = load_package(dir, &device)?;
+    let feats = package_features(&card, dir, clips)?;
+    let probs = probabilities(&model.valid(), card.arch.io(), &feats, clips.len(), &device)?;
+    Ok((probs, card.labels))
+}
+
+/// The features of `clips` under the front-end of the package in `dir`, concatenated.
+fn package_features(
+    card: &hush_models::package::ModelCard,
+    dir: &Path,
+    clips: &[Clip],
+) -> Result<Vec<f32>, PateError> {
+    let io = card.arch.io();
+    let cfg = card_features(card, dir)?;
+    let mut feats = Vec::with_capacity(clips.len() * io.frames * io.bins);
+    for c in clips {
+        feats.extend(
+            clip_features(&cfg, &c.samples, io.frames).map_err(|source| PateError::File {
+                path: c.path.clone(),
+                reason: source.to_string(),
+            })?,
+        );
+    }
+    Ok(feats)
+}
+
+/// Class probabilities of `n` examples of `feats`, in batches of 64.
+fn probabilities(
+    model: &hush_models::arch::KwsModel,
+    io: hush_models::arch::IoShape,
+    feats: &[f32],
+    n: usize,
+    device: &Device,
+) -> Result<Vec<Vec<f32>>, PateError> {
+    let per = io.frames * io.bins;
+    let mut out = Vec::with_capacity(n);
+    for start in (0..n).step_by(64) {
+        let end = (start + 64).min(n);
+        out.extend(predict(
+            model,
+            &feats[start * per..end * per],
+            end - start,
+            io.frames,
+            io.bins,
+            device,
+        )?);
+    }
+    Ok(out)
 }

@@ -547,6 +547,41 @@ mod tests {
     }
 
     #[test]
+    fn the_smooth_sensitivity_release_is_the_accountants_at_the_optimal_order() {
+        use crate::accountant::pate::SmoothSensitivityParams;
+        let votes: Vec<Vec<f64>> = (0..20)
+            .map(|i| {
+                let mut v = vec![0.0; 10];
+                v[i % 10] = 200.0;
+                v[(i + 1) % 10] = 50.0;
+                v
+            })
+            .collect();
+        let orders = crate::accountant::rdp::default_orders();
+        let s = SmoothRelease {
+            sigma_ss: 10.0,
+            beta: None,
+        };
+        let a = Aggregator::GnMax { sigma: 40.0 }
+            .analyze(&votes, None, 1e-5, &orders, Some(s))
+            .unwrap();
+        let r = a.smooth_sensitivity.unwrap();
+        assert_eq!(r.order, a.epsilon_data_dependent.1);
+        assert!((r.params.beta - 0.4 / r.order).abs() < 1e-12);
+        assert!((r.noise_std - 10.0 * r.smooth_sensitivity).abs() <= 1e-12 * r.noise_std);
+        let params = SmoothSensitivityParams {
+            beta: 0.4 / r.order,
+            sigma_ss: 10.0,
+        };
+        let b = analyze_gnmax(&votes, 40.0, None, 1e-5, &orders, Some(params)).unwrap();
+        assert_eq!(a, b);
+        let e = Aggregator::LnMax { lambda: 10.0 }
+            .analyze(&votes, None, 1e-5, &orders, Some(s))
+            .unwrap_err();
+        assert!(e.to_string().contains("smooth"), "{e}");
+    }
+
+    #[test]
     fn histograms_count_votes() {
         assert_eq!(vote_histogram([0, 2, 2, 1, 2], 3), vec![1.0, 1.0, 3.0]);
     }

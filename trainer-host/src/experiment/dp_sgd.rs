@@ -307,26 +307,28 @@ pub struct DpSgdResults {
     pub runs: Vec<RunResult>,
 }
 
-/// Makes the corpus if needed and counts its splits.
-fn prepare_corpus(
-    cfg: &DpSgdExperimentConfig,
+/// Makes the corpus `data` from `spec` if it is missing or empty, and counts its splits
+/// (shared with [`super::pate`]).
+pub(crate) fn prepare_corpus(
+    data: &Path,
+    spec: &CorpusSpec,
     log: &mut dyn FnMut(&str),
 ) -> Result<CorpusInfo, ExperimentError> {
-    let generated = is_missing_or_empty(&cfg.data)?;
+    let generated = is_missing_or_empty(data)?;
     if generated {
-        let s = &cfg.corpus;
+        let s = spec;
         log(&format!(
             "generating a KWS corpus in {}: {} speakers × {} keywords × {} takes, {} unknown \
              words and 1 silence clip each (seed {}); the bundled corpus (480 training clips) \
              is too small for DP-SGD",
-            cfg.data.display(),
+            data.display(),
             s.speakers,
             KEYWORDS.len(),
             s.takes,
             s.unknown_words,
             s.seed
         ));
-        let mut synth = SynthConfig::new(cfg.data.clone());
+        let mut synth = SynthConfig::new(data.to_path_buf());
         synth.speakers = s.speakers;
         synth.words = KEYWORDS.iter().map(|w| w.to_string()).collect();
         synth.takes = s.takes;
@@ -342,14 +344,14 @@ fn prepare_corpus(
             start.elapsed().as_secs_f64()
         ));
     }
-    let (_, examples) = read_corpus(&cfg.data)?;
+    let (_, examples) = read_corpus(data)?;
     let count = |split| examples.iter().filter(|e| e.split == split).count();
     let speakers: std::collections::BTreeSet<&str> =
         examples.iter().map(|e| e.speaker.as_str()).collect();
     let info = CorpusInfo {
-        path: cfg.data.clone(),
+        path: data.to_path_buf(),
         generated,
-        spec: cfg.corpus.clone(),
+        spec: spec.clone(),
         train: count(Split::Train),
         validation: count(Split::Validation),
         test: count(Split::Test),
@@ -395,7 +397,7 @@ pub fn run_dp_sgd(
         )));
     }
     std::fs::create_dir_all(&runs_dir).map_err(io_err(&runs_dir))?;
-    let corpus = prepare_corpus(cfg, log)?;
+    let corpus = prepare_corpus(&cfg.data, &cfg.corpus, log)?;
     let mut results = DpSgdResults {
         command: command.to_string(),
         config: cfg.clone(),

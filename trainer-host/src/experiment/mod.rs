@@ -10,12 +10,16 @@
 //!   (`hush-host experiment dp-sgd`);
 //! - [`pretrain`]: ASR word and character error rates of CTC from scratch against BEST-RQ
 //!   pretraining (non-private and DP) then fine-tuning (`hush-host experiment pretrain`);
+//! - [`pate`]: KWS accuracy against ε for PATE (LNMax, GNMax, Confident-GNMax) beside
+//!   DP-SGD and a non-private model on one speaker-disjoint split
+//!   (`hush-host experiment pate`);
 //! - [`kws_generalization`]: KWS accuracy on voices never heard — leave one engine or
 //!   donor family out — beside the speaker-disjoint test
 //!   (`hush-host experiment kws-generalization`).
 
 pub mod dp_sgd;
 pub mod kws_generalization;
+pub mod pate;
 pub mod pretrain;
 
 use std::path::{Path, PathBuf};
@@ -42,6 +46,9 @@ pub enum ExperimentError {
         /// The trainer's error.
         source: TrainError,
     },
+    /// A PATE step failed.
+    #[error(transparent)]
+    Pate(#[from] crate::pate::PateError),
     /// The plot could not be drawn.
     #[error(transparent)]
     Plot(#[from] crate::plot::PlotError),

@@ -22,11 +22,13 @@ use hush_device::dataset::{read_corpus, Split};
 use hush_models::dp::ClipStrategy;
 use serde::{Deserialize, Serialize};
 
-use super::{io_err, is_missing_or_empty, write_file, write_json, ExperimentError};
+use super::{
+    fmt_opt, fresh_runs_dir, io_err, is_missing_or_empty, write_results_and_plot, ExperimentError,
+};
 use crate::accountant::EpsilonReport;
 use crate::corpus::{synthesize, OutputFormat, SynthConfig};
 use crate::demo::small_kws_config;
-use crate::plot::{line_plot, Series};
+use crate::plot::Series;
 use crate::train::{train_kws, train_kws_dp, DpConfig, EpochReport, KwsTrainConfig, TrainError};
 
 /// The corpus to generate when the data folder is missing or empty.
@@ -389,14 +391,7 @@ pub fn run_dp_sgd(
     log: &mut dyn FnMut(&str),
 ) -> Result<DpSgdResults, ExperimentError> {
     cfg.check()?;
-    let runs_dir = cfg.out.join("runs");
-    if !is_missing_or_empty(&runs_dir)? {
-        return Err(ExperimentError::Config(format!(
-            "{} exists and is not empty (its ledgers hold earlier releases); choose a new --out",
-            runs_dir.display()
-        )));
-    }
-    std::fs::create_dir_all(&runs_dir).map_err(io_err(&runs_dir))?;
+    let runs_dir = fresh_runs_dir(&cfg.out)?;
     let corpus = prepare_corpus(&cfg.data, &cfg.corpus, log)?;
     let mut results = DpSgdResults {
         command: command.to_string(),
@@ -539,10 +534,6 @@ fn log_result(log: &mut dyn FnMut(&str), run: Option<&RunResult>) {
     }
 }
 
-fn fmt_opt(v: Option<f64>, digits: usize) -> String {
-    v.map_or("—".into(), |x| format!("{x:.digits$}"))
-}
-
 /// The results table as Markdown.
 pub fn results_markdown(r: &DpSgdResults) -> String {
     let c = &r.config;
@@ -658,17 +649,16 @@ fn plot_series(r: &DpSgdResults) -> Vec<Series> {
 }
 
 fn write_results(out: &Path, r: &DpSgdResults) -> Result<(), ExperimentError> {
-    write_json(out, "results.json", r)?;
-    write_file(out, "results.md", results_markdown(r))?;
-    let series = plot_series(r);
-    if !series.is_empty() {
-        line_plot(
-            &out.join("accuracy_vs_epsilon.png"),
+    write_results_and_plot(
+        out,
+        r,
+        results_markdown(r),
+        "accuracy_vs_epsilon.png",
+        [
             "DP-SGD, 12-class KWS: test accuracy vs ε",
             "target ε",
             "test accuracy",
-            &series,
-        )?;
-    }
-    Ok(())
+        ],
+        &plot_series(r),
+    )
 }

@@ -34,11 +34,11 @@ use rand_chacha::ChaCha8Rng;
 use serde::{Deserialize, Serialize};
 
 use super::dp_sgd::{prepare_corpus, CorpusInfo, CorpusSpec};
-use super::{io_err, is_missing_or_empty, write_file, write_json, ExperimentError};
+use super::{fmt_opt, fresh_runs_dir, io_err, write_results_and_plot, ExperimentError};
 use crate::accountant::Accountant;
 use crate::demo::small_kws_config;
 use crate::pate::{label_public, train_student, train_teachers, Aggregator, LabelConfig};
-use crate::plot::{line_plot, Series};
+use crate::plot::Series;
 use crate::train::{train_kws, train_kws_dp, DpConfig, KwsTrainConfig, TrainError};
 
 /// Everything the experiment decides.
@@ -231,14 +231,7 @@ pub fn run_pate_experiment(
     log: &mut dyn FnMut(&str),
 ) -> Result<PateResults, ExperimentError> {
     cfg.check()?;
-    let runs = cfg.out.join("runs");
-    if !is_missing_or_empty(&runs)? {
-        return Err(ExperimentError::Config(format!(
-            "{} exists and is not empty (its ledgers hold earlier releases); choose a new --out",
-            runs.display()
-        )));
-    }
-    std::fs::create_dir_all(&runs).map_err(io_err(&runs))?;
+    let runs = fresh_runs_dir(&cfg.out)?;
     let corpus = prepare_corpus(&cfg.data, &cfg.corpus, log)?;
 
     // The speaker split.
@@ -511,10 +504,6 @@ fn log_run(log: &mut dyn FnMut(&str), r: &PateResults) {
     ));
 }
 
-fn fmt_opt(v: Option<f64>, digits: usize) -> String {
-    v.map_or("—".into(), |x| format!("{x:.digits$}"))
-}
-
 /// The results table as Markdown.
 pub fn results_markdown(r: &PateResults) -> String {
     let c = &r.config;
@@ -627,17 +616,16 @@ fn plot_series(r: &PateResults) -> Vec<Series> {
 }
 
 fn write_results(out: &Path, r: &PateResults) -> Result<(), ExperimentError> {
-    write_json(out, "results.json", r)?;
-    write_file(out, "results.md", results_markdown(r))?;
-    let series = plot_series(r);
-    if !series.is_empty() {
-        line_plot(
-            &out.join("accuracy_vs_epsilon.png"),
+    write_results_and_plot(
+        out,
+        r,
+        results_markdown(r),
+        "accuracy_vs_epsilon.png",
+        [
             "PATE and DP-SGD, 12-class KWS: test accuracy vs ε",
             "ε (PATE: speaker level; DP-SGD: example level)",
             "test accuracy",
-            &series,
-        )?;
-    }
-    Ok(())
+        ],
+        &plot_series(r),
+    )
 }

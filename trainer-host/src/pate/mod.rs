@@ -5,9 +5,11 @@
 //!
 //! One concept per module: [`partition`] (teachers' speakers), [`teachers`] (training
 //! the ensemble, and its votes), [`aggregate`] (noisy votes and their cost), [`label`]
-//! (labelling public clips, recorded in the ledger), [`student`].
+//! (labelling public clips, recorded in the ledger), [`student`]; for ASR, [`asr`] (noisy
+//! averaging of the teachers' frame posteriors and its cost).
 
 pub mod aggregate;
+pub mod asr;
 pub mod label;
 pub mod partition;
 pub mod student;

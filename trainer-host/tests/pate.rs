@@ -178,27 +178,26 @@ fn pate_end_to_end_student_beats_chance_by_far_on_held_out_speakers() {
         .unwrap();
     let file = LabelFile::read(&labels_path).unwrap();
     assert_eq!(
-        report.file.epsilon_data_dependent,
-        want.epsilon_data_dependent.0
+        report.analysis.epsilon_data_dependent,
+        want.epsilon_data_dependent
     );
     assert_eq!(
         report.file.epsilon_data_independent,
         want.epsilon_data_independent.0
     );
-    // Through JSON they keep every bit serde_json's parser keeps.
+    // Through JSON it keeps every bit serde_json's parser keeps.
     let close = |a: f64, b: f64| (a - b).abs() <= 1e-12 * b.abs();
     assert!(close(
         file.epsilon_data_independent,
         want.epsilon_data_independent.0
     ));
-    assert!(close(
-        file.epsilon_data_dependent,
-        want.epsilon_data_dependent.0
-    ));
     // The data-dependent ε is released with smooth-sensitivity noise …
     let released = file.smooth_sensitivity.unwrap();
-    assert_eq!(released.release.order, want.epsilon_data_dependent.1);
-    assert!(released.release.noise_std > 0.0 && released.released_epsilon.is_finite());
+    let private = report.analysis.smooth_sensitivity.unwrap();
+    assert_eq!(released.order, want.epsilon_data_dependent.1);
+    assert_eq!(released.release_rdp, private.release_rdp);
+    assert!(private.noise_std > 0.0 && released.released_epsilon.is_finite());
+    assert_ne!(released.released_epsilon, private.expected_epsilon(1e-5));
     // … and the cost is in the ledger, as one PATE record naming that release.
     let records = SqliteLedgerStore::open(&ledger).unwrap().records().unwrap();
     assert_eq!(records.len(), 1);
@@ -210,6 +209,36 @@ fn pate_end_to_end_student_beats_chance_by_far_on_held_out_speakers() {
         records[0].release.released
     );
     assert_eq!((file.answered, file.refused), (file.labels.len(), 0));
+    // … and nothing computed from the votes without noise is written: no number in the
+    // labels file is the data-dependent ε, its RDP, the smooth sensitivity or the noise std,
+    // and the ledger's description does not print them either.
+    let text = std::fs::read_to_string(&labels_path).unwrap();
+    assert!(!text.contains("data_dependent"), "{text}");
+    let mut numbers = Vec::new();
+    json_numbers(&serde_json::from_str(&text).unwrap(), &mut numbers);
+    let raw = [
+        ("data-dependent ε", want.epsilon_data_dependent.0),
+        ("data-dependent RDP", private.data_dependent_rdp),
+        ("smooth sensitivity", private.smooth_sensitivity),
+        ("noise std", private.noise_std),
+    ];
+    for (what, value) in raw {
+        // (At σ = 1 with 3 teachers the data-dependent bound is capped at the public,
+        // data-independent one; equal to it, it reveals nothing more.)
+        if value != file.epsilon_data_independent {
+            assert!(
+                !numbers.contains(&value),
+                "{what} {value} in the labels file"
+            );
+        }
+    }
+    let ledger_text = &records[0].release.released;
+    for digits in [
+        format!("{:.4}", want.epsilon_data_dependent.0),
+        format!("{:.3e}", private.noise_std),
+    ] {
+        assert!(!ledger_text.contains(&digits), "{digits} in {ledger_text}");
+    }
 
     // The noisy labels beat chance (1/12) by far: the teachers learned something.
     let classes = KwsLabels::new(&cfg.keywords);
@@ -295,4 +324,14 @@ fn pate_end_to_end_student_beats_chance_by_far_on_held_out_speakers() {
     let records = SqliteLedgerStore::open(&ledger).unwrap().records().unwrap();
     assert_eq!(records.len(), 2);
     assert_eq!(records[1].id, f2.ledger_record);
+}
+
+/// Every number in a JSON value.
+fn json_numbers(v: &serde_json::Value, out: &mut Vec<f64>) {
+    match v {
+        serde_json::Value::Number(n) => out.extend(n.as_f64()),
+        serde_json::Value::Array(a) => a.iter().for_each(|x| json_numbers(x, out)),
+        serde_json::Value::Object(o) => o.values().for_each(|x| json_numbers(x, out)),
+        _ => {}
+    }
 }

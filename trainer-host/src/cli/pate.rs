@@ -290,14 +290,10 @@ fn label(
     );
     match &f.smooth_sensitivity {
         Some(s) => println!(
-            "data-dependent ε released with smooth sensitivity = {:.4} at δ = {} (order {}, \
-             β = {}, σ_ss = {}, noise std {:.3e})",
-            s.released_epsilon,
-            f.delta,
-            s.release.order,
-            s.release.params.beta,
-            s.release.params.sigma_ss,
-            s.release.noise_std
+            "data-dependent ε released with smooth sensitivity (noised) = {:.4} at δ = {} \
+             (order {}, β = {}, σ_ss = {}; includes the release's own ρ = {:.4}, which the \
+             ledger's total does not)",
+            s.released_epsilon, f.delta, s.order, s.params.beta, s.params.sigma_ss, s.release_rdp
         ),
         None => println!(
             "data-dependent ε: private (a function of the votes); release it with --ss-sigma"

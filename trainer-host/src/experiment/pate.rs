@@ -152,8 +152,6 @@ pub struct PateRunResult {
     /// ε (`None`: non-private); DP-SGD: by RDP, example level; PATE: data-independent,
     /// speaker level; both add/remove adjacency at `delta`.
     pub epsilon: Option<f64>,
-    /// PATE: the data-dependent ε (private; a measurement here, not a release).
-    pub epsilon_data_dependent: Option<f64>,
     /// PATE: public clips answered (by the teachers) out of `queries`.
     pub answered: Option<usize>,
     /// PATE: public clips queried.
@@ -289,7 +287,6 @@ pub fn run_pate_experiment(
         method: method.into(),
         setting,
         epsilon: None,
-        epsilon_data_dependent: None,
         answered: None,
         queries: None,
         label_accuracy: None,
@@ -427,7 +424,6 @@ pub fn run_pate_experiment(
             .count();
         let mut run = PateRunResult {
             epsilon: Some(f.epsilon_data_independent),
-            epsilon_data_dependent: Some(f.epsilon_data_dependent),
             answered: Some(f.answered),
             queries: Some(f.labels.len()),
             label_accuracy: (!answered.is_empty()).then(|| right as f64 / answered.len() as f64),
@@ -535,8 +531,8 @@ pub fn results_markdown(r: &PateResults) -> String {
         c.delta
     ));
     s.push_str(
-        "| method | setting | ε | unit | data-dependent ε (private) | answered / queries | \
-         labels right | test accuracy | seconds |\n|---|---|---|---|---|---|---|---|---|\n",
+        "| method | setting | ε | unit | answered / queries | labels right | test accuracy | \
+         seconds |\n|---|---|---|---|---|---|---|---|\n",
     );
     for run in &r.runs {
         let unit = match run.method.as_str() {
@@ -549,12 +545,11 @@ pub fn results_markdown(r: &PateResults) -> String {
             None => fmt_opt(run.test_accuracy, 3),
         };
         s.push_str(&format!(
-            "| {} | {} | {} | {} | {} | {} | {} | {} | {:.0} |\n",
+            "| {} | {} | {} | {} | {} | {} | {} | {:.0} |\n",
             run.method,
             run.setting,
             run.epsilon.map_or("∞".into(), |e| format!("{e:.2}")),
             unit,
-            fmt_opt(run.epsilon_data_dependent, 2),
             match (run.answered, run.queries) {
                 (Some(a), Some(q)) => format!("{a} / {q}"),
                 _ => "—".into(),
@@ -566,8 +561,8 @@ pub fn results_markdown(r: &PateResults) -> String {
     }
     s.push_str(
         "\nε: add/remove adjacency, RDP. PATE's is the labelling's data-independent bound \
-         with one speaker as the unit (the data-dependent value is shown for information: it \
-         is private until released with smooth sensitivity); DP-SGD's is per example. \
+         with one speaker as the unit (the data-dependent value is private and not shown: \
+         `pate label --ss-sigma` releases it with smooth sensitivity); DP-SGD's is per example. \
          Accuracy over all 12 classes on the held-out test speakers. The teachers' training \
          time is not in the PATE rows' seconds.\n",
     );

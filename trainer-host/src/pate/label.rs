@@ -15,11 +15,32 @@
 //! known only after the noise is drawn, the budget is checked up front against every
 //! query passing, and the run's actual cost is what is recorded.
 //!
-//! The data-dependent ε is a function of the votes, hence private. With
-//! [`LabelConfig::smooth`] it is released with smooth-sensitivity noise (GNSS, whose own
-//! cost is included in the released value) and written, labelled as such, to the labels
-//! file and to the ledger record's description; the ledger's composed totals stay the
-//! data-independent bound.
+//! # What is published, and what stays private
+//!
+//! The data-dependent ε (and everything it is computed from: the per-order data-dependent
+//! RDP, the smooth sensitivity `SS_β` and the noise std `SS_β·σ_ss`) is a function of the
+//! votes, hence of the private data: it is never written to the labels file, the ledger or
+//! stdout. Papernot et al. 2018 ("Scalable private learning with PATE", §4 and App. C)
+//! publish it only through the GNSS mechanism: `R(λ) + SS_β·σ_ss·Z` plus the mechanism's own
+//! RDP `ρ` (their Thm 23). Here that happens only with [`LabelConfig::smooth`], and the
+//! labels file then carries [`ReleasedEpsilon`]: the noised value and the public parameters
+//! of its release, nothing else. What stays private is in [`LabelReport::analysis`], in
+//! memory, for tests and experiments that measure it.
+//!
+//! # What the ledger's total covers
+//!
+//! The ledger's record is the labels' **data-independent** cost, which holds for every
+//! data set and therefore covers the labels whatever the votes. Releasing the noised
+//! data-dependent ε is a second mechanism on the same data; its cost `ρ` is RDP at orders
+//! `1 < α < 1/(2β)` only (infinite above: Thm 23 of the paper), so no Gaussian event —
+//! the only kind the ledger composes — bounds it, and the ledger's composed total does
+//! **not** include it. Papernot et al. account for it by adding `ρ` at the one order `λ` of
+//! the release to the published value, which [`ReleasedEpsilon::released_epsilon`] does;
+//! that value, not the ledger's total, is the guarantee of labels + ε release together. The
+//! ledger record's description names the release and its `ρ` at `λ` so that an auditor can
+//! add it; a ledger event for a fixed-order RDP cost is what would let the total include it.
+//! (The order `λ` is the data-dependent optimum, as in the paper's code; publishing it
+//! reveals which of the analysed orders was best.)
 
 use std::path::{Path, PathBuf};
 
@@ -31,7 +52,9 @@ use serde::{Deserialize, Serialize};
 
 use super::aggregate::{Answer, SmoothRelease};
 use super::{package_probabilities, teacher_votes, Aggregator, PateError, PARTITION_JSON};
-use crate::accountant::pate::{PateAnalysis, SmoothSensitivityRelease, ThresholdCheck};
+use crate::accountant::pate::{
+    PateAnalysis, SmoothSensitivityParams, SmoothSensitivityRelease, ThresholdCheck,
+};
 use crate::accountant::rdp::default_orders;
 use crate::accountant::{Accountant, Adjacency, PrivacyUnit, SubsampledGaussian};
 use crate::ledger::sqlite::SqliteLedgerStore;
@@ -76,13 +99,32 @@ pub struct PublicLabel {
     pub by_student: bool,
 }
 
-/// The data-dependent ε released with smooth sensitivity (publishable).
+/// The data-dependent ε released with smooth sensitivity: the noised value and the public
+/// parameters of its release, nothing computed from the votes without noise (see the
+/// module docs).
 #[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
 pub struct ReleasedEpsilon {
-    /// The analysis behind it (its `data_dependent_rdp` is private: not for publication).
-    pub release: SmoothSensitivityRelease,
-    /// `R(λ) + SS·σ_ss·Z + ρ + ln(1/δ)/(λ−1)`, one CSPRNG draw `Z`.
+    /// Order λ of the release.
+    pub order: f64,
+    /// β and σ_ss of the GNSS mechanism.
+    pub params: SmoothSensitivityParams,
+    /// RDP `ρ` of the GNSS release itself at λ (a function of β, σ_ss and λ only).
+    pub release_rdp: f64,
+    /// `R(λ) + SS·σ_ss·Z + ρ + ln(1/δ)/(λ−1)`, one CSPRNG draw `Z`: the published ε of the
+    /// labels and this release together.
     pub released_epsilon: f64,
+}
+
+impl ReleasedEpsilon {
+    /// The publishable part of `release` with the standard-normal draw `z`.
+    pub fn new(release: &SmoothSensitivityRelease, z: f64, delta: f64) -> Self {
+        Self {
+            order: release.order,
+            params: release.params,
+            release_rdp: release.release_rdp,
+            released_epsilon: release.epsilon_with_noise(z, delta),
+        }
+    }
 }
 
 /// The labels file (`--out`, JSON).
@@ -102,9 +144,8 @@ pub struct LabelFile {
     pub delta: f64,
     /// Data-independent ε of the whole labelling run (publishable).
     pub epsilon_data_independent: f64,
-    /// Data-dependent ε (private: a function of the votes).
-    pub epsilon_data_dependent: f64,
-    /// The data-dependent ε released with smooth sensitivity, when asked for.
+    /// The data-dependent ε released with smooth sensitivity, when asked for (the raw
+    /// data-dependent ε is private and never written).
     #[serde(default)]
     pub smooth_sensitivity: Option<ReleasedEpsilon>,
     /// Queries the teachers answered.
@@ -208,7 +249,8 @@ fn ledger_event(
 pub struct LabelReport {
     /// The labels file's content.
     pub file: LabelFile,
-    /// The accountant's analysis of the votes.
+    /// The accountant's analysis of the votes (its data-dependent parts are private: in
+    /// memory only, never written).
     pub analysis: PateAnalysis,
     /// The votes, per query (for experiments and tests; private).
     pub votes: Vec<Vec<f64>>,
@@ -347,10 +389,9 @@ pub fn label_public(
             },
             reason: e.to_string(),
         })?;
-    let smooth_sensitivity = analysis.smooth_sensitivity.map(|release| ReleasedEpsilon {
-        release,
-        released_epsilon: release.epsilon_with_noise(noise.standard_normal(), cfg.delta),
-    });
+    let smooth_sensitivity = analysis
+        .smooth_sensitivity
+        .map(|release| ReleasedEpsilon::new(&release, noise.standard_normal(), cfg.delta));
     let mut note = format!(
         ": {answered} answered by the teachers, {kept_from_student} kept from the student, \
          {} refused; this entry is the data-independent bound",
@@ -359,13 +400,15 @@ pub fn label_public(
     if let Some(s) = &smooth_sensitivity {
         note.push_str(&format!(
             "; data-dependent ε released with smooth sensitivity (GNSS at order {}, β = {}, \
-             σ_ss = {}, noise std {:.3e}, its own RDP included) = {:.4} at δ = {:e}",
-            s.release.order,
-            s.release.params.beta,
-            s.release.params.sigma_ss,
-            s.release.noise_std,
+             σ_ss = {}) = {:.4} at δ = {:e}, which includes that release's own RDP ρ = {:.4} \
+             at order {}; ρ is not in the ledger's composed total",
+            s.order,
+            s.params.beta,
+            s.params.sigma_ss,
             s.released_epsilon,
-            cfg.delta
+            cfg.delta,
+            s.release_rdp,
+            s.order
         ));
     }
     let authorization = ledger
@@ -392,7 +435,6 @@ pub fn label_public(
         classes,
         delta: cfg.delta,
         epsilon_data_independent: analysis.epsilon_data_independent.0,
-        epsilon_data_dependent: analysis.epsilon_data_dependent.0,
         smooth_sensitivity,
         answered,
         kept_from_student,

@@ -5,11 +5,16 @@ use std::path::{Path, PathBuf};
 
 use anyhow::Context;
 use hush_host::accountant::Accountant;
+use hush_host::pate::asr::{
+    label_asr, train_asr_student, train_asr_teachers, AsrAggregator, AsrLabelConfig,
+    AsrLabelFile,
+};
 use hush_host::pate::{
     label_public, train_student, train_teachers, Aggregator, LabelConfig, LabelFile, SmoothRelease,
 };
+use hush_host::train::asr::AsrTrainConfig;
 
-use super::train::{epoch_line, print_card, ModelArgs};
+use super::train::{asr_epoch_line, epoch_line, print_asr_card, print_card, ModelArgs, TaskArg};
 
 /// `hush-host pate` subcommands.
 #[derive(clap::Subcommand)]
@@ -27,7 +32,11 @@ pub enum PateCommand {
 /// Arguments of `pate train-teachers`.
 #[derive(clap::Args)]
 pub struct TeachersArgs {
-    /// The private corpus (Speech Commands layout; all its splits train teachers).
+    /// kws (Speech Commands corpora) or asr (LibriSpeech layout or JSONL manifest; CTC
+    /// teachers, `--arch` default ctc-gru-small).
+    #[arg(long, value_enum, default_value = "kws")]
+    pub task: TaskArg,
+    /// The private corpus (all its splits train teachers).
     #[arg(long)]
     pub private: PathBuf,
     /// Output directory (teacher-NNN/ packages and partition.json).
@@ -55,7 +64,8 @@ pub struct EnsembleArgs {
 /// The aggregator flags.
 #[derive(clap::Args, Clone)]
 pub struct AggregatorArgs {
-    /// lnmax, gnmax, confident-gnmax or interactive-gnmax.
+    /// kws: lnmax, gnmax, confident-gnmax or interactive-gnmax; asr: posterior-average
+    /// (--sigma) or transcript-vote (--sigma, --threshold).
     #[arg(long, default_value = "gnmax")]
     pub aggregator: String,
     /// GNMax noise σ (the answer step of confident-gnmax too).
@@ -64,7 +74,8 @@ pub struct AggregatorArgs {
     /// LNMax Laplace scale λ.
     #[arg(long)]
     pub lambda: Option<f64>,
-    /// Confident-GNMax: threshold T on the noisy top vote.
+    /// Confident-GNMax: threshold T on the noisy top vote; transcript-vote: on the winning
+    /// transcript's noisy count.
     #[arg(long)]
     pub threshold: Option<f64>,
     /// Confident- and interactive-GNMax: noise σ₁ of the threshold step.
@@ -128,6 +139,38 @@ impl AggregatorArgs {
         })
     }
 
+    fn asr_config(&self, teachers: &Path, public: &Path) -> anyhow::Result<AsrLabelConfig> {
+        let need = |v: Option<f64>, flag: &str| {
+            v.with_context(|| format!("--aggregator {} needs {flag}", self.aggregator))
+        };
+        if self.ss_sigma.is_some() {
+            anyhow::bail!("--ss-sigma applies to --task kws only (the ASR costs are data-independent)");
+        }
+        let aggregator = match self.aggregator.as_str() {
+            "posterior-average" => AsrAggregator::PosteriorAverage {
+                sigma: need(self.sigma, "--sigma")?,
+            },
+            "transcript-vote" => AsrAggregator::TranscriptVote {
+                sigma: need(self.sigma, "--sigma")?,
+                threshold: need(self.threshold, "--threshold")?,
+            },
+            other => anyhow::bail!(
+                "--aggregator: `{other}` is not an ASR aggregator (--task asr): use \
+                 posterior-average or transcript-vote"
+            ),
+        };
+        Ok(AsrLabelConfig {
+            teachers: teachers.to_path_buf(),
+            public: public.to_path_buf(),
+            aggregator,
+            delta: self.delta,
+            ledger: self.ledger.clone(),
+            budget_epsilon: self.budget_epsilon,
+            accountant: self.accountant,
+            seed: self.noise_seed,
+        })
+    }
+
     fn config(
         &self,
         teachers: &Path,
@@ -155,6 +198,10 @@ impl AggregatorArgs {
 /// Arguments of `pate label`.
 #[derive(clap::Args)]
 pub struct LabelArgs {
+    /// kws or asr (the teachers' task; asr takes --aggregator posterior-average or
+    /// transcript-vote).
+    #[arg(long, value_enum, default_value = "kws")]
+    pub task: TaskArg,
     /// The teachers' directory (train-teachers --out).
     #[arg(long)]
     pub teachers: PathBuf,
@@ -175,6 +222,9 @@ pub struct LabelArgs {
 /// Arguments of `pate student`.
 #[derive(clap::Args)]
 pub struct StudentArgs {
+    /// kws or asr (the labels file's task).
+    #[arg(long, value_enum, default_value = "kws")]
+    pub task: TaskArg,
     /// The public corpus the labels were made on.
     #[arg(long)]
     pub public: PathBuf,
@@ -215,11 +265,23 @@ pub struct RunArgs {
 /// Runs a `pate` subcommand.
 pub fn run(cmd: PateCommand) -> anyhow::Result<()> {
     match cmd {
-        PateCommand::TrainTeachers(a) => teachers(&a.private, a.ensemble, &a.model, &a.out),
-        PateCommand::Label(a) => {
-            label(&a.agg, &a.teachers, &a.public, a.student.as_deref(), &a.out)
-        }
-        PateCommand::Student(a) => student(&a.public, &a.labels, &a.model, &a.out),
+        PateCommand::TrainTeachers(a) => match a.task {
+            TaskArg::Kws => teachers(&a.private, a.ensemble, &a.model, &a.out),
+            TaskArg::Asr => asr_teachers(&a.private, a.ensemble, &a.model, &a.out),
+        },
+        PateCommand::Label(a) => match a.task {
+            TaskArg::Kws => label(&a.agg, &a.teachers, &a.public, a.student.as_deref(), &a.out),
+            TaskArg::Asr => {
+                if a.student.is_some() {
+                    anyhow::bail!("--student applies to --task kws (interactive-gnmax) only");
+                }
+                asr_label(&a.agg, &a.teachers, &a.public, &a.out)
+            }
+        },
+        PateCommand::Student(a) => match a.task {
+            TaskArg::Kws => student(&a.public, &a.labels, &a.model, &a.out),
+            TaskArg::Asr => asr_student(&a.public, &a.labels, &a.model, &a.out),
+        },
         PateCommand::Run(a) => {
             let teachers_dir = a.out.join("teachers");
             let labels = a.out.join("labels.json");
@@ -310,5 +372,63 @@ fn student(public: &Path, labels: &Path, model: &ModelArgs, out: &Path) -> anyho
     let report = train_student(&cfg, &file, out, &command, &mut epoch_line(cfg.epochs))
         .with_context(|| format!("training the student on {}", public.display()))?;
     print_card(&report.card, out);
+    Ok(())
+}
+
+/// The ASR teachers' and student's training config: `--arch` defaults to ctc-gru-small.
+fn asr_model_config(model: &ModelArgs, data: &Path) -> anyhow::Result<AsrTrainConfig> {
+    let mut cfg = model.asr_config(data, 4)?;
+    if model.arch.is_none() {
+        cfg.arch_name = "ctc-gru-small".into();
+    }
+    Ok(cfg)
+}
+
+fn asr_teachers(
+    private: &Path,
+    ensemble: EnsembleArgs,
+    model: &ModelArgs,
+    out: &Path,
+) -> anyhow::Result<()> {
+    let cfg = asr_model_config(model, private)?;
+    let (n, seed) = (ensemble.teachers, ensemble.partition_seed);
+    let dirs = train_asr_teachers(&cfg, n, seed, out, &mut |t, n, done| {
+        let what = if done { "already trained, kept" } else { "training" };
+        eprintln!("teacher {}/{n}: {what}", t + 1);
+    })
+    .with_context(|| format!("training ASR teachers on {}", private.display()))?;
+    println!("{} ASR teachers in {}", dirs.len(), out.display());
+    Ok(())
+}
+
+fn asr_label(agg: &AggregatorArgs, teachers: &Path, public: &Path, out: &Path) -> anyhow::Result<()> {
+    let cfg = agg.asr_config(teachers, public)?;
+    let f = label_asr(&cfg, out, &mut |t, n| {
+        eprintln!("posteriors of teacher {}/{n}", t + 1)
+    })
+    .with_context(|| format!("labelling {}", public.display()))?;
+    println!(
+        "{}: {} of {} public utterances labelled by {} teachers",
+        f.aggregator.name(),
+        f.answered,
+        f.labels.len(),
+        f.num_teachers
+    );
+    println!(
+        "ε = {:.4} (data-independent, speaker level, add/remove, {}), δ = {}; ledger {} \
+         record {}",
+        f.epsilon, cfg.accountant, f.delta, f.ledger, f.ledger_record
+    );
+    println!("labels → {}", out.display());
+    Ok(())
+}
+
+fn asr_student(public: &Path, labels: &Path, model: &ModelArgs, out: &Path) -> anyhow::Result<()> {
+    let file = AsrLabelFile::read(labels)?;
+    let cfg = asr_model_config(model, public)?;
+    let command = std::env::args().collect::<Vec<_>>().join(" ");
+    let report = train_asr_student(&cfg, &file, out, &command, &mut asr_epoch_line(cfg.epochs))
+        .with_context(|| format!("training the ASR student on {}", public.display()))?;
+    print_asr_card(&report.card, out);
     Ok(())
 }

@@ -15,11 +15,41 @@
 //! exactly `U` steps of one Gaussian with `1/z² = 2·mean(frames) / (σ·n)²`
 //! ([`posterior_average_event`]) — the ledger's entry.
 //!
-//! Not here yet: the ASR teachers and student (`pate train-teachers --task asr`), and
-//! noisy voting over the teachers' transcripts — GNMax over the distinct transcripts has a
-//! candidate set that itself depends on the private data (a transcript only one teacher
-//! produces exists only with that teacher's speaker), which needs a thresholded release
-//! with its own δ, not plain GNMax.
+//! # Voting over transcripts ([`AsrAggregator::TranscriptVote`])
+//!
+//! GNMax over the distinct teacher transcripts is not private by itself: the candidate
+//! set depends on the data (a transcript that only one teacher produces exists only with
+//! that teacher's speakers). It is released as a thresholded distinct histogram
+//! (Korolova et al. 2009; Wilkins et al. 2024, the Gaussian sparse histogram mechanism):
+//! count identical transcripts, add `N(0, σ²)` to every count, and release the arg-max
+//! only if its noisy count reaches the threshold `T`. Changing one speaker changes one
+//! teacher's transcript from `a` to `b`: the counts of candidates present on both sides
+//! move by at most `(−1, +1)`, L2 sensitivity `√2` — the Gaussian mechanism with noise
+//! multiplier `σ/√2` per utterance ([`transcript_vote_event`]; releasing only the
+//! arg-max of the counts over `T` is post-processing). A candidate present on one side
+//! only has count 1 there and is released with probability at most
+//! `δ' = P[1 + σZ ≥ T] = Φ̄((T−1)/σ)` per utterance ([`transcript_vote_delta`]). The run
+//! is therefore `(ε, δ_G + U·δ')`-DP over `U` utterances, `ε` being the Gaussian's at
+//! `δ_G`. [`label_asr`] charges the Gaussian to the ledger at `δ_G = δ − U·δ'` and
+//! refuses a threshold for which `U·δ' > δ/2`, naming `--threshold`; the ledger's
+//! composed total (a Gaussian-only ledger, at the budget's δ) carries the Gaussian part,
+//! and the record's description states `U·δ'`.
+
+use std::path::{Path, PathBuf};
+
+use hush_device::infer::asr::{utterance_features, AsrRecognizer};
+use hush_models::asr::decode::greedy;
+use hush_models::asr::Vocabulary;
+use serde::{Deserialize, Serialize};
+
+use super::label::{finished_teachers, write_atomically};
+use super::teachers::Ensemble;
+use super::{Partition, PARTITION_JSON};
+use crate::accountant::special::erfc;
+use crate::accountant::{Accountant, Adjacency, PrivacyUnit};
+use crate::ledger::sqlite::SqliteLedgerStore;
+use crate::ledger::{Budget, Ledger, Mechanism, Release};
+use crate::train::asr::{load_asr, load_asr_any_split, train_asr_on, AsrData, AsrTrainConfig, AsrTrainReport, Utterance};
 
 use hush_models::dp::NoiseSource;
 
@@ -83,6 +113,408 @@ pub fn posterior_average_event(
         option: "--sigma",
         reason: e.to_string(),
     })
+}
+
+/// The Gaussian part of [`AsrAggregator::TranscriptVote`] over `utterances` utterances:
+/// noise multiplier `σ/√2` per utterance (see the module docs).
+pub fn transcript_vote_event(
+    utterances: usize,
+    sigma: f64,
+) -> Result<SubsampledGaussian, PateError> {
+    check_sigma(sigma)?;
+    SubsampledGaussian::poisson(1.0, sigma / 2f64.sqrt(), utterances as u64).map_err(|e| {
+        PateError::Option {
+            option: "--sigma",
+            reason: e.to_string(),
+        }
+    })
+}
+
+/// `δ' = Φ̄((T−1)/σ)`: the probability that a transcript proposed by one teacher passes
+/// the threshold `T` (see the module docs).
+pub fn transcript_vote_delta(threshold: f64, sigma: f64) -> f64 {
+    0.5 * erfc((threshold - 1.0) / (sigma * 2f64.sqrt()))
+}
+
+/// One thresholded noisy vote over the teachers' transcripts: the most common transcript
+/// if its count plus `N(0, σ²)` (noise on every distinct transcript's count) is the
+/// largest and reaches `threshold`; `None` otherwise.
+pub fn noisy_transcript_vote(
+    transcripts: &[String],
+    sigma: f64,
+    threshold: f64,
+    noise: &mut NoiseSource,
+) -> Option<String> {
+    let mut counts: std::collections::BTreeMap<&str, f64> = std::collections::BTreeMap::new();
+    for t in transcripts {
+        *counts.entry(t.as_str()).or_default() += 1.0;
+    }
+    counts
+        .into_iter()
+        .map(|(t, c)| (t, c + sigma * noise.standard_normal()))
+        .max_by(|a, b| a.1.total_cmp(&b.1))
+        .filter(|(_, c)| *c >= threshold)
+        .map(|(t, _)| t.to_string())
+}
+
+/// The ASR aggregators.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "kind", rename_all = "kebab-case")]
+pub enum AsrAggregator {
+    /// Noisy averaging of the frame posteriors, then a greedy CTC decode.
+    PosteriorAverage {
+        /// Noise std on every averaged posterior entry.
+        sigma: f64,
+    },
+    /// Thresholded noisy vote over the teachers' greedy transcripts.
+    TranscriptVote {
+        /// Noise std on every transcript's count.
+        sigma: f64,
+        /// Threshold `T` on the winner's noisy count.
+        threshold: f64,
+    },
+}
+
+impl AsrAggregator {
+    /// The CLI name.
+    pub fn name(&self) -> &'static str {
+        match self {
+            Self::PosteriorAverage { .. } => "posterior-average",
+            Self::TranscriptVote { .. } => "transcript-vote",
+        }
+    }
+}
+
+/// Trains `n` CTC teachers (`cfg.arch_name`, e.g. `ctc-gru-small`) on speaker-disjoint
+/// parts of the private ASR corpus `cfg.data` (every split), resumable as the keyword
+/// teachers ([`super::teachers`]); each teacher early-stops on its own speakers only.
+pub fn train_asr_teachers(
+    cfg: &AsrTrainConfig,
+    n: usize,
+    seed: u64,
+    out: &Path,
+    progress: &mut dyn FnMut(usize, usize, bool),
+) -> Result<Vec<PathBuf>, PateError> {
+    let data = load_asr_any_split(&cfg.data, cfg.features.frame.sample_rate)?;
+    if data.train.len() + data.validation.len() + data.test.len() == 0 {
+        return Err(PateError::File {
+            path: cfg.data.clone(),
+            reason: "no utterance in the private ASR corpus".into(),
+        });
+    }
+    let utts: Vec<&Utterance> = data
+        .train
+        .iter()
+        .chain(&data.validation)
+        .chain(&data.test)
+        .collect();
+    let speakers: Vec<&str> = utts.iter().map(|u| u.speaker.as_str()).collect();
+    let ensemble = Ensemble {
+        private: &cfg.data,
+        speakers: &speakers,
+        n,
+        seed,
+        out,
+    };
+    ensemble.train(progress, &mut |t, part, scratch| {
+        let own: Vec<Utterance> = part.iter().map(|&i| utts[i].clone()).collect();
+        let teacher_data = AsrData {
+            train: own.clone(),
+            validation: own.clone(),
+            test: own,
+            noises: data.noises.clone(),
+        };
+        let mut teacher_cfg = cfg.clone();
+        teacher_cfg.seed = cfg.seed.wrapping_add(t as u64);
+        let command = format!("hush-host pate train-teachers --task asr (teacher {t} of {n})");
+        train_asr_on(&teacher_cfg, &teacher_data, scratch, &command, &mut |_| {})?;
+        Ok(())
+    })
+}
+
+/// Everything `hush-host pate label --task asr` decides.
+#[derive(Debug, Clone, PartialEq)]
+pub struct AsrLabelConfig {
+    /// The teachers' directory (`train-teachers --task asr --out`).
+    pub teachers: PathBuf,
+    /// The public ASR corpus (its train and validation utterances are labelled; their
+    /// transcripts are not read for labelling).
+    pub public: PathBuf,
+    /// The aggregator and its noise.
+    pub aggregator: AsrAggregator,
+    /// δ of the reported ε and of the ledger budget.
+    pub delta: f64,
+    /// The privacy ledger (SQLite; created if missing).
+    pub ledger: PathBuf,
+    /// The ledger's total ε budget.
+    pub budget_epsilon: f64,
+    /// The ledger's accountant.
+    pub accountant: Accountant,
+    /// Seeded noise (tests and reproducible experiments only); `None`: OS randomness.
+    pub seed: Option<u64>,
+}
+
+/// One public utterance's transcript label.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct AsrPublicLabel {
+    /// The audio file, relative to the public corpus.
+    pub file: PathBuf,
+    /// The aggregated transcript; `None` when refused or decoded to nothing.
+    pub text: Option<String>,
+}
+
+/// The ASR labels file (`--out`, JSON).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct AsrLabelFile {
+    /// The teachers' directory.
+    pub teachers: PathBuf,
+    /// Number of teachers.
+    pub num_teachers: usize,
+    /// The public corpus.
+    pub public: PathBuf,
+    /// The aggregator.
+    pub aggregator: AsrAggregator,
+    /// δ of `epsilon` (including `U·δ'` for transcript-vote).
+    pub delta: f64,
+    /// ε of the whole labelling run (data-independent, RDP or PLD as the ledger's).
+    pub epsilon: f64,
+    /// Utterances labelled with a transcript.
+    pub answered: usize,
+    /// The ledger file.
+    pub ledger: String,
+    /// The ledger record's id.
+    pub ledger_record: i64,
+    /// Per utterance.
+    pub labels: Vec<AsrPublicLabel>,
+}
+
+impl AsrLabelFile {
+    /// Reads an ASR labels file, naming it in errors.
+    pub fn read(path: &Path) -> Result<Self, PateError> {
+        let bad = |reason: String| PateError::File {
+            path: path.to_path_buf(),
+            reason,
+        };
+        let text = std::fs::read_to_string(path).map_err(|e| bad(e.to_string()))?;
+        serde_json::from_str(&text).map_err(|e| bad(format!("not an ASR PATE labels file: {e}")))
+    }
+}
+
+/// Labels the public ASR corpus with the teachers' noisy aggregate and writes the labels
+/// file to `out` after recording the cost in the ledger. `progress` gets
+/// `(teacher, teachers)`.
+pub fn label_asr(
+    cfg: &AsrLabelConfig,
+    out: &Path,
+    progress: &mut dyn FnMut(usize, usize),
+) -> Result<AsrLabelFile, PateError> {
+    let teachers = finished_teachers(&cfg.teachers)?;
+    let first = AsrRecognizer::load(&teachers[0])?;
+    let features = first.features().clone();
+    let data = load_asr(&cfg.public, features.frame.sample_rate).map_err(|e| PateError::File {
+        path: cfg.public.clone(),
+        reason: format!("not a public ASR corpus: {e}"),
+    })?;
+    let queries: Vec<Utterance> = data.train.into_iter().chain(data.validation).collect();
+    let vocab = Vocabulary::characters();
+    let v = vocab.len();
+    let feats = queries
+        .iter()
+        .map(|u| {
+            utterance_features(&features, &u.samples).map_err(|source| {
+                hush_device::infer::InferError::Features {
+                    path: u.path.clone(),
+                    source,
+                }
+            })
+        })
+        .collect::<Result<Vec<_>, _>>()?;
+    // posteriors[u][t]: teacher t's `steps × vocab` probabilities on utterance u.
+    let mut posteriors: Vec<Vec<Vec<f32>>> = vec![Vec::new(); queries.len()];
+    for (t, dir) in teachers.iter().enumerate() {
+        progress(t, teachers.len());
+        let rec = AsrRecognizer::load(dir)?;
+        if rec.features() != &features || rec.card().vocabulary.len() != v {
+            return Err(PateError::File {
+                path: dir.clone(),
+                reason: "its features or vocabulary differ from the first teacher's".into(),
+            });
+        }
+        for (u, f) in feats.iter().enumerate() {
+            let lp = rec.log_probs(f, &queries[u].path)?;
+            posteriors[u].push(lp.iter().map(|x| x.exp()).collect());
+        }
+    }
+    let frames: Vec<usize> = posteriors.iter().map(|p| p[0].len() / v).collect();
+    let n = teachers.len();
+    let (event, delta_g, extra_delta) = match cfg.aggregator {
+        AsrAggregator::PosteriorAverage { sigma } => {
+            (posterior_average_event(&frames, n, sigma)?, cfg.delta, 0.0)
+        }
+        AsrAggregator::TranscriptVote { sigma, threshold } => {
+            let extra = queries.len() as f64 * transcript_vote_delta(threshold, sigma);
+            if !(threshold.is_finite() && extra <= cfg.delta / 2.0) {
+                return Err(PateError::Option {
+                    option: "--threshold",
+                    reason: format!(
+                        "T = {threshold} with σ = {sigma} lets a transcript of one teacher \
+                         through with probability {:.2e} over {} utterances, more than δ/2 = \
+                         {:e}; raise T",
+                        extra,
+                        queries.len(),
+                        cfg.delta / 2.0
+                    ),
+                });
+            }
+            (
+                transcript_vote_event(queries.len(), sigma)?,
+                cfg.delta - extra,
+                extra,
+            )
+        }
+    };
+    let partition = Partition::read(&cfg.teachers.join(PARTITION_JSON))?;
+    let speakers: usize = partition.teachers.iter().map(Vec::len).sum();
+    let privacy = |e: crate::ledger::LedgerError| PateError::Option {
+        option: "--ledger",
+        reason: e.to_string(),
+    };
+    let budget = Budget::new(
+        cfg.budget_epsilon,
+        cfg.delta,
+        cfg.accountant,
+        Adjacency::AddRemove,
+        PrivacyUnit::User,
+    )
+    .map_err(|e| PateError::Option {
+        option: "--budget-epsilon",
+        reason: e.to_string(),
+    })?;
+    let mut ledger = Ledger::new(
+        SqliteLedgerStore::open(&cfg.ledger).map_err(privacy)?,
+        budget,
+    );
+    let release = Release {
+        mechanism: Mechanism::Pate,
+        event,
+        unit: PrivacyUnit::User,
+        adjacency: Adjacency::AddRemove,
+        population: Some(speakers as u64),
+        delta: delta_g,
+        released: format!(
+            "PATE ASR {} transcripts of {} public utterances ({}); Gaussian part at δ = {:e}, \
+             plus δ' = {:e} for transcripts of one teacher",
+            cfg.aggregator.name(),
+            queries.len(),
+            out.display(),
+            delta_g,
+            extra_delta
+        ),
+    };
+    // Up front, before any noise is drawn: the cost does not depend on the outcome.
+    let authorization = ledger.authorize(&release).map_err(privacy)?;
+    let epsilon = event
+        .epsilon(cfg.accountant, Adjacency::AddRemove, delta_g)
+        .map_err(|e| PateError::Option {
+            option: "--sigma",
+            reason: e.to_string(),
+        })?
+        .epsilon;
+    let mut noise = match cfg.seed {
+        Some(s) => NoiseSource::from_seed(s),
+        None => NoiseSource::from_os(),
+    };
+    let mut labels = Vec::with_capacity(queries.len());
+    for (u, q) in queries.iter().enumerate() {
+        let text = match cfg.aggregator {
+            AsrAggregator::PosteriorAverage { sigma } => {
+                let avg = noisy_average_posteriors(&posteriors[u], frames[u], v, sigma, &mut noise)?;
+                Some(vocab.decode(&greedy(&avg, v)))
+            }
+            AsrAggregator::TranscriptVote { sigma, threshold } => {
+                let transcripts: Vec<String> = posteriors[u]
+                    .iter()
+                    .map(|p| vocab.decode(&greedy(p, v)))
+                    .collect();
+                noisy_transcript_vote(&transcripts, sigma, threshold, &mut noise)
+            }
+        };
+        labels.push(AsrPublicLabel {
+            file: q.path.strip_prefix(&cfg.public).unwrap_or(&q.path).to_path_buf(),
+            text: text.filter(|t| !t.trim().is_empty()),
+        });
+    }
+    let record = ledger.record(authorization).map_err(privacy)?;
+    let file = AsrLabelFile {
+        teachers: cfg.teachers.clone(),
+        num_teachers: n,
+        public: cfg.public.clone(),
+        aggregator: cfg.aggregator,
+        delta: cfg.delta,
+        epsilon,
+        answered: labels.iter().filter(|l| l.text.is_some()).count(),
+        ledger: cfg.ledger.display().to_string(),
+        ledger_record: record.id,
+        labels,
+    };
+    write_atomically(out, &file)?;
+    Ok(file)
+}
+
+/// Trains the ASR student on the public corpus `cfg.data` with the transcripts of
+/// `labels` (the answered utterances of its train and validation splits; every tenth for
+/// early stopping, with its aggregated transcript too) and writes its package to `out`;
+/// the public test split, with its true transcripts, only judges it.
+pub fn train_asr_student(
+    cfg: &AsrTrainConfig,
+    labels: &AsrLabelFile,
+    out: &Path,
+    command: &str,
+    progress: &mut dyn FnMut(&crate::train::asr::AsrEpochReport),
+) -> Result<AsrTrainReport, PateError> {
+    let by_file: std::collections::HashMap<&Path, &str> = labels
+        .labels
+        .iter()
+        .filter_map(|l| l.text.as_deref().map(|t| (l.file.as_path(), t)))
+        .collect();
+    let public = load_asr(&cfg.data, cfg.features.frame.sample_rate)?;
+    let vocab = Vocabulary::characters();
+    let mut answered = Vec::new();
+    for mut u in public.train.into_iter().chain(public.validation) {
+        let relative = u.path.strip_prefix(&cfg.data).unwrap_or(&u.path);
+        if let Some(text) = by_file.get(relative) {
+            u.text = (*text).to_string();
+            u.labels = vocab.encode(text)?;
+            answered.push(u);
+        }
+    }
+    if answered.len() < 2 {
+        return Err(PateError::File {
+            path: cfg.data.clone(),
+            reason: format!(
+                "only {} of its utterances carry an aggregated transcript; the student needs \
+                 at least 2",
+                answered.len()
+            ),
+        });
+    }
+    let (validation, train): (Vec<_>, Vec<_>) = answered
+        .into_iter()
+        .enumerate()
+        .partition(|(i, _)| i % 10 == 9);
+    let mut train: Vec<Utterance> = train.into_iter().map(|(_, u)| u).collect();
+    let mut validation: Vec<Utterance> = validation.into_iter().map(|(_, u)| u).collect();
+    if validation.is_empty() {
+        validation.push(train[train.len() - 1].clone());
+        train.pop();
+    }
+    let data = AsrData {
+        train,
+        validation,
+        test: public.test,
+        noises: public.noises,
+    };
+    Ok(train_asr_on(cfg, &data, out, command, progress)?)
 }
 
 fn check_sigma(sigma: f64) -> Result<(), PateError> {

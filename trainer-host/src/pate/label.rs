@@ -453,7 +453,7 @@ pub fn label_public(
 }
 
 /// Writes `file` as JSON to a scratch file beside `out`, then renames it into place.
-fn write_atomically(out: &Path, file: &LabelFile) -> Result<(), PateError> {
+pub(crate) fn write_atomically<T: Serialize>(out: &Path, file: &T) -> Result<(), PateError> {
     let bad = |reason: String| PateError::File {
         path: out.to_path_buf(),
         reason,

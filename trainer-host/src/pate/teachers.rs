@@ -1,4 +1,5 @@
-//! The teacher ensemble: one keyword spotter per speaker-disjoint part of the private data
+//! The teacher ensemble: one model (a keyword spotter here; a recogniser in [`super::asr`])
+//! per speaker-disjoint part of the private data
 //! ([`super::partition_by_speaker`]), each in its own package directory, and their votes on
 //! public clips.
 //!
@@ -73,57 +74,99 @@ pub fn train_teachers(
         .chain(&data.test)
         .collect();
     let speakers: Vec<&str> = clips.iter().map(|c| c.speaker.as_str()).collect();
-    let parts = partition_by_speaker(&speakers, n, seed)?;
-    let partition = Partition {
-        private: cfg.data.clone(),
+    let ensemble = Ensemble {
+        private: &cfg.data,
+        speakers: &speakers,
+        n,
         seed,
-        teachers: parts
-            .iter()
-            .map(|p| {
-                let mut s: Vec<String> = p.iter().map(|&i| speakers[i].to_string()).collect();
-                s.sort();
-                s.dedup();
-                s
-            })
-            .collect(),
+        out,
     };
-    std::fs::create_dir_all(out).map_err(|source| PateError::Io {
-        path: out.to_path_buf(),
-        source,
-    })?;
-    check_or_write_partition(&out.join(PARTITION_JSON), &partition)?;
-    let mut dirs = Vec::with_capacity(n);
-    for (t, part) in parts.iter().enumerate() {
-        let dir = teacher_dir(out, t);
-        let done = dir.join(MODEL_JSON).is_file();
-        progress(t, n, done);
-        if !done {
-            let own: Vec<Clip> = part.iter().map(|&i| clips[i].clone()).collect();
-            let teacher_data = KwsData {
-                train: own.clone(),
-                validation: own.clone(),
-                test: own,
-                noises: data.noises.clone(),
-            };
-            let mut teacher_cfg = cfg.clone();
-            teacher_cfg.seed = cfg.seed.wrapping_add(t as u64);
-            let scratch = out.join(format!(".teacher-{t:03}.partial"));
-            if scratch.exists() {
-                std::fs::remove_dir_all(&scratch).map_err(|source| PateError::Io {
-                    path: scratch.clone(),
+    ensemble.train(progress, &mut |t, part, scratch| {
+        let own: Vec<Clip> = part.iter().map(|&i| clips[i].clone()).collect();
+        let teacher_data = KwsData {
+            train: own.clone(),
+            validation: own.clone(),
+            test: own,
+            noises: data.noises.clone(),
+        };
+        let mut teacher_cfg = cfg.clone();
+        teacher_cfg.seed = cfg.seed.wrapping_add(t as u64);
+        let command = format!("hush-host pate train-teachers (teacher {t} of {n})");
+        train_kws_on(&teacher_cfg, &teacher_data, scratch, &command, &mut |_| {})?;
+        Ok(())
+    })
+}
+
+/// A teacher ensemble to train, for any task: the private examples' speakers, the
+/// teacher count, the partition seed and the output directory.
+pub(crate) struct Ensemble<'a> {
+    /// The private corpus (recorded in `partition.json`).
+    pub private: &'a Path,
+    /// `speakers[i]`: private example `i`'s speaker.
+    pub speakers: &'a [&'a str],
+    /// Number of teachers.
+    pub n: usize,
+    /// Partition seed.
+    pub seed: u64,
+    /// The teachers' directory.
+    pub out: &'a Path,
+}
+
+impl Ensemble<'_> {
+    /// Partitions the speakers ([`partition_by_speaker`]), writes or checks
+    /// `partition.json`, and for every teacher not yet finished calls
+    /// `train_one(teacher, its example indices, scratch dir)`, which writes the teacher's
+    /// package to the scratch directory; that is renamed into place when complete (see
+    /// the module docs). Returns the teachers' directories.
+    pub fn train(
+        &self,
+        progress: &mut dyn FnMut(usize, usize, bool),
+        train_one: &mut dyn FnMut(usize, &[usize], &Path) -> Result<(), PateError>,
+    ) -> Result<Vec<PathBuf>, PateError> {
+        let (n, out) = (self.n, self.out);
+        let parts = partition_by_speaker(self.speakers, n, self.seed)?;
+        let partition = Partition {
+            private: self.private.to_path_buf(),
+            seed: self.seed,
+            teachers: parts
+                .iter()
+                .map(|p| {
+                    let mut s: Vec<String> =
+                        p.iter().map(|&i| self.speakers[i].to_string()).collect();
+                    s.sort();
+                    s.dedup();
+                    s
+                })
+                .collect(),
+        };
+        std::fs::create_dir_all(out).map_err(|source| PateError::Io {
+            path: out.to_path_buf(),
+            source,
+        })?;
+        check_or_write_partition(&out.join(PARTITION_JSON), &partition)?;
+        let mut dirs = Vec::with_capacity(n);
+        for (t, part) in parts.iter().enumerate() {
+            let dir = teacher_dir(out, t);
+            let done = dir.join(MODEL_JSON).is_file();
+            progress(t, n, done);
+            if !done {
+                let scratch = out.join(format!(".teacher-{t:03}.partial"));
+                if scratch.exists() {
+                    std::fs::remove_dir_all(&scratch).map_err(|source| PateError::Io {
+                        path: scratch.clone(),
+                        source,
+                    })?;
+                }
+                train_one(t, part, &scratch)?;
+                std::fs::rename(&scratch, &dir).map_err(|source| PateError::Io {
+                    path: dir.clone(),
                     source,
                 })?;
             }
-            let command = format!("hush-host pate train-teachers (teacher {t} of {n})");
-            train_kws_on(&teacher_cfg, &teacher_data, &scratch, &command, &mut |_| {})?;
-            std::fs::rename(&scratch, &dir).map_err(|source| PateError::Io {
-                path: dir.clone(),
-                source,
-            })?;
+            dirs.push(dir);
         }
-        dirs.push(dir);
+        Ok(dirs)
     }
-    Ok(dirs)
 }
 
 /// Writes the partition, or checks that an existing one (a resumed run) is the same.

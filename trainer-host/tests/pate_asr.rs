@@ -52,8 +52,8 @@ fn asr_pate_teachers_posterior_average_and_student_on_held_out_speakers() {
 
     // Teachers: two, each on its own two speakers, none of them public.
     let teachers = tmp.path().join("teachers");
-    let dirs = train_asr_teachers(&config(&private, 4), 2, 3, &teachers, &mut |_, _, _| {})
-        .unwrap();
+    let dirs =
+        train_asr_teachers(&config(&private, 4), 2, 3, &teachers, &mut |_, _, _| {}).unwrap();
     assert_eq!(dirs.len(), 2);
     let partition = Partition::read(&teachers.join(PARTITION_JSON)).unwrap();
     let mut seen = BTreeSet::new();
@@ -99,14 +99,21 @@ fn asr_pate_teachers_posterior_average_and_student_on_held_out_speakers() {
         .epsilon(Accountant::Rdp, Adjacency::AddRemove, 1e-5)
         .unwrap()
         .epsilon;
-    assert!((file.epsilon / eps - 1.0).abs() < 1e-12, "{} {eps}", file.epsilon);
+    assert!(
+        (file.epsilon / eps - 1.0).abs() < 1e-12,
+        "{} {eps}",
+        file.epsilon
+    );
     let records = SqliteLedgerStore::open(&ledger).unwrap().records().unwrap();
     assert_eq!(records.len(), 1);
     assert_eq!(records[0].id, file.ledger_record);
     assert_eq!(records[0].release.event, want);
 
     // The student learns from those transcripts and is judged on the held-out test
-    // speaker, whom neither teachers nor student heard.
+    // speaker, whom neither teachers nor student heard. (Four epochs of teachers on 12
+    // utterances each barely leave the uniform posterior, so the labels are close to
+    // noise and no WER or CER bound is robust here: 30 epochs at lr 1e-2 — 24 s — made
+    // both teachers and student emit one letter, CER 1.0. Only the pipeline is checked.)
     let out = tmp.path().join("student");
     let student_cfg = config(&public, 4);
     let report = train_asr_student(&student_cfg, &file, &out, "test", &mut |_| {}).unwrap();
@@ -134,13 +141,23 @@ fn asr_pate_teachers_posterior_average_and_student_on_held_out_speakers() {
     let e = label_asr(&vote, &tmp.path().join("vote.json"), &mut |_, _| {}).unwrap_err();
     assert!(e.to_string().contains("--threshold"), "{e}");
     assert_eq!(
-        SqliteLedgerStore::open(&ledger).unwrap().records().unwrap().len(),
+        SqliteLedgerStore::open(&ledger)
+            .unwrap()
+            .records()
+            .unwrap()
+            .len(),
         1
     );
 
     // A keyword corpus given as ASR data is refused, naming the corpus.
     let kws = Path::new(env!("CARGO_MANIFEST_DIR")).join("../data/corpus/kws");
-    let e = train_asr_teachers(&config(&kws, 1), 2, 0, &tmp.path().join("t2"), &mut |_, _, _| {})
-        .unwrap_err();
+    let e = train_asr_teachers(
+        &config(&kws, 1),
+        2,
+        0,
+        &tmp.path().join("t2"),
+        &mut |_, _, _| {},
+    )
+    .unwrap_err();
     assert!(e.to_string().contains("Speech Commands"), "{e}");
 }

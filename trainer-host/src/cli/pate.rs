@@ -6,8 +6,7 @@ use std::path::{Path, PathBuf};
 use anyhow::Context;
 use hush_host::accountant::Accountant;
 use hush_host::pate::asr::{
-    label_asr, train_asr_student, train_asr_teachers, AsrAggregator, AsrLabelConfig,
-    AsrLabelFile,
+    label_asr, train_asr_student, train_asr_teachers, AsrAggregator, AsrLabelConfig, AsrLabelFile,
 };
 use hush_host::pate::{
     label_public, train_student, train_teachers, Aggregator, LabelConfig, LabelFile, SmoothRelease,
@@ -144,7 +143,9 @@ impl AggregatorArgs {
             v.with_context(|| format!("--aggregator {} needs {flag}", self.aggregator))
         };
         if self.ss_sigma.is_some() {
-            anyhow::bail!("--ss-sigma applies to --task kws only (the ASR costs are data-independent)");
+            anyhow::bail!(
+                "--ss-sigma applies to --task kws only (the ASR costs are data-independent)"
+            );
         }
         let aggregator = match self.aggregator.as_str() {
             "posterior-average" => AsrAggregator::PosteriorAverage {
@@ -393,7 +394,11 @@ fn asr_teachers(
     let cfg = asr_model_config(model, private)?;
     let (n, seed) = (ensemble.teachers, ensemble.partition_seed);
     let dirs = train_asr_teachers(&cfg, n, seed, out, &mut |t, n, done| {
-        let what = if done { "already trained, kept" } else { "training" };
+        let what = if done {
+            "already trained, kept"
+        } else {
+            "training"
+        };
         eprintln!("teacher {}/{n}: {what}", t + 1);
     })
     .with_context(|| format!("training ASR teachers on {}", private.display()))?;
@@ -401,7 +406,12 @@ fn asr_teachers(
     Ok(())
 }
 
-fn asr_label(agg: &AggregatorArgs, teachers: &Path, public: &Path, out: &Path) -> anyhow::Result<()> {
+fn asr_label(
+    agg: &AggregatorArgs,
+    teachers: &Path,
+    public: &Path,
+    out: &Path,
+) -> anyhow::Result<()> {
     let cfg = agg.asr_config(teachers, public)?;
     let f = label_asr(&cfg, out, &mut |t, n| {
         eprintln!("posteriors of teacher {}/{n}", t + 1)

@@ -49,7 +49,9 @@ use crate::accountant::special::erfc;
 use crate::accountant::{Accountant, Adjacency, PrivacyUnit};
 use crate::ledger::sqlite::SqliteLedgerStore;
 use crate::ledger::{Budget, Ledger, Mechanism, Release};
-use crate::train::asr::{load_asr, load_asr_any_split, train_asr_on, AsrData, AsrTrainConfig, AsrTrainReport, Utterance};
+use crate::train::asr::{
+    load_asr, load_asr_any_split, train_asr_on, AsrData, AsrTrainConfig, AsrTrainReport, Utterance,
+};
 
 use hush_models::dp::NoiseSource;
 
@@ -428,7 +430,8 @@ pub fn label_asr(
     for (u, q) in queries.iter().enumerate() {
         let text = match cfg.aggregator {
             AsrAggregator::PosteriorAverage { sigma } => {
-                let avg = noisy_average_posteriors(&posteriors[u], frames[u], v, sigma, &mut noise)?;
+                let avg =
+                    noisy_average_posteriors(&posteriors[u], frames[u], v, sigma, &mut noise)?;
                 Some(vocab.decode(&greedy(&avg, v)))
             }
             AsrAggregator::TranscriptVote { sigma, threshold } => {
@@ -440,7 +443,11 @@ pub fn label_asr(
             }
         };
         labels.push(AsrPublicLabel {
-            file: q.path.strip_prefix(&cfg.public).unwrap_or(&q.path).to_path_buf(),
+            file: q
+                .path
+                .strip_prefix(&cfg.public)
+                .unwrap_or(&q.path)
+                .to_path_buf(),
             text: text.filter(|t| !t.trim().is_empty()),
         });
     }
@@ -597,6 +604,41 @@ mod tests {
             .map(|t| 2.0 * (2.0 * t) / (n as f64 * n as f64) / (2.0 * sigma * sigma))
             .sum();
         assert!((r / want - 1.0).abs() < 1e-9, "{r} vs {want}");
+    }
+
+    #[test]
+    fn transcript_vote_passes_the_threshold_at_the_gaussian_rates_and_costs_its_gaussian() {
+        let mut noise = NoiseSource::from_seed(11);
+        let rate =
+            |transcripts: &[&str], threshold: f64, trials: usize, noise: &mut NoiseSource| {
+                let t: Vec<String> = transcripts.iter().map(|s| s.to_string()).collect();
+                (0..trials)
+                    .filter(|_| noisy_transcript_vote(&t, 1.0, threshold, noise).is_some())
+                    .count() as f64
+                    / trials as f64
+            };
+        // Five teachers agree: released when 5 + σZ ≥ 6, probability Φ̄(1) = 0.1587
+        // (4 000 draws: standard error 0.006).
+        let five = rate(&["turn on"; 5], 6.0, 4000, &mut noise);
+        assert!((five - 0.158_655).abs() < 0.025, "{five}");
+        // A transcript of one teacher passes T = 3 with probability δ' = Φ̄(2) = 0.02275
+        // (20 000 draws: standard error 0.001).
+        let delta = transcript_vote_delta(3.0, 1.0);
+        assert!((delta - 0.022_750_1).abs() < 1e-6, "{delta}");
+        let one = rate(&["stray"], 3.0, 20_000, &mut noise);
+        assert!((one - delta).abs() < 0.005, "{one} vs {delta}");
+        // The winner is the majority when the noise is small.
+        let t: Vec<String> = ["a", "b", "a"].iter().map(|s| s.to_string()).collect();
+        let won = noisy_transcript_vote(&t, 1e-6, 1.5, &mut noise);
+        assert_eq!(won.as_deref(), Some("a"));
+        // Its Gaussian: sensitivity √2 on the counts, RDP α·2/(2σ²) per utterance.
+        let ev = transcript_vote_event(10, 2.0).unwrap();
+        let orders = [2.0, 16.0];
+        let rdp = ev.rdp(Adjacency::AddRemove, &orders).unwrap();
+        for (a, r) in orders.iter().zip(rdp) {
+            let want = 10.0 * a * 2.0 / (2.0 * 4.0);
+            assert!((r / want - 1.0).abs() < 1e-9, "{a}: {r} vs {want}");
+        }
     }
 
     #[test]

@@ -97,6 +97,9 @@ pub fn train_teachers(
     })
 }
 
+/// Trains one teacher: `(teacher, its private example indices, scratch directory)`.
+pub(crate) type TrainOne<'a> = dyn FnMut(usize, &[usize], &Path) -> Result<(), PateError> + 'a;
+
 /// A teacher ensemble to train, for any task: the private examples' speakers, the
 /// teacher count, the partition seed and the output directory.
 pub(crate) struct Ensemble<'a> {
@@ -121,7 +124,7 @@ impl Ensemble<'_> {
     pub fn train(
         &self,
         progress: &mut dyn FnMut(usize, usize, bool),
-        train_one: &mut dyn FnMut(usize, &[usize], &Path) -> Result<(), PateError>,
+        train_one: &mut TrainOne<'_>,
     ) -> Result<Vec<PathBuf>, PateError> {
         let (n, out) = (self.n, self.out);
         let parts = partition_by_speaker(self.speakers, n, self.seed)?;

@@ -313,10 +313,7 @@ pub fn label_asr(
     let teachers = finished_teachers(&cfg.teachers)?;
     let first = AsrRecognizer::load(&teachers[0])?;
     let features = first.features().clone();
-    let data = load_asr(&cfg.public, features.frame.sample_rate).map_err(|e| PateError::File {
-        path: cfg.public.clone(),
-        reason: format!("not a public ASR corpus: {e}"),
-    })?;
+    let data = load_asr(&cfg.public, features.frame.sample_rate)?;
     let queries: Vec<Utterance> = data.train.into_iter().chain(data.validation).collect();
     let vocab = Vocabulary::characters();
     let v = vocab.len();
@@ -354,6 +351,15 @@ pub fn label_asr(
             (posterior_average_event(&frames, n, sigma)?, cfg.delta, 0.0)
         }
         AsrAggregator::TranscriptVote { sigma, threshold } => {
+            if threshold > n as f64 {
+                return Err(PateError::Option {
+                    option: "--threshold",
+                    reason: format!(
+                        "T = {threshold} is more than the {n} teachers: only noise could \
+                         pass it"
+                    ),
+                });
+            }
             let extra = queries.len() as f64 * transcript_vote_delta(threshold, sigma);
             if !(threshold.is_finite() && extra <= cfg.delta / 2.0) {
                 return Err(PateError::Option {

@@ -23,6 +23,8 @@ use hush_host::pate::asr::{
 use hush_host::pate::{Partition, PARTITION_JSON};
 use hush_host::train::asr::{load_asr, AsrTrainConfig};
 use hush_host::train::Augment;
+use hush_models::asr::decode::greedy;
+use hush_models::asr::Vocabulary;
 
 /// Four private speakers (all train-split ids); the public ones include the corpus's
 /// validation speakers 01fddb35 and 40cb36e1 and its only test speaker c8946917.
@@ -86,14 +88,25 @@ fn asr_pate_teachers_posterior_average_and_student_on_held_out_speakers() {
     let data = load_asr(&public, 16_000).unwrap();
     let queries: Vec<_> = data.train.iter().chain(&data.validation).collect();
     assert_eq!(file.labels.len(), queries.len());
-    let rec = AsrRecognizer::load(&dirs[0]).unwrap();
-    let frames: Vec<usize> = queries
+    let recs: Vec<AsrRecognizer> = dirs
+        .iter()
+        .map(|d| AsrRecognizer::load(d).unwrap())
+        .collect();
+    // Per utterance, the teachers' mean posterior (f64, as the aggregator sums).
+    let means: Vec<Vec<f32>> = queries
         .iter()
         .map(|u| {
-            let f = utterance_features(rec.features(), &u.samples).unwrap();
-            rec.log_probs(&f, &u.path).unwrap().len() / 29
+            let f = utterance_features(recs[0].features(), &u.samples).unwrap();
+            let p: Vec<Vec<f32>> = recs
+                .iter()
+                .map(|r| r.log_probs(&f, &u.path).unwrap())
+                .collect();
+            (0..p[0].len())
+                .map(|i| (p.iter().map(|t| f64::from(t[i].exp())).sum::<f64>() / 2.0) as f32)
+                .collect()
         })
         .collect();
+    let frames: Vec<usize> = means.iter().map(|m| m.len() / 29).collect();
     let want = posterior_average_event(&frames, 2, sigma).unwrap();
     let eps = want
         .epsilon(Accountant::Rdp, Adjacency::AddRemove, 1e-5)
@@ -108,6 +121,26 @@ fn asr_pate_teachers_posterior_average_and_student_on_held_out_speakers() {
     assert_eq!(records.len(), 1);
     assert_eq!(records[0].id, file.ledger_record);
     assert_eq!(records[0].release.event, want);
+
+    // With negligible noise the label is the greedy decode of the teachers' mean posterior.
+    let quiet = AsrLabelConfig {
+        aggregator: AsrAggregator::PosteriorAverage { sigma: 1e-12 },
+        budget_epsilon: 1e30,
+        ledger: tmp.path().join("quiet.sqlite"),
+        ..label_cfg.clone()
+    };
+    let clean = label_asr(&quiet, &tmp.path().join("quiet.json"), &mut |_, _| {}).unwrap();
+    let vocab = Vocabulary::characters();
+    for (l, m) in clean.labels.iter().zip(&means) {
+        let decoded = vocab.decode(&greedy(m, 29));
+        let want = decoded.split_whitespace().collect::<Vec<_>>().join(" ");
+        assert_eq!(
+            l.text.clone().unwrap_or_default(),
+            want.trim(),
+            "{}",
+            l.file.display()
+        );
+    }
 
     // The student learns from those transcripts and is judged on the held-out test
     // speaker, whom neither teachers nor student heard. (Four epochs of teachers on 12

@@ -454,7 +454,10 @@ pub fn label_asr(
                 .strip_prefix(&cfg.public)
                 .unwrap_or(&q.path)
                 .to_path_buf(),
-            text: text.filter(|t| !t.trim().is_empty()),
+            // Words separated by single spaces, as the corpus transcripts; empty: no label.
+            text: text
+                .map(|t| t.split_whitespace().collect::<Vec<_>>().join(" "))
+                .filter(|t| !t.is_empty()),
         });
     }
     let record = ledger.record(authorization).map_err(privacy)?;

@@ -1,7 +1,10 @@
 //! PATE for ASR, the aggregator of the Amazon study: the teachers' per-frame output
 //! posteriors on a public utterance are averaged and Gaussian noise is added to every
 //! averaged entry; the noisy posteriors (decoded by the usual CTC decoders, which is
-//! post-processing) label the utterance for the student.
+//! post-processing) label the utterance for the student. Also here: the CTC teachers
+//! ([`train_asr_teachers`], speaker-disjoint and resumable through the same ensemble
+//! trainer as the keyword teachers), the labelling run ([`label_asr`]: ledger first, then
+//! the labels file) and the student ([`train_asr_student`]).
 //!
 //! # Sensitivity and cost
 //!

@@ -5,8 +5,10 @@
 //!
 //! One concept per module: [`partition`] (teachers' speakers), [`teachers`] (training
 //! the ensemble, and its votes), [`aggregate`] (noisy votes and their cost), [`label`]
-//! (labelling public clips, recorded in the ledger), [`student`]; for ASR, [`asr`] (noisy
-//! averaging of the teachers' frame posteriors and its cost).
+//! (labelling public clips, recorded in the ledger), [`student`]; for ASR, [`asr`] (CTC
+//! teachers through the same ensemble trainer, noisy averaging of their frame posteriors
+//! or a thresholded noisy vote over their transcripts, each with its cost in the ledger,
+//! and the student).
 
 pub mod aggregate;
 pub mod asr;

@@ -515,13 +515,94 @@ pub struct PateAnalysis {
     pub smooth_sensitivity: Option<SmoothSensitivityRelease>,
 }
 
+/// How a thresholded aggregator ran one query's threshold step: the value it tested (the
+/// top vote for Confident-GNMax; `max_j (n_j − O_j)` against the student's scaled
+/// probabilities `O` for the interactive variant — both of sensitivity 1) and whether the
+/// noisy value reached the threshold.
+#[derive(Debug, Clone, Copy, PartialEq, serde::Serialize, serde::Deserialize)]
+pub struct ThresholdCheck {
+    /// The value the threshold step tested.
+    pub statistic: f64,
+    /// Whether it passed (the teachers then answered with GNMax).
+    pub passed: bool,
+}
+
 /// Analyses `votes` (one vote vector per query) answered with GNMax(σ), optionally behind a
 /// Confident-GNMax threshold, at `delta`, over `orders` (dp_accounting's default orders
-/// when called from the CLI). See the module docs for the composition rule.
+/// when called from the CLI). See the module docs for the composition rule: without the
+/// run's threshold outcomes every query is charged both steps.
 pub fn analyze_gnmax(
     votes: &[Vec<f64>],
     sigma: f64,
     threshold: Option<Threshold>,
+    delta: f64,
+    orders: &[f64],
+    smooth: Option<SmoothSensitivityParams>,
+) -> Result<PateAnalysis, AccountantError> {
+    analyze_gnmax_core(votes, sigma, threshold, None, delta, orders, smooth)
+}
+
+/// Analyses a thresholded run whose threshold outcomes are known (Papernot et al. 2018,
+/// §4): every query pays the threshold step on its `checks[i].statistic` — a refused
+/// query pays that and nothing more — and only the queries that passed pay GNMax(σ₂).
+/// This is adaptive composition: whether the GNMax step runs is the threshold step's own
+/// released outcome. The smooth-sensitivity release needs the statistic to be the top
+/// vote (Confident-GNMax); the interactive statistic is refused there.
+pub fn analyze_thresholded_run(
+    votes: &[Vec<f64>],
+    checks: &[ThresholdCheck],
+    sigma2: f64,
+    threshold: Threshold,
+    delta: f64,
+    orders: &[f64],
+    smooth: Option<SmoothSensitivityParams>,
+) -> Result<PateAnalysis, AccountantError> {
+    if checks.len() != votes.len() {
+        return Err(invalid(
+            "checks",
+            checks.len(),
+            "one threshold outcome per query",
+        ));
+    }
+    analyze_gnmax_core(
+        votes,
+        sigma2,
+        Some(threshold),
+        Some(checks),
+        delta,
+        orders,
+        smooth,
+    )
+}
+
+/// [`analyze_gnmax`] at the data-dependent optimal order λ with a smooth-sensitivity
+/// release of smoothness `beta` (default `0.4/λ`, inside GNSS's `λ < 1/(2β)`) and noise
+/// multiplier `sigma_ss`; `checks` as in [`analyze_thresholded_run`] when known.
+#[allow(clippy::too_many_arguments)]
+pub fn analyze_for_release(
+    votes: &[Vec<f64>],
+    sigma: f64,
+    threshold: Option<Threshold>,
+    checks: Option<&[ThresholdCheck]>,
+    delta: f64,
+    orders: &[f64],
+    sigma_ss: f64,
+    beta: Option<f64>,
+) -> Result<PateAnalysis, AccountantError> {
+    let first = analyze_gnmax_core(votes, sigma, threshold, checks, delta, orders, None)?;
+    let order = first.epsilon_data_dependent.1;
+    let params = SmoothSensitivityParams {
+        beta: beta.unwrap_or(0.4 / order),
+        sigma_ss,
+    };
+    analyze_gnmax_core(votes, sigma, threshold, checks, delta, orders, Some(params))
+}
+
+fn analyze_gnmax_core(
+    votes: &[Vec<f64>],
+    sigma: f64,
+    threshold: Option<Threshold>,
+    checks: Option<&[ThresholdCheck]>,
     delta: f64,
     orders: &[f64],
     smooth: Option<SmoothSensitivityParams>,
@@ -539,35 +620,31 @@ pub fn analyze_gnmax(
     }
     let mut dep = vec![0.0; orders.len()];
     let mut indep = vec![0.0; orders.len()];
+    let add = |acc: &mut [f64], r: Vec<f64>| acc.iter_mut().zip(r).for_each(|(a, r)| *a += r);
     for (row, v) in votes.iter().enumerate() {
         validate_votes(v).map_err(|e| AccountantError::MalformedVotes {
             row: row + 1,
             message: e.to_string(),
         })?;
-        let logq = compute_logq_gaussian(v, sigma);
-        for (d, r) in dep.iter_mut().zip(rdp_gaussian(logq, sigma, orders)?) {
-            *d += r;
-        }
-        for (d, r) in indep
-            .iter_mut()
-            .zip(rdp_data_independent_gaussian(sigma, orders))
-        {
-            *d += r;
+        let check = checks.map(|c| c[row]);
+        if check.is_none_or(|c| c.passed) {
+            let logq = compute_logq_gaussian(v, sigma);
+            add(&mut dep, rdp_gaussian(logq, sigma, orders)?);
+            add(&mut indep, rdp_data_independent_gaussian(sigma, orders));
         }
         if let Some(t) = threshold {
-            let lpa = compute_logpr_answered(t.threshold, t.sigma1, v);
-            for (d, r) in dep
-                .iter_mut()
-                .zip(compute_rdp_threshold(lpa, t.sigma1, orders)?)
-            {
-                *d += r;
-            }
-            for (d, r) in indep
-                .iter_mut()
-                .zip(compute_rdp_data_independent_threshold(t.sigma1, orders))
-            {
-                *d += r;
-            }
+            let lpa = match check {
+                Some(c) if c.statistic.is_finite() => {
+                    log_sf((t.threshold - c.statistic) / t.sigma1)
+                }
+                Some(c) => return Err(invalid("statistic", c.statistic, "a finite number")),
+                None => compute_logpr_answered(t.threshold, t.sigma1, v),
+            };
+            add(&mut dep, compute_rdp_threshold(lpa, t.sigma1, orders)?);
+            add(
+                &mut indep,
+                compute_rdp_data_independent_threshold(t.sigma1, orders),
+            );
         }
     }
     let eps_dep = epsilon_from_rdp(orders, &dep, delta);
@@ -575,7 +652,7 @@ pub fn analyze_gnmax(
     let smooth_sensitivity = match smooth {
         None => None,
         Some(p) => Some(smooth_sensitivity_release(
-            votes, sigma, threshold, eps_dep.1, &dep, orders, p,
+            votes, sigma, threshold, checks, eps_dep.1, &dep, orders, p,
         )?),
     };
     Ok(PateAnalysis {
@@ -629,10 +706,12 @@ pub fn analyze_lnmax(
 }
 
 /// Smooth sensitivity of the total data-dependent RDP at `order`, and its GNSS release cost.
+#[allow(clippy::too_many_arguments)]
 fn smooth_sensitivity_release(
     votes: &[Vec<f64>],
     sigma: f64,
     threshold: Option<Threshold>,
+    checks: Option<&[ThresholdCheck]>,
     order: f64,
     dep: &[f64],
     orders: &[f64],
@@ -651,10 +730,24 @@ fn smooth_sensitivity_release(
         .unwrap_or(0)
         .max(1);
     let mut ls_total = vec![0.0; num_teachers];
-    for v in votes {
-        let ls = local_sensitivity_bounds_gnmax(v, num_teachers, sigma, order)?;
-        for (t, l) in ls_total.iter_mut().zip(ls) {
-            *t += l;
+    for (row, v) in votes.iter().enumerate() {
+        let check = checks.map(|c| c[row]);
+        if let Some(c) = check {
+            let top = v.iter().copied().fold(f64::NEG_INFINITY, f64::max);
+            if c.statistic != top {
+                return Err(invalid(
+                    "statistic",
+                    c.statistic,
+                    "the top vote (the smooth sensitivity of the interactive threshold step \
+                     is not implemented)",
+                ));
+            }
+        }
+        if check.is_none_or(|c| c.passed) {
+            let ls = local_sensitivity_bounds_gnmax(v, num_teachers, sigma, order)?;
+            for (t, l) in ls_total.iter_mut().zip(ls) {
+                *t += l;
+            }
         }
         if let Some(t) = threshold {
             let ls =

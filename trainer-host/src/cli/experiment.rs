@@ -7,6 +7,9 @@ use hush_host::experiment::dp_sgd::{results_markdown, run_dp_sgd, DpSgdExperimen
 use hush_host::experiment::kws_generalization::{
     self as kwsg, run_kws_generalization, Holdout, KwsGeneralizationConfig,
 };
+use hush_host::experiment::pate::{
+    results_markdown as pate_markdown, run_pate_experiment, PateExperimentConfig,
+};
 use hush_host::experiment::pretrain::{
     results_markdown as pretrain_markdown, run_pretrain_experiment, PretrainExperimentConfig,
 };
@@ -31,6 +34,40 @@ pub enum ExperimentCommand {
     /// ones; plus one run on every engine tested on speaker-disjoint speakers. Accuracy,
     /// balanced keyword accuracy, confusion matrices. The corpus needs `speakers.tsv`.
     KwsGeneralization(KwsGeneralizationArgs),
+    /// KWS test accuracy against ε for PATE (LNMax, GNMax, Confident-GNMax students)
+    /// beside DP-SGD and a non-private model, on one speaker-disjoint split of one corpus
+    /// (generated first when --data is missing or empty).
+    Pate(PateExperimentArgs),
+}
+
+/// Arguments of `hush-host experiment pate`.
+#[derive(clap::Args)]
+pub struct PateExperimentArgs {
+    /// Output folder (results.json, results.md, accuracy_vs_epsilon.png, split/, runs/).
+    #[arg(long)]
+    pub out: PathBuf,
+    /// Keyword corpus; generated here when missing or empty (default: OUT/corpus).
+    #[arg(long)]
+    pub data: Option<PathBuf>,
+    /// A pipeline check in minutes (24 speakers, 3 teachers, 2 epochs); its numbers mean
+    /// nothing.
+    #[arg(long)]
+    pub quick: bool,
+    /// Speakers of the generated corpus (default 120; --quick 24).
+    #[arg(long)]
+    pub speakers: Option<usize>,
+    /// Number of teachers (default 12; --quick 3).
+    #[arg(long)]
+    pub teachers: Option<usize>,
+    /// Epochs of every model (default 15; --quick 2).
+    #[arg(long)]
+    pub epochs: Option<usize>,
+    /// DP-SGD target ε values, comma-separated (default 2,8; --quick 8).
+    #[arg(long, value_delimiter = ',')]
+    pub dp_epsilons: Vec<f64>,
+    /// Seed.
+    #[arg(long, default_value_t = 0)]
+    pub seed: u64,
 }
 
 /// Arguments of `hush-host experiment pretrain`.
@@ -224,6 +261,40 @@ pub fn run(cmd: ExperimentCommand) -> anyhow::Result<()> {
             Ok(())
         }
         ExperimentCommand::KwsGeneralization(a) => run_generalization(a),
+        ExperimentCommand::Pate(a) => {
+            let data = a.data.clone().unwrap_or_else(|| a.out.join("corpus"));
+            let mut cfg = if a.quick {
+                PateExperimentConfig::quick(&data, &a.out)
+            } else {
+                PateExperimentConfig::new(&data, &a.out)
+            };
+            if let Some(s) = a.speakers {
+                cfg.corpus.speakers = s;
+            }
+            if let Some(t) = a.teachers {
+                cfg.teachers = t;
+            }
+            if let Some(e) = a.epochs {
+                cfg.epochs = e;
+            }
+            if !a.dp_epsilons.is_empty() {
+                cfg.dp_epsilons = a.dp_epsilons.clone();
+            }
+            cfg.seed = a.seed;
+            let command = std::env::args().collect::<Vec<_>>().join(" ");
+            let start = std::time::Instant::now();
+            let results = run_pate_experiment(&cfg, &command, &mut |line| {
+                eprintln!("[{:>6.0} s] {line}", start.elapsed().as_secs_f64())
+            })
+            .context("hush-host experiment pate")?;
+            print!("{}", pate_markdown(&results));
+            println!(
+                "results: {} ({:.0} s)",
+                a.out.join("results.md").display(),
+                start.elapsed().as_secs_f64()
+            );
+            Ok(())
+        }
         ExperimentCommand::DpSgd(a) => {
             let data = a.data.clone().unwrap_or_else(|| a.out.join("corpus"));
             let mut cfg = if a.quick {

@@ -11,7 +11,7 @@ use hush_host::accountant::{
 };
 use hush_host::ledger::sqlite::SqliteLedgerStore;
 use hush_host::ledger::{totals, LedgerStore, LedgerTotals, ReleaseRecord};
-use rand::Rng;
+use hush_models::dp::NoiseSource;
 use serde::Serialize;
 
 /// Subcommands of `hush-host privacy`.
@@ -295,7 +295,12 @@ fn pate_cmd(a: PateArgs) -> anyhow::Result<()> {
         _ => None,
     };
     let orders = rdp::default_orders();
-    let mut analysis = pate::analyze_gnmax(&votes, a.sigma, threshold, a.delta, &orders, None)?;
+    let analysis = match a.ss_sigma {
+        None => pate::analyze_gnmax(&votes, a.sigma, threshold, a.delta, &orders, None)?,
+        Some(sigma_ss) => pate::analyze_for_release(
+            &votes, a.sigma, threshold, None, a.delta, &orders, sigma_ss, a.ss_beta,
+        )?,
+    };
     let report = |(epsilon, order): (f64, f64)| EpsilonReport {
         epsilon,
         delta: a.delta,
@@ -304,30 +309,13 @@ fn pate_cmd(a: PateArgs) -> anyhow::Result<()> {
         accountant: Accountant::Rdp,
         optimal_order: Some(order),
     };
-    let smooth = match a.ss_sigma {
-        None => None,
-        Some(sigma_ss) => {
-            let order = analysis.epsilon_data_dependent.1;
-            let beta = a.ss_beta.unwrap_or(0.4 / order);
-            let params = pate::SmoothSensitivityParams { beta, sigma_ss };
-            analysis =
-                pate::analyze_gnmax(&votes, a.sigma, threshold, a.delta, &orders, Some(params))?;
-            match analysis.smooth_sensitivity {
-                Some(release) => {
-                    // Box–Muller from the thread-local CSPRNG.
-                    let mut rng = rand::rng();
-                    let u1: f64 = 1.0 - rng.random::<f64>();
-                    let u2: f64 = rng.random::<f64>();
-                    let z = (-2.0 * u1.ln()).sqrt() * (std::f64::consts::TAU * u2).cos();
-                    Some(SmoothSensitivityOutput {
-                        release,
-                        released_epsilon: release.epsilon_with_noise(z, a.delta),
-                    })
-                }
-                None => None,
-            }
+    let smooth = analysis.smooth_sensitivity.map(|release| {
+        let z = NoiseSource::from_os().standard_normal();
+        SmoothSensitivityOutput {
+            release,
+            released_epsilon: release.epsilon_with_noise(z, a.delta),
         }
-    };
+    });
     let out = PateOutput {
         queries: analysis.queries,
         sigma: a.sigma,

@@ -23,11 +23,13 @@ use hush_models::compute::ComputeKind;
 use hush_models::dp::ClipStrategy;
 use serde::{Deserialize, Serialize};
 
-use super::{io_err, is_missing_or_empty, write_file, write_json, ExperimentError};
+use super::{
+    fmt_opt, fresh_runs_dir, io_err, is_missing_or_empty, write_results_and_plot, ExperimentError,
+};
 use crate::accountant::EpsilonReport;
 use crate::corpus::{synthesize, OutputFormat, SynthConfig};
 use crate::demo::small_kws_config;
-use crate::plot::{line_plot, Series};
+use crate::plot::Series;
 use crate::train::{train_kws, train_kws_dp, DpConfig, EpochReport, KwsTrainConfig, TrainError};
 
 /// The corpus to generate when the data folder is missing or empty.
@@ -340,26 +342,28 @@ pub struct DpSgdResults {
     pub runs: Vec<RunResult>,
 }
 
-/// Makes the corpus if needed and counts its splits.
-fn prepare_corpus(
-    cfg: &DpSgdExperimentConfig,
+/// Makes the corpus `data` from `spec` if it is missing or empty, and counts its splits
+/// (shared with [`super::pate`]).
+pub(crate) fn prepare_corpus(
+    data: &Path,
+    spec: &CorpusSpec,
     log: &mut dyn FnMut(&str),
 ) -> Result<CorpusInfo, ExperimentError> {
-    let generated = is_missing_or_empty(&cfg.data)?;
+    let generated = is_missing_or_empty(data)?;
     if generated {
-        let s = &cfg.corpus;
+        let s = spec;
         log(&format!(
             "generating a KWS corpus in {}: {} speakers × {} keywords × {} takes, {} unknown \
              words and 1 silence clip each (seed {}); the bundled corpus (480 training clips) \
              is too small for DP-SGD",
-            cfg.data.display(),
+            data.display(),
             s.speakers,
             KEYWORDS.len(),
             s.takes,
             s.unknown_words,
             s.seed
         ));
-        let mut synth = SynthConfig::new(cfg.data.clone());
+        let mut synth = SynthConfig::new(data.to_path_buf());
         synth.speakers = s.speakers;
         synth.words = KEYWORDS.iter().map(|w| w.to_string()).collect();
         synth.takes = s.takes;
@@ -375,14 +379,14 @@ fn prepare_corpus(
             start.elapsed().as_secs_f64()
         ));
     }
-    let (_, examples) = read_corpus(&cfg.data)?;
+    let (_, examples) = read_corpus(data)?;
     let count = |split| examples.iter().filter(|e| e.split == split).count();
     let speakers: std::collections::BTreeSet<&str> =
         examples.iter().map(|e| e.speaker.as_str()).collect();
     let info = CorpusInfo {
-        path: cfg.data.clone(),
+        path: data.to_path_buf(),
         generated,
-        spec: cfg.corpus.clone(),
+        spec: spec.clone(),
         train: count(Split::Train),
         validation: count(Split::Validation),
         test: count(Split::Test),
@@ -421,15 +425,8 @@ pub fn run_dp_sgd(
     log: &mut dyn FnMut(&str),
 ) -> Result<DpSgdResults, ExperimentError> {
     cfg.check()?;
-    let runs_dir = cfg.out.join("runs");
-    if !is_missing_or_empty(&runs_dir)? {
-        return Err(ExperimentError::Config(format!(
-            "{} exists and is not empty (its ledgers hold earlier releases); choose a new --out",
-            runs_dir.display()
-        )));
-    }
-    std::fs::create_dir_all(&runs_dir).map_err(io_err(&runs_dir))?;
-    let corpus = prepare_corpus(cfg, log)?;
+    let runs_dir = fresh_runs_dir(&cfg.out)?;
+    let corpus = prepare_corpus(&cfg.data, &cfg.corpus, log)?;
     let mut results = DpSgdResults {
         command: command.to_string(),
         config: cfg.clone(),
@@ -626,10 +623,6 @@ fn log_result(log: &mut dyn FnMut(&str), run: Option<&RunResult>) {
     }
 }
 
-fn fmt_opt(v: Option<f64>, digits: usize) -> String {
-    v.map_or("—".into(), |x| format!("{x:.digits$}"))
-}
-
 /// The results table as Markdown.
 pub fn results_markdown(r: &DpSgdResults) -> String {
     let c = &r.config;
@@ -747,17 +740,16 @@ fn plot_series(r: &DpSgdResults) -> Vec<Series> {
 }
 
 fn write_results(out: &Path, r: &DpSgdResults) -> Result<(), ExperimentError> {
-    write_json(out, "results.json", r)?;
-    write_file(out, "results.md", results_markdown(r))?;
-    let series = plot_series(r);
-    if !series.is_empty() {
-        line_plot(
-            &out.join("accuracy_vs_epsilon.png"),
+    write_results_and_plot(
+        out,
+        r,
+        results_markdown(r),
+        "accuracy_vs_epsilon.png",
+        [
             "DP-SGD, 12-class KWS: test accuracy vs ε",
             "target ε",
             "test accuracy",
-            &series,
-        )?;
-    }
-    Ok(())
+        ],
+        &plot_series(r),
+    )
 }

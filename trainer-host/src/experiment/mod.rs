@@ -10,12 +10,16 @@
 //!   (`hush-host experiment dp-sgd`);
 //! - [`pretrain`]: ASR word and character error rates of CTC from scratch against BEST-RQ
 //!   pretraining (non-private and DP) then fine-tuning (`hush-host experiment pretrain`);
+//! - [`pate`]: KWS accuracy against ε for PATE (LNMax, GNMax, Confident-GNMax) beside
+//!   DP-SGD and a non-private model on one speaker-disjoint split
+//!   (`hush-host experiment pate`);
 //! - [`kws_generalization`]: KWS accuracy on voices never heard — leave one engine or
 //!   donor family out — beside the speaker-disjoint test
 //!   (`hush-host experiment kws-generalization`).
 
 pub mod dp_sgd;
 pub mod kws_generalization;
+pub mod pate;
 pub mod pretrain;
 
 use std::path::{Path, PathBuf};
@@ -42,6 +46,9 @@ pub enum ExperimentError {
         /// The trainer's error.
         source: TrainError,
     },
+    /// A PATE step failed.
+    #[error(transparent)]
+    Pate(#[from] crate::pate::PateError),
     /// The plot could not be drawn.
     #[error(transparent)]
     Plot(#[from] crate::plot::PlotError),
@@ -62,6 +69,20 @@ pub(crate) fn io_err(path: &Path) -> impl FnOnce(std::io::Error) -> ExperimentEr
     }
 }
 
+/// `out/runs`, created; refused when it already holds runs (their ledgers hold releases,
+/// and their numbers would mix with this run's).
+pub(crate) fn fresh_runs_dir(out: &Path) -> Result<PathBuf, ExperimentError> {
+    let runs = out.join("runs");
+    if !is_missing_or_empty(&runs)? {
+        return Err(ExperimentError::Config(format!(
+            "{} exists and is not empty (its ledgers hold earlier releases); choose a new --out",
+            runs.display()
+        )));
+    }
+    std::fs::create_dir_all(&runs).map_err(io_err(&runs))?;
+    Ok(runs)
+}
+
 pub(crate) fn is_missing_or_empty(dir: &Path) -> Result<bool, ExperimentError> {
     if !dir.exists() {
         return Ok(true);
@@ -79,6 +100,29 @@ pub(crate) fn write_file(out: &Path, name: &str, text: String) -> Result<(), Exp
     let tmp = out.join(format!("{name}.partial"));
     std::fs::write(&tmp, text).map_err(io_err(&tmp))?;
     std::fs::rename(&tmp, &path).map_err(io_err(&path))
+}
+
+/// A number with `digits` decimals, or `—` for none (the results tables).
+pub(crate) fn fmt_opt(v: Option<f64>, digits: usize) -> String {
+    v.map_or("—".into(), |x| format!("{x:.digits$}"))
+}
+
+/// An experiment's results so far: `results.json`, `results.md` and, when `series` has
+/// something to draw, the line plot `out/png`.
+pub(crate) fn write_results_and_plot<T: serde::Serialize>(
+    out: &Path,
+    results: &T,
+    markdown: String,
+    png: &str,
+    [title, x_label, y_label]: [&str; 3],
+    series: &[crate::plot::Series],
+) -> Result<(), ExperimentError> {
+    write_json(out, "results.json", results)?;
+    write_file(out, "results.md", markdown)?;
+    if !series.is_empty() {
+        crate::plot::line_plot(&out.join(png), title, x_label, y_label, series)?;
+    }
+    Ok(())
 }
 
 /// [`write_file`] of `value` as pretty JSON.

@@ -24,7 +24,7 @@ use hush_device::dataset::{read_corpus, Split};
 use hush_models::dp::ClipStrategy;
 use serde::{Deserialize, Serialize};
 
-use super::{io_err, is_missing_or_empty, write_file, write_json, ExperimentError};
+use super::{fmt_opt, io_err, is_missing_or_empty, write_file, write_json, ExperimentError};
 use crate::accountant::EpsilonReport;
 use crate::corpus::{synthesize, CorpusKind, OutputFormat, SynthConfig};
 use crate::plot::{line_plot, Series};
@@ -590,10 +590,6 @@ pub fn run_pretrain_experiment(
         write_results(&cfg.out, &results)?;
     }
     Ok(results)
-}
-
-fn fmt_opt(v: Option<f64>, digits: usize) -> String {
-    v.map_or("—".into(), |x| format!("{x:.digits$}"))
 }
 
 /// The results table as Markdown.

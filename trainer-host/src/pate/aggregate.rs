@@ -1,6 +1,8 @@
 //! Noisy aggregation of teacher votes (Papernot et al. 2017, 2018): LNMax (Laplace noise
-//! on every count), GNMax (Gaussian), and Confident-GNMax (answer only when the noisy top
-//! count passes a threshold, then GNMax). Noise comes from the CSPRNG
+//! on every count), GNMax (Gaussian), Confident-GNMax (answer only when the noisy top
+//! count passes a threshold, then GNMax), and Interactive-GNMax (ask the teachers only
+//! where they disagree with the current student; where they agree and the student is
+//! confident, keep the student's own label). Noise comes from the CSPRNG
 //! [`NoiseSource`]; the privacy cost of a set of votes is the accountant's
 //! ([`crate::accountant::pate`]), so what is charged and what is run are the same
 //! parameters in one place.
@@ -8,7 +10,10 @@
 use hush_models::dp::NoiseSource;
 use serde::{Deserialize, Serialize};
 
-use crate::accountant::pate::{analyze_gnmax, analyze_lnmax, PateAnalysis, Threshold};
+use crate::accountant::pate::{
+    analyze_for_release, analyze_gnmax, analyze_lnmax, analyze_thresholded_run, PateAnalysis,
+    Threshold, ThresholdCheck,
+};
 use crate::accountant::AccountantError;
 
 use super::PateError;
@@ -40,6 +45,56 @@ pub enum Aggregator {
         /// Noise σ₂ of the answer.
         sigma2: f64,
     },
+    /// Interactive GNMax (Papernot et al. 2018, Algorithm 2). With the student's class
+    /// probabilities `p` scaled to votes, `O = n·p` (`n` teachers): if
+    /// `max_j (n_j − O_j) + N(0, σ₁²)` reaches `threshold` the teachers disagree with the
+    /// student and answer with GNMax(σ₂); otherwise, if the student's top probability is
+    /// at least `student_confidence`, the query is skipped and the student's own label
+    /// kept; otherwise it is refused. Without a student (`O = 0`) it is Confident-GNMax.
+    #[serde(rename = "interactive-gnmax")]
+    InteractiveGnMax {
+        /// Threshold T on the noisy disagreement `max_j (n_j − O_j)`.
+        threshold: f64,
+        /// Noise σ₁ of the threshold step.
+        sigma1: f64,
+        /// Noise σ₂ of the answer.
+        sigma2: f64,
+        /// Lowest top probability at which the student's own label is kept (public: the
+        /// student saw only earlier noisy labels).
+        student_confidence: f64,
+    },
+}
+
+/// What the aggregator made of one query.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Answer {
+    /// The teachers' noisy answer (a class index).
+    Teachers(usize),
+    /// Interactive only: the teachers did not disagree with the confident student, whose
+    /// own label (a class index) is kept.
+    Student(usize),
+    /// No label.
+    Refused,
+}
+
+impl Answer {
+    /// The label's class index, if any.
+    pub fn class(self) -> Option<usize> {
+        match self {
+            Self::Teachers(c) | Self::Student(c) => Some(c),
+            Self::Refused => None,
+        }
+    }
+}
+
+/// A smooth-sensitivity release of the data-dependent ε (GNSS; see
+/// [`crate::accountant::pate`]).
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+pub struct SmoothRelease {
+    /// Noise multiplier σ_ss.
+    pub sigma_ss: f64,
+    /// Smoothness β (default `0.4/λ` at the data-dependent optimal order λ).
+    pub beta: Option<f64>,
 }
 
 impl Aggregator {
@@ -66,62 +121,144 @@ impl Aggregator {
             } => {
                 positive("--sigma1", sigma1)?;
                 positive("--sigma", sigma2)?;
-                if threshold.is_finite() {
-                    Ok(())
-                } else {
-                    Err(PateError::Option {
-                        option: "--threshold",
-                        reason: format!("{threshold} is not a finite number"),
-                    })
+                finite_threshold(threshold)
+            }
+            Self::InteractiveGnMax {
+                threshold,
+                sigma1,
+                sigma2,
+                student_confidence,
+            } => {
+                positive("--sigma1", sigma1)?;
+                positive("--sigma", sigma2)?;
+                if !(student_confidence > 0.0 && student_confidence <= 1.0) {
+                    return Err(PateError::Option {
+                        option: "--student-confidence",
+                        reason: format!("{student_confidence} is not a probability in (0, 1]"),
+                    });
                 }
+                finite_threshold(threshold)
             }
         }
     }
 
-    /// The aggregated label of one query's vote histogram, or `None` when a confident
-    /// aggregator refuses it.
-    pub fn answer(&self, votes: &[f64], noise: &mut NoiseSource) -> Option<usize> {
+    /// The aggregated label of one query's vote histogram, given the current student's
+    /// class probabilities on the clip (interactive only; `None` reads as `O = 0`), and
+    /// the outcome of the threshold step for thresholded aggregators (what the accountant
+    /// charges, [`Aggregator::analyze`]).
+    pub fn answer(
+        &self,
+        votes: &[f64],
+        student: Option<&[f32]>,
+        noise: &mut NoiseSource,
+    ) -> (Answer, Option<ThresholdCheck>) {
+        let top = votes.iter().copied().fold(f64::NEG_INFINITY, f64::max);
+        let gnmax = |sigma: f64, noise: &mut NoiseSource| {
+            noisy_argmax(votes, || sigma * noise.standard_normal())
+                .map_or(Answer::Refused, Answer::Teachers)
+        };
+        let check =
+            |statistic: f64, threshold: f64, sigma1: f64, noise: &mut NoiseSource| ThresholdCheck {
+                statistic,
+                passed: statistic + sigma1 * noise.standard_normal() >= threshold,
+            };
         match *self {
-            Self::LnMax { lambda } => noisy_argmax(votes, || laplace(noise, lambda)),
-            Self::GnMax { sigma } => noisy_argmax(votes, || sigma * noise.standard_normal()),
+            Self::LnMax { lambda } => (
+                noisy_argmax(votes, || laplace(noise, lambda))
+                    .map_or(Answer::Refused, Answer::Teachers),
+                None,
+            ),
+            Self::GnMax { sigma } => (gnmax(sigma, noise), None),
             Self::ConfidentGnMax {
                 threshold,
                 sigma1,
                 sigma2,
             } => {
-                let top = votes.iter().copied().fold(f64::NEG_INFINITY, f64::max);
-                if top + sigma1 * noise.standard_normal() < threshold {
-                    return None;
-                }
-                noisy_argmax(votes, || sigma2 * noise.standard_normal())
+                let c = check(top, threshold, sigma1, noise);
+                let a = if c.passed {
+                    gnmax(sigma2, noise)
+                } else {
+                    Answer::Refused
+                };
+                (a, Some(c))
+            }
+            Self::InteractiveGnMax {
+                threshold,
+                sigma1,
+                sigma2,
+                student_confidence,
+            } => {
+                let c = check(disagreement(votes, student), threshold, sigma1, noise);
+                let a = if c.passed {
+                    gnmax(sigma2, noise)
+                } else {
+                    student
+                        .and_then(|p| {
+                            let best = crate::train::metrics::argmax(p);
+                            (f64::from(p[best]) >= student_confidence).then_some(best)
+                        })
+                        .map_or(Answer::Refused, Answer::Student)
+                };
+                (a, Some(c))
             }
         }
     }
 
-    /// The privacy cost of answering every histogram in `votes` with this aggregator, at
-    /// `delta`, over `orders` (the accountant's PATE analysis; refused queries pay the
-    /// threshold step and, as the accountant's upper bound, the answer step too).
+    /// The privacy cost of this aggregator on `votes`, at `delta`, over `orders` (the
+    /// accountant's PATE analysis). `checks` are the run's threshold outcomes: with them
+    /// a thresholded query pays its threshold step and, only if it passed, GNMax; without
+    /// them every query is charged both steps (an upper bound; the interactive variant
+    /// needs them, its statistic depends on the student). `smooth` adds the
+    /// smooth-sensitivity release of the data-dependent ε (not for LNMax).
     pub fn analyze(
         &self,
         votes: &[Vec<f64>],
+        checks: Option<&[ThresholdCheck]>,
         delta: f64,
         orders: &[f64],
+        smooth: Option<SmoothRelease>,
     ) -> Result<PateAnalysis, AccountantError> {
-        match *self {
-            Self::LnMax { lambda } => analyze_lnmax(votes, lambda, delta, orders),
-            Self::GnMax { sigma } => analyze_gnmax(votes, sigma, None, delta, orders, None),
+        let (sigma, threshold) = match *self {
+            Self::LnMax { lambda } => {
+                if smooth.is_some() {
+                    return Err(AccountantError::InvalidParameter {
+                        name: "aggregator",
+                        value: "lnmax".into(),
+                        expected: "gnmax, confident-gnmax or interactive-gnmax for a \
+                                   smooth-sensitivity release",
+                    });
+                }
+                return analyze_lnmax(votes, lambda, delta, orders);
+            }
+            Self::GnMax { sigma } => (sigma, None),
             Self::ConfidentGnMax {
                 threshold,
                 sigma1,
                 sigma2,
-            } => analyze_gnmax(
-                votes,
+            }
+            | Self::InteractiveGnMax {
+                threshold,
+                sigma1,
                 sigma2,
-                Some(Threshold { threshold, sigma1 }),
-                delta,
-                orders,
-                None,
+                ..
+            } => (sigma2, Some(Threshold { threshold, sigma1 })),
+        };
+        if matches!(self, Self::InteractiveGnMax { .. }) && checks.is_none() {
+            return Err(AccountantError::InvalidParameter {
+                name: "checks",
+                value: "none".into(),
+                expected: "the run's threshold outcomes for interactive-gnmax",
+            });
+        }
+        let checks = checks.filter(|_| threshold.is_some());
+        match (smooth, threshold, checks) {
+            (Some(s), _, _) => analyze_for_release(
+                votes, sigma, threshold, checks, delta, orders, s.sigma_ss, s.beta,
             ),
+            (None, Some(t), Some(c)) => {
+                analyze_thresholded_run(votes, c, sigma, t, delta, orders, None)
+            }
+            (None, _, _) => analyze_gnmax(votes, sigma, threshold, delta, orders, None),
         }
     }
 
@@ -131,8 +268,36 @@ impl Aggregator {
             Self::LnMax { .. } => "lnmax",
             Self::GnMax { .. } => "gnmax",
             Self::ConfidentGnMax { .. } => "confident-gnmax",
+            Self::InteractiveGnMax { .. } => "interactive-gnmax",
         }
     }
+}
+
+fn finite_threshold(threshold: f64) -> Result<(), PateError> {
+    if threshold.is_finite() {
+        Ok(())
+    } else {
+        Err(PateError::Option {
+            option: "--threshold",
+            reason: format!("{threshold} is not a finite number"),
+        })
+    }
+}
+
+/// The interactive threshold statistic `max_j (n_j − n·p_j)`: how far the teachers' votes
+/// exceed the student's probabilities scaled to `n = Σ votes` teachers. One teacher moving
+/// its vote changes it by at most 1 (sensitivity 1, as the top vote).
+pub fn disagreement(votes: &[f64], student: Option<&[f32]>) -> f64 {
+    let n: f64 = votes.iter().sum();
+    votes
+        .iter()
+        .enumerate()
+        .map(|(j, v)| {
+            v - n * student
+                .and_then(|p| p.get(j))
+                .map_or(0.0, |&p| f64::from(p))
+        })
+        .fold(f64::NEG_INFINITY, f64::max)
 }
 
 /// Counts of `predictions` (class indices below `classes`) as a vote histogram.
@@ -198,7 +363,7 @@ mod tests {
         let mut noise = NoiseSource::from_seed(seed);
         let n = 100_000;
         (0..n)
-            .filter(|_| agg.answer(votes, &mut noise) == Some(class))
+            .filter(|_| agg.answer(votes, None, &mut noise).0.class() == Some(class))
             .count() as f64
             / n as f64
     }
@@ -231,7 +396,7 @@ mod tests {
         let mut noise = NoiseSource::from_seed(3);
         let n = 100_000;
         let answers: Vec<Option<usize>> = (0..n)
-            .map(|_| agg.answer(&[40.0, 5.0, 5.0], &mut noise))
+            .map(|_| agg.answer(&[40.0, 5.0, 5.0], None, &mut noise).0.class())
             .collect();
         let rate = answers.iter().filter(|a| a.is_some()).count() as f64 / n as f64;
         assert!((rate - 0.30854).abs() < 0.0059, "{rate}");
@@ -247,7 +412,7 @@ mod tests {
             sigma1: 10.0,
             sigma2: 5.0,
         };
-        let a = agg.analyze(&votes, 1e-5, &orders).unwrap();
+        let a = agg.analyze(&votes, None, 1e-5, &orders, None).unwrap();
         let b = analyze_gnmax(
             &votes,
             5.0,
@@ -263,7 +428,7 @@ mod tests {
         assert_eq!(a, b);
         // LNMax data-independent: 2/λ pure DP per query as RDP min(ε²α/2, ε), composed.
         let l = Aggregator::LnMax { lambda: 20.0 }
-            .analyze(&votes, 1e-5, &orders)
+            .analyze(&votes, None, 1e-5, &orders, None)
             .unwrap();
         for (a, r) in orders.iter().zip(&l.rdp_data_independent) {
             assert!((r - 2.0 * (0.005 * a).min(0.1)).abs() < 1e-12, "{a}: {r}");
@@ -295,11 +460,125 @@ mod tests {
                 sigma1: 1.0,
                 sigma2: 1.0,
             },
+            Aggregator::InteractiveGnMax {
+                threshold: 1.0,
+                sigma1: 1.0,
+                sigma2: 1.0,
+                student_confidence: 0.5,
+            },
         ] {
             let json = serde_json::to_value(a).unwrap();
             assert_eq!(json["kind"], a.name());
             assert_eq!(serde_json::from_value::<Aggregator>(json).unwrap(), a);
         }
+    }
+
+    #[test]
+    fn interactive_keeps_a_confident_agreeing_student_and_asks_when_it_disagrees() {
+        let agg = Aggregator::InteractiveGnMax {
+            threshold: 5.0,
+            sigma1: 0.5,
+            sigma2: 1.0,
+            student_confidence: 0.6,
+        };
+        let votes = [8.0, 1.0, 1.0];
+        // The student agrees (O = 10·p = [8, 1, 1]): disagreement 0, far below T = 5.
+        let agrees = [0.8f32, 0.1, 0.1];
+        assert!(disagreement(&votes, Some(&agrees)).abs() < 1e-6);
+        // It disagrees (O = [0, 10, 0]): disagreement 8, far above T.
+        let disagrees = [0.0f32, 1.0, 0.0];
+        assert_eq!(disagreement(&votes, Some(&disagrees)), 8.0);
+        // No student: the top vote, as Confident-GNMax.
+        assert_eq!(disagreement(&votes, None), 8.0);
+        let mut noise = NoiseSource::from_seed(9);
+        for _ in 0..200 {
+            let (a, c) = agg.answer(&votes, Some(&agrees), &mut noise);
+            assert_eq!(a, Answer::Student(0));
+            assert!(!c.unwrap().passed);
+            let (a, c) = agg.answer(&votes, Some(&disagrees), &mut noise);
+            assert_eq!(a, Answer::Teachers(0));
+            assert!(c.unwrap().passed);
+            // An unsure student is not trusted: refused.
+            let unsure = [0.5f32, 0.3, 0.2];
+            let (a, _) = agg.answer(&[5.0, 3.0, 2.0], Some(&unsure), &mut noise);
+            assert_eq!(a, Answer::Refused);
+        }
+    }
+
+    #[test]
+    fn a_thresholded_run_charges_gnmax_only_on_the_queries_that_passed() {
+        // Data-independent: every query α/(2σ₁²), the passed ones also α/σ₂².
+        let votes = vec![vec![9.0, 1.0], vec![5.0, 5.0], vec![2.0, 8.0]];
+        let checks = [(9.0, true), (0.5, false), (8.0, true)]
+            .map(|(statistic, passed)| ThresholdCheck { statistic, passed });
+        let orders = crate::accountant::rdp::default_orders();
+        let (s1, s2) = (3.0, 2.0);
+        for agg in [
+            Aggregator::ConfidentGnMax {
+                threshold: 6.0,
+                sigma1: s1,
+                sigma2: s2,
+            },
+            Aggregator::InteractiveGnMax {
+                threshold: 6.0,
+                sigma1: s1,
+                sigma2: s2,
+                student_confidence: 0.5,
+            },
+        ] {
+            let a = agg
+                .analyze(&votes, Some(&checks), 1e-5, &orders, None)
+                .unwrap();
+            for (o, r) in orders.iter().zip(&a.rdp_data_independent) {
+                let want = 3.0 * o / (2.0 * s1 * s1) + 2.0 * o / (s2 * s2);
+                assert!((r - want).abs() < 1e-9 * want, "{o}: {r} vs {want}");
+            }
+            assert!(a.epsilon_data_dependent.0 <= a.epsilon_data_independent.0 + 1e-12);
+        }
+        let e = Aggregator::InteractiveGnMax {
+            threshold: 6.0,
+            sigma1: s1,
+            sigma2: s2,
+            student_confidence: 0.5,
+        }
+        .analyze(&votes, None, 1e-5, &orders, None)
+        .unwrap_err();
+        assert!(e.to_string().contains("interactive"), "{e}");
+    }
+
+    #[test]
+    fn the_smooth_sensitivity_release_is_the_accountants_at_the_optimal_order() {
+        use crate::accountant::pate::SmoothSensitivityParams;
+        let votes: Vec<Vec<f64>> = (0..20)
+            .map(|i| {
+                let mut v = vec![0.0; 10];
+                v[i % 10] = 200.0;
+                v[(i + 1) % 10] = 50.0;
+                v
+            })
+            .collect();
+        let orders = crate::accountant::rdp::default_orders();
+        let s = SmoothRelease {
+            sigma_ss: 10.0,
+            beta: None,
+        };
+        let a = Aggregator::GnMax { sigma: 40.0 }
+            .analyze(&votes, None, 1e-5, &orders, Some(s))
+            .unwrap();
+        let r = a.smooth_sensitivity.unwrap();
+        assert_eq!(r.order, a.epsilon_data_dependent.1);
+        assert!((r.params.beta - 0.4 / r.order).abs() < 1e-12);
+        assert!((r.noise_std - 10.0 * r.smooth_sensitivity).abs() <= 1e-12 * r.noise_std);
+        let params = SmoothSensitivityParams {
+            beta: 0.4 / r.order,
+            sigma_ss: 10.0,
+        };
+        let b = analyze_gnmax(&votes, 40.0, None, 1e-5, &orders, Some(params)).unwrap();
+        assert_eq!(a, b);
+        let e = Aggregator::LnMax { lambda: 10.0 }
+            .analyze(&votes, None, 1e-5, &orders, Some(s))
+            .unwrap_err();
+        assert!(e.to_string().contains("smooth"), "{e}");
     }
 
     #[test]

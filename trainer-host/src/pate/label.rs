@@ -9,9 +9,38 @@
 //! `α/(2σ₁²)` plus answer step, one Gaussian with `1/z² = 1/σ₁² + 2/σ₂²`). LNMax is pure
 //! `2/λ`-DP per query; its RDP `min(ε²α/2, ε)` is bounded by a Gaussian of noise
 //! multiplier `λ/2`, a bound that holds for RDP only, so LNMax needs a ledger accounted by
-//! RDP. The data-dependent ε is reported in the labels file only as the accountant's
-//! analysis of these votes; it is itself private (publish it only through the
-//! smooth-sensitivity release of `hush-host privacy pate`).
+//! RDP. Thresholded aggregators (Confident- and Interactive-GNMax) pay the threshold step
+//! on every query and GNMax only on the queries that passed it
+//! ([`crate::accountant::pate::analyze_thresholded_run`]); as the count that passed is
+//! known only after the noise is drawn, the budget is checked up front against every
+//! query passing, and the run's actual cost is what is recorded.
+//!
+//! # What is published, and what stays private
+//!
+//! The data-dependent ε (and everything it is computed from: the per-order data-dependent
+//! RDP, the smooth sensitivity `SS_β` and the noise std `SS_β·σ_ss`) is a function of the
+//! votes, hence of the private data: it is never written to the labels file, the ledger or
+//! stdout. Papernot et al. 2018 ("Scalable private learning with PATE", §4 and App. C)
+//! publish it only through the GNSS mechanism: `R(λ) + SS_β·σ_ss·Z` plus the mechanism's own
+//! RDP `ρ` (their Thm 23). Here that happens only with [`LabelConfig::smooth`], and the
+//! labels file then carries [`ReleasedEpsilon`]: the noised value and the public parameters
+//! of its release, nothing else. What stays private is in [`LabelReport::analysis`], in
+//! memory, for tests and experiments that measure it.
+//!
+//! # What the ledger's total covers
+//!
+//! The ledger's record is the labels' **data-independent** cost, which holds for every
+//! data set and therefore covers the labels whatever the votes. Releasing the noised
+//! data-dependent ε is a second mechanism on the same data; its cost `ρ` is RDP at orders
+//! `1 < α < 1/(2β)` only (infinite above: Thm 23 of the paper), so no Gaussian event —
+//! the only kind the ledger composes — bounds it, and the ledger's composed total does
+//! **not** include it. Papernot et al. account for it by adding `ρ` at the one order `λ` of
+//! the release to the published value, which [`ReleasedEpsilon::released_epsilon`] does;
+//! that value, not the ledger's total, is the guarantee of labels + ε release together. The
+//! ledger record's description names the release and its `ρ` at `λ` so that an auditor can
+//! add it; a ledger event for a fixed-order RDP cost is what would let the total include it.
+//! (The order `λ` is the data-dependent optimum, as in the paper's code; publishing it
+//! reveals which of the analysed orders was best.)
 
 use std::path::{Path, PathBuf};
 
@@ -21,8 +50,11 @@ use hush_models::dp::NoiseSource;
 use hush_models::package::{ModelCard, MODEL_JSON};
 use serde::{Deserialize, Serialize};
 
-use super::{teacher_votes, Aggregator, PateError, PARTITION_JSON};
-use crate::accountant::pate::PateAnalysis;
+use super::aggregate::{Answer, SmoothRelease};
+use super::{package_probabilities, teacher_votes, Aggregator, PateError, PARTITION_JSON};
+use crate::accountant::pate::{
+    PateAnalysis, SmoothSensitivityParams, SmoothSensitivityRelease, ThresholdCheck,
+};
 use crate::accountant::rdp::default_orders;
 use crate::accountant::{Accountant, Adjacency, PrivacyUnit, SubsampledGaussian};
 use crate::ledger::sqlite::SqliteLedgerStore;
@@ -48,6 +80,11 @@ pub struct LabelConfig {
     pub accountant: Accountant,
     /// Seeded noise (tests and reproducible experiments only); `None`: OS randomness.
     pub seed: Option<u64>,
+    /// The current student (a package over the teachers' classes), asked by
+    /// `interactive-gnmax`; refused with the other aggregators.
+    pub student: Option<PathBuf>,
+    /// Release the data-dependent ε with smooth sensitivity.
+    pub smooth: Option<SmoothRelease>,
 }
 
 /// One public clip's outcome.
@@ -57,6 +94,37 @@ pub struct PublicLabel {
     pub file: PathBuf,
     /// The aggregated label, or `None` when the aggregator refused the query.
     pub label: Option<String>,
+    /// Interactive only: the label is the student's own (the teachers did not disagree).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub by_student: bool,
+}
+
+/// The data-dependent ε released with smooth sensitivity: the noised value and the public
+/// parameters of its release, nothing computed from the votes without noise (see the
+/// module docs).
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+pub struct ReleasedEpsilon {
+    /// Order λ of the release.
+    pub order: f64,
+    /// β and σ_ss of the GNSS mechanism.
+    pub params: SmoothSensitivityParams,
+    /// RDP `ρ` of the GNSS release itself at λ (a function of β, σ_ss and λ only).
+    pub release_rdp: f64,
+    /// `R(λ) + SS·σ_ss·Z + ρ + ln(1/δ)/(λ−1)`, one CSPRNG draw `Z`: the published ε of the
+    /// labels and this release together.
+    pub released_epsilon: f64,
+}
+
+impl ReleasedEpsilon {
+    /// The publishable part of `release` with the standard-normal draw `z`.
+    pub fn new(release: &SmoothSensitivityRelease, z: f64, delta: f64) -> Self {
+        Self {
+            order: release.order,
+            params: release.params,
+            release_rdp: release.release_rdp,
+            released_epsilon: release.epsilon_with_noise(z, delta),
+        }
+    }
 }
 
 /// The labels file (`--out`, JSON).
@@ -76,8 +144,19 @@ pub struct LabelFile {
     pub delta: f64,
     /// Data-independent ε of the whole labelling run (publishable).
     pub epsilon_data_independent: f64,
-    /// Data-dependent ε (private: a function of the votes).
-    pub epsilon_data_dependent: f64,
+    /// The data-dependent ε released with smooth sensitivity, when asked for (the raw
+    /// data-dependent ε is private and never written).
+    #[serde(default)]
+    pub smooth_sensitivity: Option<ReleasedEpsilon>,
+    /// Queries the teachers answered.
+    #[serde(default)]
+    pub answered: usize,
+    /// Queries labelled by the student (interactive).
+    #[serde(default)]
+    pub kept_from_student: usize,
+    /// Queries refused.
+    #[serde(default)]
+    pub refused: usize,
     /// The ledger file and its record of this run.
     pub ledger: String,
     /// The ledger record's id.
@@ -129,19 +208,26 @@ pub fn finished_teachers(dir: &Path) -> Result<Vec<PathBuf>, PateError> {
     Ok(dirs)
 }
 
-/// The ledger's Gaussian stand-in for `queries` answers of `aggregator` (see the module
-/// docs), or an error when the ledger's accountant cannot use it.
+/// The ledger's Gaussian stand-in for `queries` queries of `aggregator`, `answered` of
+/// which passed a threshold step (see the module docs), or an error when the ledger's
+/// accountant cannot use it. Gaussian RDP and PLD are both linear in `1/z²`, so `queries`
+/// steps of one `z` with `1/z² = 1/σ₁² + 2·answered/(queries·σ₂²)` compose exactly as
+/// `queries` threshold steps and `answered` GNMax steps.
 fn ledger_event(
     aggregator: &Aggregator,
     queries: usize,
+    answered: usize,
     accountant: Accountant,
 ) -> Result<SubsampledGaussian, PateError> {
     let z = match *aggregator {
         Aggregator::GnMax { sigma } => sigma / 2f64.sqrt(),
-        Aggregator::ConfidentGnMax { sigma1, sigma2, .. } => (1.0 / (sigma1 * sigma1)
-            + 2.0 / (sigma2 * sigma2))
-            .sqrt()
-            .recip(),
+        Aggregator::ConfidentGnMax { sigma1, sigma2, .. }
+        | Aggregator::InteractiveGnMax { sigma1, sigma2, .. } => {
+            let share = answered as f64 / queries.max(1) as f64;
+            (1.0 / (sigma1 * sigma1) + 2.0 * share / (sigma2 * sigma2))
+                .sqrt()
+                .recip()
+        }
         Aggregator::LnMax { lambda } => {
             if accountant != Accountant::Rdp {
                 return Err(PateError::Option {
@@ -163,10 +249,13 @@ fn ledger_event(
 pub struct LabelReport {
     /// The labels file's content.
     pub file: LabelFile,
-    /// The accountant's analysis of the votes.
+    /// The accountant's analysis of the votes (its data-dependent parts are private: in
+    /// memory only, never written).
     pub analysis: PateAnalysis,
     /// The votes, per query (for experiments and tests; private).
     pub votes: Vec<Vec<f64>>,
+    /// The threshold step's outcome per query (thresholded aggregators; private).
+    pub checks: Option<Vec<ThresholdCheck>>,
 }
 
 /// Labels the public corpus with the teachers' noisy votes and writes the labels file to
@@ -199,13 +288,31 @@ pub fn label_public(
         });
     }
     let (votes, classes) = teacher_votes(&teachers, &queries, progress)?;
-    let analysis = cfg
-        .aggregator
-        .analyze(&votes, cfg.delta, &default_orders())
-        .map_err(|e| PateError::Option {
-            option: "--delta",
-            reason: e.to_string(),
-        })?;
+    let student = match (&cfg.student, cfg.aggregator) {
+        (None, _) => None,
+        (Some(dir), Aggregator::InteractiveGnMax { .. }) => {
+            let (probs, student_classes) = package_probabilities(dir, &queries)?;
+            if student_classes != classes {
+                return Err(PateError::File {
+                    path: dir.join(MODEL_JSON),
+                    reason: format!(
+                        "the student's classes {student_classes:?} differ from the teachers' \
+                         {classes:?}"
+                    ),
+                });
+            }
+            Some(probs)
+        }
+        (Some(_), other) => {
+            return Err(PateError::Option {
+                option: "--student",
+                reason: format!(
+                    "only interactive-gnmax asks a student; {} does not",
+                    other.name()
+                ),
+            })
+        }
+    };
 
     let partition = super::Partition::read(&cfg.teachers.join(PARTITION_JSON))?;
     let speakers: usize = partition.teachers.iter().map(Vec::len).sum();
@@ -228,42 +335,98 @@ pub fn label_public(
         SqliteLedgerStore::open(&cfg.ledger).map_err(privacy)?,
         budget,
     );
-    let release = Release {
-        mechanism: Mechanism::Pate,
-        event: ledger_event(&cfg.aggregator, votes.len(), cfg.accountant)?,
-        unit: PrivacyUnit::User,
-        adjacency: Adjacency::AddRemove,
-        population: Some(speakers as u64),
-        delta: cfg.delta,
-        released: format!(
-            "PATE {} labels of {} public clips ({})",
-            cfg.aggregator.name(),
-            votes.len(),
-            out.display()
-        ),
+    let release = |answered: usize, note: &str| -> Result<Release, PateError> {
+        Ok(Release {
+            mechanism: Mechanism::Pate,
+            event: ledger_event(&cfg.aggregator, votes.len(), answered, cfg.accountant)?,
+            unit: PrivacyUnit::User,
+            adjacency: Adjacency::AddRemove,
+            population: Some(speakers as u64),
+            delta: cfg.delta,
+            released: format!(
+                "PATE {} labels of {} public clips ({}){note}",
+                cfg.aggregator.name(),
+                votes.len(),
+                out.display()
+            ),
+        })
     };
-    let authorization = ledger.authorize(&release).map_err(privacy)?;
+    // Up front: refused unless the budget holds even if every query passes.
+    ledger
+        .authorize(&release(votes.len(), "")?)
+        .map_err(privacy)?;
 
     let mut noise = match cfg.seed {
         Some(s) => NoiseSource::from_seed(s),
         None => NoiseSource::from_os(),
     };
-    let answers: Vec<PublicLabel> = queries
+    let mut checks = Vec::new();
+    let mut answers = Vec::with_capacity(queries.len());
+    for (i, (clip, v)) in queries.iter().zip(&votes).enumerate() {
+        let probs = student.as_ref().map(|p| p[i].as_slice());
+        let (answer, check) = cfg.aggregator.answer(v, probs, &mut noise);
+        checks.extend(check);
+        answers.push((clip, answer));
+    }
+    let checks = (checks.len() == votes.len()).then_some(checks);
+    let count = |f: fn(&Answer) -> bool| answers.iter().filter(|(_, a)| f(a)).count();
+    let answered = count(|a| matches!(a, Answer::Teachers(_)));
+    let kept_from_student = count(|a| matches!(a, Answer::Student(_)));
+    let analysis = cfg
+        .aggregator
+        .analyze(
+            &votes,
+            checks.as_deref(),
+            cfg.delta,
+            &default_orders(),
+            cfg.smooth,
+        )
+        .map_err(|e| PateError::Option {
+            option: if cfg.smooth.is_some() {
+                "--ss-sigma"
+            } else {
+                "--delta"
+            },
+            reason: e.to_string(),
+        })?;
+    let smooth_sensitivity = analysis
+        .smooth_sensitivity
+        .map(|release| ReleasedEpsilon::new(&release, noise.standard_normal(), cfg.delta));
+    let mut note = format!(
+        ": {answered} answered by the teachers, {kept_from_student} kept from the student, \
+         {} refused; this entry is the data-independent bound",
+        answers.len() - answered - kept_from_student
+    );
+    if let Some(s) = &smooth_sensitivity {
+        note.push_str(&format!(
+            "; data-dependent ε released with smooth sensitivity (GNSS at order {}, β = {}, \
+             σ_ss = {}) = {:.4} at δ = {:e}, which includes that release's own RDP ρ = {:.4} \
+             at order {}; ρ is not in the ledger's composed total",
+            s.order,
+            s.params.beta,
+            s.params.sigma_ss,
+            s.released_epsilon,
+            cfg.delta,
+            s.release_rdp,
+            s.order
+        ));
+    }
+    let authorization = ledger
+        .authorize(&release(answered, &note)?)
+        .map_err(privacy)?;
+    let record = ledger.record(authorization).map_err(privacy)?;
+    let labels: Vec<PublicLabel> = answers
         .iter()
-        .zip(&votes)
-        .map(|(clip, v)| PublicLabel {
+        .map(|(clip, a)| PublicLabel {
             file: clip
                 .path
                 .strip_prefix(&cfg.public)
                 .unwrap_or(&clip.path)
                 .to_path_buf(),
-            label: cfg
-                .aggregator
-                .answer(v, &mut noise)
-                .and_then(|c| classes.get(c).cloned()),
+            label: a.class().and_then(|c| classes.get(c).cloned()),
+            by_student: matches!(a, Answer::Student(_)),
         })
         .collect();
-    let record = ledger.record(authorization).map_err(privacy)?;
     let file = LabelFile {
         teachers: cfg.teachers.clone(),
         num_teachers: teachers.len(),
@@ -272,21 +435,25 @@ pub fn label_public(
         classes,
         delta: cfg.delta,
         epsilon_data_independent: analysis.epsilon_data_independent.0,
-        epsilon_data_dependent: analysis.epsilon_data_dependent.0,
+        smooth_sensitivity,
+        answered,
+        kept_from_student,
+        refused: answers.len() - answered - kept_from_student,
         ledger: cfg.ledger.display().to_string(),
         ledger_record: record.id,
-        labels: answers,
+        labels,
     };
     write_atomically(out, &file)?;
     Ok(LabelReport {
         file,
         analysis,
         votes,
+        checks,
     })
 }
 
 /// Writes `file` as JSON to a scratch file beside `out`, then renames it into place.
-fn write_atomically(out: &Path, file: &LabelFile) -> Result<(), PateError> {
+pub(crate) fn write_atomically<T: Serialize>(out: &Path, file: &T) -> Result<(), PateError> {
     let bad = |reason: String| PateError::File {
         path: out.to_path_buf(),
         reason,
@@ -305,7 +472,7 @@ mod tests {
     #[test]
     fn the_ledger_gaussian_has_the_gnmax_rdp() {
         let orders = default_orders();
-        let ev = ledger_event(&Aggregator::GnMax { sigma: 40.0 }, 5, Accountant::Rdp).unwrap();
+        let ev = ledger_event(&Aggregator::GnMax { sigma: 40.0 }, 5, 5, Accountant::Rdp).unwrap();
         let want: Vec<f64> = rdp_data_independent_gaussian(40.0, &orders)
             .iter()
             .map(|r| 5.0 * r)
@@ -314,7 +481,36 @@ mod tests {
         for (a, b) in got.iter().zip(&want) {
             assert!((a / b - 1.0).abs() < 1e-9, "{a} {b}");
         }
-        let e = ledger_event(&Aggregator::LnMax { lambda: 10.0 }, 5, Accountant::Pld);
+        let e = ledger_event(&Aggregator::LnMax { lambda: 10.0 }, 5, 5, Accountant::Pld);
         assert!(e.unwrap_err().to_string().contains("--accountant"));
+    }
+
+    #[test]
+    fn the_ledger_gaussian_of_a_thresholded_run_is_the_accountants_data_independent_cost() {
+        let orders = default_orders();
+        let agg = Aggregator::InteractiveGnMax {
+            threshold: 6.0,
+            sigma1: 3.0,
+            sigma2: 2.0,
+            student_confidence: 0.5,
+        };
+        let votes = vec![
+            vec![9.0, 1.0],
+            vec![5.0, 5.0],
+            vec![2.0, 8.0],
+            vec![7.0, 3.0],
+        ];
+        let checks = [true, false, true, false].map(|passed| ThresholdCheck {
+            statistic: 4.0,
+            passed,
+        });
+        let a = agg
+            .analyze(&votes, Some(&checks), 1e-5, &orders, None)
+            .unwrap();
+        let ev = ledger_event(&agg, 4, 2, Accountant::Rdp).unwrap();
+        let got = ev.rdp(Adjacency::AddRemove, &orders).unwrap();
+        for (g, w) in got.iter().zip(&a.rdp_data_independent) {
+            assert!((g / w - 1.0).abs() < 1e-9, "{g} {w}");
+        }
     }
 }

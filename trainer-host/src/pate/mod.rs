@@ -5,9 +5,13 @@
 //!
 //! One concept per module: [`partition`] (teachers' speakers), [`teachers`] (training
 //! the ensemble, and its votes), [`aggregate`] (noisy votes and their cost), [`label`]
-//! (labelling public clips, recorded in the ledger), [`student`].
+//! (labelling public clips, recorded in the ledger), [`student`]; for ASR, [`asr`] (CTC
+//! teachers through the same ensemble trainer, noisy averaging of their frame posteriors
+//! or a thresholded noisy vote over their transcripts, each with its cost in the ledger,
+//! and the student).
 
 pub mod aggregate;
+pub mod asr;
 pub mod label;
 pub mod partition;
 pub mod student;
@@ -15,11 +19,15 @@ pub mod teachers;
 
 use std::path::PathBuf;
 
-pub use aggregate::{vote_histogram, Aggregator};
-pub use label::{finished_teachers, label_public, LabelConfig, LabelFile, LabelReport};
+pub use aggregate::{disagreement, vote_histogram, Aggregator, Answer, SmoothRelease};
+pub use label::{
+    finished_teachers, label_public, LabelConfig, LabelFile, LabelReport, ReleasedEpsilon,
+};
 pub use partition::partition_by_speaker;
 pub use student::train_student;
-pub use teachers::{teacher_dir, teacher_votes, train_teachers, Partition, PARTITION_JSON};
+pub use teachers::{
+    package_probabilities, teacher_dir, teacher_votes, train_teachers, Partition, PARTITION_JSON,
+};
 
 /// What can go wrong in a PATE run.
 #[derive(Debug, thiserror::Error)]

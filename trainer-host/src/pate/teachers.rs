@@ -1,4 +1,5 @@
-//! The teacher ensemble: one keyword spotter per speaker-disjoint part of the private data
+//! The teacher ensemble: one model (a keyword spotter here; a recogniser in [`super::asr`])
+//! per speaker-disjoint part of the private data
 //! ([`super::partition_by_speaker`]), each in its own package directory, and their votes on
 //! public clips.
 //!
@@ -73,57 +74,102 @@ pub fn train_teachers(
         .chain(&data.test)
         .collect();
     let speakers: Vec<&str> = clips.iter().map(|c| c.speaker.as_str()).collect();
-    let parts = partition_by_speaker(&speakers, n, seed)?;
-    let partition = Partition {
-        private: cfg.data.clone(),
+    let ensemble = Ensemble {
+        private: &cfg.data,
+        speakers: &speakers,
+        n,
         seed,
-        teachers: parts
-            .iter()
-            .map(|p| {
-                let mut s: Vec<String> = p.iter().map(|&i| speakers[i].to_string()).collect();
-                s.sort();
-                s.dedup();
-                s
-            })
-            .collect(),
+        out,
     };
-    std::fs::create_dir_all(out).map_err(|source| PateError::Io {
-        path: out.to_path_buf(),
-        source,
-    })?;
-    check_or_write_partition(&out.join(PARTITION_JSON), &partition)?;
-    let mut dirs = Vec::with_capacity(n);
-    for (t, part) in parts.iter().enumerate() {
-        let dir = teacher_dir(out, t);
-        let done = dir.join(MODEL_JSON).is_file();
-        progress(t, n, done);
-        if !done {
-            let own: Vec<Clip> = part.iter().map(|&i| clips[i].clone()).collect();
-            let teacher_data = KwsData {
-                train: own.clone(),
-                validation: own.clone(),
-                test: own,
-                noises: data.noises.clone(),
-            };
-            let mut teacher_cfg = cfg.clone();
-            teacher_cfg.seed = cfg.seed.wrapping_add(t as u64);
-            let scratch = out.join(format!(".teacher-{t:03}.partial"));
-            if scratch.exists() {
-                std::fs::remove_dir_all(&scratch).map_err(|source| PateError::Io {
-                    path: scratch.clone(),
+    ensemble.train(progress, &mut |t, part, scratch| {
+        let own: Vec<Clip> = part.iter().map(|&i| clips[i].clone()).collect();
+        let teacher_data = KwsData {
+            train: own.clone(),
+            validation: own.clone(),
+            test: own,
+            noises: data.noises.clone(),
+        };
+        let mut teacher_cfg = cfg.clone();
+        teacher_cfg.seed = cfg.seed.wrapping_add(t as u64);
+        let command = format!("hush-host pate train-teachers (teacher {t} of {n})");
+        train_kws_on(&teacher_cfg, &teacher_data, scratch, &command, &mut |_| {})?;
+        Ok(())
+    })
+}
+
+/// Trains one teacher: `(teacher, its private example indices, scratch directory)`.
+pub(crate) type TrainOne<'a> = dyn FnMut(usize, &[usize], &Path) -> Result<(), PateError> + 'a;
+
+/// A teacher ensemble to train, for any task: the private examples' speakers, the
+/// teacher count, the partition seed and the output directory.
+pub(crate) struct Ensemble<'a> {
+    /// The private corpus (recorded in `partition.json`).
+    pub private: &'a Path,
+    /// `speakers[i]`: private example `i`'s speaker.
+    pub speakers: &'a [&'a str],
+    /// Number of teachers.
+    pub n: usize,
+    /// Partition seed.
+    pub seed: u64,
+    /// The teachers' directory.
+    pub out: &'a Path,
+}
+
+impl Ensemble<'_> {
+    /// Partitions the speakers ([`partition_by_speaker`]), writes or checks
+    /// `partition.json`, and for every teacher not yet finished calls
+    /// `train_one(teacher, its example indices, scratch dir)`, which writes the teacher's
+    /// package to the scratch directory; that is renamed into place when complete (see
+    /// the module docs). Returns the teachers' directories.
+    pub fn train(
+        &self,
+        progress: &mut dyn FnMut(usize, usize, bool),
+        train_one: &mut TrainOne<'_>,
+    ) -> Result<Vec<PathBuf>, PateError> {
+        let (n, out) = (self.n, self.out);
+        let parts = partition_by_speaker(self.speakers, n, self.seed)?;
+        let partition = Partition {
+            private: self.private.to_path_buf(),
+            seed: self.seed,
+            teachers: parts
+                .iter()
+                .map(|p| {
+                    let mut s: Vec<String> =
+                        p.iter().map(|&i| self.speakers[i].to_string()).collect();
+                    s.sort();
+                    s.dedup();
+                    s
+                })
+                .collect(),
+        };
+        std::fs::create_dir_all(out).map_err(|source| PateError::Io {
+            path: out.to_path_buf(),
+            source,
+        })?;
+        check_or_write_partition(&out.join(PARTITION_JSON), &partition)?;
+        let mut dirs = Vec::with_capacity(n);
+        for (t, part) in parts.iter().enumerate() {
+            let dir = teacher_dir(out, t);
+            let done = dir.join(MODEL_JSON).is_file();
+            progress(t, n, done);
+            if !done {
+                let scratch = out.join(format!(".teacher-{t:03}.partial"));
+                if scratch.exists() {
+                    std::fs::remove_dir_all(&scratch).map_err(|source| PateError::Io {
+                        path: scratch.clone(),
+                        source,
+                    })?;
+                }
+                train_one(t, part, &scratch)?;
+                std::fs::rename(&scratch, &dir).map_err(|source| PateError::Io {
+                    path: dir.clone(),
                     source,
                 })?;
             }
-            let command = format!("hush-host pate train-teachers (teacher {t} of {n})");
-            train_kws_on(&teacher_cfg, &teacher_data, &scratch, &command, &mut |_| {})?;
-            std::fs::rename(&scratch, &dir).map_err(|source| PateError::Io {
-                path: dir.clone(),
-                source,
-            })?;
+            dirs.push(dir);
         }
-        dirs.push(dir);
+        Ok(dirs)
     }
-    Ok(dirs)
 }
 
 /// Writes the partition, or checks that an existing one (a resumed run) is the same.
@@ -160,53 +206,91 @@ pub fn teacher_votes(
         progress(t, teachers.len());
         let (card, model) = load_package(dir, &device)?;
         let model = model.valid();
-        let io = card.arch.io();
         if shared.as_ref().is_some_and(|(labels, features, _)| {
             *labels != card.labels || *features != card.features
         }) {
             return Err(PateError::File {
                 path: dir.join(MODEL_JSON),
-                reason: "its classes or feature config differ from the first teacher's".into(),
+                reason: format!(
+                    "its classes {:?} or feature config differ from the first teacher's \
+                     (every teacher must be trained on one label set and front-end)",
+                    card.labels
+                ),
             });
         }
         if shared.is_none() {
-            let cfg = card_features(&card, dir)?;
-            let mut feats = Vec::with_capacity(clips.len() * io.frames * io.bins);
-            for c in clips {
-                feats.extend(
-                    clip_features(&cfg, &c.samples, io.frames).map_err(|source| {
-                        PateError::File {
-                            path: c.path.clone(),
-                            reason: source.to_string(),
-                        }
-                    })?,
-                );
-            }
+            let feats = package_features(&card, dir, clips)?;
             votes = vec![vec![0.0; card.labels.len()]; clips.len()];
             shared = Some((card.labels.clone(), card.features.clone(), feats));
         }
         let Some((_, _, feats)) = &shared else {
             continue;
         };
-        let per = io.frames * io.bins;
-        for start in (0..clips.len()).step_by(64) {
-            let end = (start + 64).min(clips.len());
-            let probs = predict(
-                &model,
-                &feats[start * per..end * per],
-                end - start,
-                io.frames,
-                io.bins,
-                &device,
-            )?;
-            for (row, p) in votes[start..end].iter_mut().zip(probs) {
-                let h = vote_histogram([crate::train::metrics::argmax(&p)], row.len());
-                for (a, b) in row.iter_mut().zip(h) {
-                    *a += b;
-                }
+        let probs = probabilities(&model, card.arch.io(), feats, clips.len(), &device)?;
+        for (row, p) in votes.iter_mut().zip(probs) {
+            let h = vote_histogram([crate::train::metrics::argmax(&p)], row.len());
+            for (a, b) in row.iter_mut().zip(h) {
+                *a += b;
             }
         }
     }
     let labels = shared.map(|(l, _, _)| l).unwrap_or_default();
     Ok((votes, labels))
+}
+
+/// A model package's class probabilities on every clip (`[clip][class]`), and its classes
+/// (the interactive aggregator asks the student this way).
+pub fn package_probabilities(
+    dir: &Path,
+    clips: &[Clip],
+) -> Result<(Vec<Vec<f32>>, Vec<String>), PateError> {
+    let device = Device::flex();
+    let (card, model) = load_package(dir, &device)?;
+    let feats = package_features(&card, dir, clips)?;
+    let probs = probabilities(&model.valid(), card.arch.io(), &feats, clips.len(), &device)?;
+    Ok((probs, card.labels))
+}
+
+/// The features of `clips` under the front-end of the package in `dir`, concatenated.
+fn package_features(
+    card: &hush_models::package::ModelCard,
+    dir: &Path,
+    clips: &[Clip],
+) -> Result<Vec<f32>, PateError> {
+    let io = card.arch.io();
+    let cfg = card_features(card, dir)?;
+    let mut feats = Vec::with_capacity(clips.len() * io.frames * io.bins);
+    for c in clips {
+        feats.extend(
+            clip_features(&cfg, &c.samples, io.frames).map_err(|source| PateError::File {
+                path: c.path.clone(),
+                reason: source.to_string(),
+            })?,
+        );
+    }
+    Ok(feats)
+}
+
+/// Class probabilities of `n` examples of `feats`, in batches of 64.
+fn probabilities(
+    model: &hush_models::arch::KwsModel,
+    io: hush_models::arch::IoShape,
+    feats: &[f32],
+    n: usize,
+    device: &Device,
+) -> Result<Vec<Vec<f32>>, PateError> {
+    let per = io.frames * io.bins;
+    let mut out = Vec::with_capacity(n);
+    for start in (0..n).step_by(64) {
+        let end = (start + 64).min(n);
+        out.extend(predict(
+            model,
+            &feats[start * per..end * per],
+            end - start,
+            io.frames,
+            io.bins,
+            device,
+        )?);
+    }
+    Ok(out)
 }

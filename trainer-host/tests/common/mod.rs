@@ -79,3 +79,28 @@ pub fn slice_corpus(src: &Path, dst: &Path, speakers: &[&str], k: usize) {
         std::fs::write(to.join(format!("{s}-0.trans.txt")), lines.join("\n") + "\n").unwrap();
     }
 }
+
+/// A synthetic keyword corpus (the ten keywords, one take each, one unknown word and one
+/// silence clip per speaker, 2 s of each background noise) made once per target directory
+/// under `CARGO_TARGET_TMPDIR/corpora/<name>` and reused by later runs: the generator
+/// writes it whole or not at all, so a corpus found there is complete.
+pub fn cached_kws_corpus(name: &str, speakers: usize, seed: u64) -> PathBuf {
+    let dir = Path::new(env!("CARGO_TARGET_TMPDIR"))
+        .join("corpora")
+        .join(name);
+    if dir.join("speakers.tsv").is_file() {
+        return dir;
+    }
+    let mut cfg = hush_host::corpus::SynthConfig::new(dir.clone());
+    cfg.speakers = speakers;
+    cfg.words = [
+        "yes", "no", "up", "down", "left", "right", "on", "off", "stop", "go",
+    ]
+    .map(String::from)
+    .to_vec();
+    cfg.unknown_words = 1;
+    cfg.noise_seconds = 2.0;
+    cfg.seed = seed;
+    hush_host::corpus::synthesize(&cfg, &|_, _| {}).unwrap();
+    dir
+}

@@ -45,13 +45,11 @@ use hush_models::asr::decode::greedy;
 use hush_models::asr::Vocabulary;
 use serde::{Deserialize, Serialize};
 
-use super::label::{finished_teachers, write_atomically};
+use super::label::{finished_teachers, ledger_error, open_ledger, write_atomically};
 use super::teachers::Ensemble;
-use super::{Partition, PARTITION_JSON};
 use crate::accountant::special::erfc;
 use crate::accountant::{Accountant, Adjacency, PrivacyUnit};
-use crate::ledger::sqlite::SqliteLedgerStore;
-use crate::ledger::{Budget, Ledger, Mechanism, Release};
+use crate::ledger::{Mechanism, Release};
 use crate::train::asr::{
     load_asr, load_asr_any_split, train_asr_on, AsrData, AsrTrainConfig, AsrTrainReport, Utterance,
 };
@@ -384,27 +382,14 @@ pub fn label_asr(
             )
         }
     };
-    let partition = Partition::read(&cfg.teachers.join(PARTITION_JSON))?;
-    let speakers: usize = partition.teachers.iter().map(Vec::len).sum();
-    let privacy = |e: crate::ledger::LedgerError| PateError::Option {
-        option: "--ledger",
-        reason: e.to_string(),
-    };
-    let budget = Budget::new(
+    let (mut ledger, speakers) = open_ledger(
+        &cfg.teachers,
+        &cfg.ledger,
         cfg.budget_epsilon,
         cfg.delta,
         cfg.accountant,
-        Adjacency::AddRemove,
-        PrivacyUnit::User,
-    )
-    .map_err(|e| PateError::Option {
-        option: "--budget-epsilon",
-        reason: e.to_string(),
-    })?;
-    let mut ledger = Ledger::new(
-        SqliteLedgerStore::open(&cfg.ledger).map_err(privacy)?,
-        budget,
-    );
+    )?;
+    let privacy = ledger_error;
     let release = Release {
         mechanism: Mechanism::Pate,
         event,

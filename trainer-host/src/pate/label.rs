@@ -314,27 +314,14 @@ pub fn label_public(
         }
     };
 
-    let partition = super::Partition::read(&cfg.teachers.join(PARTITION_JSON))?;
-    let speakers: usize = partition.teachers.iter().map(Vec::len).sum();
-    let privacy = |e: crate::ledger::LedgerError| PateError::Option {
-        option: "--ledger",
-        reason: e.to_string(),
-    };
-    let budget = Budget::new(
+    let (mut ledger, speakers) = open_ledger(
+        &cfg.teachers,
+        &cfg.ledger,
         cfg.budget_epsilon,
         cfg.delta,
         cfg.accountant,
-        Adjacency::AddRemove,
-        PrivacyUnit::User,
-    )
-    .map_err(|e| PateError::Option {
-        option: "--budget-epsilon",
-        reason: e.to_string(),
-    })?;
-    let mut ledger = Ledger::new(
-        SqliteLedgerStore::open(&cfg.ledger).map_err(privacy)?,
-        budget,
-    );
+    )?;
+    let privacy = ledger_error;
     let release = |answered: usize, note: &str| -> Result<Release, PateError> {
         Ok(Release {
             mechanism: Mechanism::Pate,
@@ -462,6 +449,41 @@ pub(crate) fn write_atomically<T: Serialize>(out: &Path, file: &T) -> Result<(),
     let scratch = out.with_extension("json.partial");
     std::fs::write(&scratch, json).map_err(|e| bad(e.to_string()))?;
     std::fs::rename(&scratch, out).map_err(|e| bad(e.to_string()))
+}
+
+/// A ledger error as the `--ledger` option's error.
+pub(crate) fn ledger_error(e: crate::ledger::LedgerError) -> PateError {
+    PateError::Option {
+        option: "--ledger",
+        reason: e.to_string(),
+    }
+}
+
+/// The ledger of a labelling run (user level: a teacher's unit is its speakers, add/remove
+/// adjacency) under its budget, and the number of private speakers in the teachers'
+/// partition (the ledger's population).
+pub(crate) fn open_ledger(
+    teachers: &Path,
+    ledger: &Path,
+    budget_epsilon: f64,
+    delta: f64,
+    accountant: Accountant,
+) -> Result<(Ledger<SqliteLedgerStore>, usize), PateError> {
+    let partition = super::Partition::read(&teachers.join(PARTITION_JSON))?;
+    let speakers = partition.teachers.iter().map(Vec::len).sum();
+    let budget = Budget::new(
+        budget_epsilon,
+        delta,
+        accountant,
+        Adjacency::AddRemove,
+        PrivacyUnit::User,
+    )
+    .map_err(|e| PateError::Option {
+        option: "--budget-epsilon",
+        reason: e.to_string(),
+    })?;
+    let store = SqliteLedgerStore::open(ledger).map_err(ledger_error)?;
+    Ok((Ledger::new(store, budget), speakers))
 }
 
 #[cfg(test)]

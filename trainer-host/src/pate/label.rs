@@ -168,12 +168,7 @@ pub struct LabelFile {
 impl LabelFile {
     /// Reads a labels file, naming it in errors.
     pub fn read(path: &Path) -> Result<Self, PateError> {
-        let bad = |reason: String| PateError::File {
-            path: path.to_path_buf(),
-            reason,
-        };
-        let text = std::fs::read_to_string(path).map_err(|e| bad(e.to_string()))?;
-        serde_json::from_str(&text).map_err(|e| bad(format!("not a PATE labels file: {e}")))
+        super::read_json_file(path, "a PATE labels file")
     }
 }
 

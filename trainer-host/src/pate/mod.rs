@@ -66,3 +66,16 @@ pub enum PateError {
     #[error(transparent)]
     Infer(#[from] hush_device::infer::InferError),
 }
+
+/// Reads a JSON file of `what` (a labels file, a partition), naming the file in errors.
+pub(crate) fn read_json_file<T: serde::de::DeserializeOwned>(
+    path: &std::path::Path,
+    what: &str,
+) -> Result<T, PateError> {
+    let bad = |reason: String| PateError::File {
+        path: path.to_path_buf(),
+        reason,
+    };
+    let text = std::fs::read_to_string(path).map_err(|e| bad(e.to_string()))?;
+    serde_json::from_str(&text).map_err(|e| bad(format!("not {what}: {e}")))
+}

@@ -40,12 +40,7 @@ pub struct Partition {
 impl Partition {
     /// Reads `partition.json`, naming the file in errors.
     pub fn read(path: &Path) -> Result<Self, PateError> {
-        let bad = |reason: String| PateError::File {
-            path: path.to_path_buf(),
-            reason,
-        };
-        let text = std::fs::read_to_string(path).map_err(|e| bad(e.to_string()))?;
-        serde_json::from_str(&text).map_err(|e| bad(e.to_string()))
+        super::read_json_file(path, "a PATE partition file")
     }
 }
 

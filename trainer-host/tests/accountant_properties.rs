@@ -55,6 +55,7 @@ proptest! {
                 population: None,
                 delta,
                 released: format!("{steps} steps"),
+                additional: Default::default(),
             };
             store.append(&release, None, None).map_err(|e| TestCaseError::fail(e.to_string()))?;
         }
@@ -94,6 +95,7 @@ fn composing_distinct_events_in_an_accountant_equals_the_ledger_total(
             population: Some(60_000),
             delta,
             released: "m".into(),
+            additional: Default::default(),
         };
         store.append(&release, None, None)?;
     }
@@ -125,6 +127,7 @@ fn release(steps: u64) -> Result<Release, AccountantError> {
         population: Some(60_000),
         delta: 1e-5,
         released: format!("model after {steps} steps"),
+        additional: Default::default(),
     })
 }
 

@@ -13,9 +13,11 @@ use std::path::Path;
 
 use hush_device::dataset::{read_corpus, KwsLabels, Target};
 use hush_device::infer::clip_samples;
+use hush_host::accountant::pate::smooth_sensitivity_release_cost;
 use hush_host::accountant::rdp::default_orders;
-use hush_host::accountant::Accountant;
+use hush_host::accountant::{Accountant, Adjacency, PrivacyUnit};
 use hush_host::demo::small_kws_config;
+use hush_host::ledger::compose_records;
 use hush_host::ledger::sqlite::SqliteLedgerStore;
 use hush_host::ledger::LedgerStore;
 use hush_host::pate::{
@@ -207,6 +209,29 @@ fn pate_end_to_end_student_beats_chance_by_far_on_held_out_speakers() {
         records[0].release.released.contains("smooth sensitivity"),
         "{}",
         records[0].release.released
+    );
+    // The release's own RDP, at every analysed order where it is bounded, is the record's
+    // additional cost, so the ledger's total is more than the labels' cost alone.
+    let cost = smooth_sensitivity_release_cost(released.params, &default_orders()).unwrap();
+    assert!(cost
+        .rdp
+        .iter()
+        .all(|(o, _)| *o < 1.0 / (2.0 * released.params.beta)));
+    assert!(cost.rdp.iter().any(|(o, _)| *o == released.order));
+    assert_eq!(records[0].release.additional, cost);
+    let total = compose_records(
+        &records,
+        Accountant::Rdp,
+        Adjacency::AddRemove,
+        PrivacyUnit::User,
+        1e-5,
+    )
+    .unwrap()
+    .epsilon;
+    assert!(
+        total > file.epsilon_data_independent + 1e-6,
+        "{total} vs {}",
+        file.epsilon_data_independent
     );
     assert_eq!((file.answered, file.refused), (file.labels.len(), 0));
     // … and nothing computed from the votes without noise is written: no number in the

@@ -13,12 +13,13 @@ use std::collections::BTreeSet;
 use std::path::Path;
 
 use hush_device::infer::asr::{utterance_features, AsrRecognizer};
-use hush_host::accountant::{Accountant, Adjacency};
+use hush_host::accountant::{Accountant, Adjacency, PrivacyUnit};
+use hush_host::ledger::compose_records;
 use hush_host::ledger::sqlite::SqliteLedgerStore;
 use hush_host::ledger::LedgerStore;
 use hush_host::pate::asr::{
-    label_asr, posterior_average_event, train_asr_student, train_asr_teachers, AsrAggregator,
-    AsrLabelConfig, AsrLabelFile,
+    label_asr, posterior_average_event, train_asr_student, train_asr_teachers,
+    transcript_vote_delta, transcript_vote_event, AsrAggregator, AsrLabelConfig, AsrLabelFile,
 };
 use hush_host::pate::{Partition, PARTITION_JSON};
 use hush_host::train::asr::{load_asr, AsrTrainConfig};
@@ -181,6 +182,42 @@ fn asr_pate_teachers_posterior_average_and_student_on_held_out_speakers() {
             .len(),
         1
     );
+
+    // A threshold both teachers must reach: its δ' per utterance is spent outright, in the
+    // ledger beside the Gaussian, so the record's ε is the Gaussian's at δ − U·δ' and the
+    // ledger's total takes U·δ' off the budget's δ.
+    let (sigma, threshold) = (0.15, 2.0);
+    let vote = AsrLabelConfig {
+        aggregator: AsrAggregator::TranscriptVote { sigma, threshold },
+        ..vote
+    };
+    let voted = label_asr(&vote, &tmp.path().join("vote.json"), &mut |_, _| {}).unwrap();
+    let records = SqliteLedgerStore::open(&ledger).unwrap().records().unwrap();
+    assert_eq!(records.len(), 2);
+    let r = &records[1];
+    assert_eq!(r.id, voted.ledger_record);
+    let spent = queries.len() as f64 * transcript_vote_delta(threshold, sigma);
+    assert!(spent > 0.0 && spent <= 5e-6, "{spent}");
+    assert_eq!(r.release.additional.delta, spent);
+    assert!(r.release.additional.rdp.is_empty());
+    assert_eq!(r.release.delta, 1e-5);
+    let gaussian = transcript_vote_event(queries.len(), sigma).unwrap();
+    assert_eq!(r.release.event, gaussian);
+    let at_rest = gaussian
+        .epsilon(Accountant::Rdp, Adjacency::AddRemove, 1e-5 - spent)
+        .unwrap()
+        .epsilon;
+    assert_eq!(r.epsilon_rdp, Some(at_rest));
+    assert_eq!(voted.epsilon, at_rest);
+    let alone = compose_records(
+        &records[1..],
+        Accountant::Rdp,
+        Adjacency::AddRemove,
+        PrivacyUnit::User,
+        1e-5,
+    )
+    .unwrap();
+    assert_eq!(alone.epsilon, at_rest);
 
     // A keyword corpus given as ASR data is refused, naming the corpus.
     let kws = Path::new(env!("CARGO_MANIFEST_DIR")).join("../data/corpus/kws");

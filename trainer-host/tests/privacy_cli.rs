@@ -148,6 +148,7 @@ fn ledger_lists_releases_and_totals() -> TestResult {
             population: Some(60_000),
             delta: 1e-5,
             released: format!("checkpoint at {steps}"),
+            additional: Default::default(),
         };
         store.append(&release, None, None)?;
     }

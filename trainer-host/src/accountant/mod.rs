@@ -12,6 +12,8 @@
 //! - [`analytic_gaussian`]: the exact ε of a Gaussian (Balle & Wang 2018);
 //! - [`calibrate`]: the noise multiplier for a target (ε, δ);
 //! - [`federated`]: user-level accounting with a noise cohort and population extrapolation;
+//! - [`additional`]: costs that are not a Gaussian event (RDP at listed orders only, δ spent
+//!   outright), composed beside the events;
 //! - [`pate`]: PATE's GNMax / Confident-GNMax / LNMax analysis and smooth sensitivity
 //!   (tensorflow/privacy `research/pate_2018`).
 //!
@@ -30,6 +32,7 @@
 //! Wang–Balle–Kasiviswanathan RDP bound under replace-one adjacency, or refused with
 //! [`AccountantError::Unsupported`]; they are never reported as Poisson.
 
+pub mod additional;
 pub mod analytic_gaussian;
 pub mod calibrate;
 pub mod federated;
@@ -41,6 +44,8 @@ pub mod special;
 use std::fmt;
 
 use serde::{Deserialize, Serialize};
+
+pub use additional::AdditionalCost;
 
 /// Errors from accounting: bad parameters (named, with value and expectation), unsupported
 /// combinations, and numerical failures.
@@ -387,7 +392,7 @@ impl SubsampledGaussian {
 ///
 /// Identical events (same sampling, rate and σ) are merged by adding their steps before any
 /// math is done, so composing `T` one-step events equals one `T`-step event exactly, with either
-/// accountant.
+/// accountant. Costs that are not Gaussian events ([`AdditionalCost`]) compose beside them.
 #[derive(Debug, Clone, PartialEq)]
 pub struct PrivacyAccountant {
     accountant: Accountant,
@@ -396,6 +401,7 @@ pub struct PrivacyAccountant {
     /// Discretisation of the PLD accountant.
     pub value_discretization_interval: f64,
     events: Vec<SubsampledGaussian>,
+    additional: Vec<AdditionalCost>,
 }
 
 impl PrivacyAccountant {
@@ -407,6 +413,7 @@ impl PrivacyAccountant {
             unit,
             value_discretization_interval: pld::DEFAULT_VALUE_DISCRETIZATION_INTERVAL,
             events: Vec::new(),
+            additional: Vec::new(),
         }
     }
 
@@ -449,14 +456,43 @@ impl PrivacyAccountant {
         Ok(())
     }
 
+    /// Adds a cost that is not a Gaussian event (refused, leaving the accountant unchanged,
+    /// when it has an RDP part and this is the PLD accountant, which cannot compose one).
+    pub fn compose_additional(&mut self, cost: AdditionalCost) -> Result<(), AccountantError> {
+        let cost = cost.validated()?;
+        if self.accountant == Accountant::Pld && !cost.rdp.is_empty() {
+            return Err(AccountantError::Unsupported {
+                what: "the PLD accountant cannot compose a cost known only as RDP at some \
+                       orders (a smooth-sensitivity release); use the RDP accountant"
+                    .into(),
+            });
+        }
+        if !cost.is_none() {
+            self.additional.push(cost);
+        }
+        Ok(())
+    }
+
     /// The merged events composed so far.
     pub fn events(&self) -> &[SubsampledGaussian] {
         &self.events
     }
 
-    /// ε at `delta` of everything composed so far.
+    /// ε at `delta` of everything composed so far. δ spent outright by the additional
+    /// costs is taken from `delta` first; the rest is what the composed RDP or PLD is
+    /// converted at.
     pub fn epsilon(&self, delta: f64) -> Result<EpsilonReport, AccountantError> {
         validate::delta(delta)?;
+        let spent: f64 = self.additional.iter().map(|c| c.delta).sum();
+        if spent >= delta {
+            return Err(AccountantError::NoSolution {
+                what: format!(
+                    "delta {delta:e} is used up by {spent:e} spent outright (thresholded \
+                     releases); nothing is left for the rest"
+                ),
+            });
+        }
+        let left = delta - spent;
         let (epsilon, optimal_order) = match self.accountant {
             Accountant::Rdp => {
                 let orders = rdp::default_orders();
@@ -466,7 +502,12 @@ impl PrivacyAccountant {
                         *t += r;
                     }
                 }
-                let (eps, order) = rdp::epsilon_from_rdp(&orders, &total, delta);
+                for c in &self.additional {
+                    for (t, &o) in total.iter_mut().zip(&orders) {
+                        *t += c.rdp_bound(o);
+                    }
+                }
+                let (eps, order) = rdp::epsilon_from_rdp(&orders, &total, left);
                 (eps, Some(order))
             }
             Accountant::Pld => {
@@ -475,7 +516,7 @@ impl PrivacyAccountant {
                 for e in &self.events {
                     acc = acc.compose(&e.pld(self.adjacency, vdi)?)?;
                 }
-                (acc.epsilon_for_delta(delta), None)
+                (acc.epsilon_for_delta(left), None)
             }
         };
         Ok(EpsilonReport {
@@ -484,7 +525,7 @@ impl PrivacyAccountant {
             adjacency: self.adjacency,
             unit: self.unit,
             accountant: self.accountant,
-            optimal_order: if self.events.is_empty() {
+            optimal_order: if self.events.is_empty() && self.additional.is_empty() {
                 None
             } else {
                 optimal_order
@@ -496,6 +537,73 @@ impl PrivacyAccountant {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// δ spent outright comes off the δ the composed events are converted at.
+    #[test]
+    fn delta_spent_outright_is_taken_from_the_conversion_delta() -> Result<(), AccountantError> {
+        let event = SubsampledGaussian::poisson(0.01, 1.1, 1_000)?;
+        for accountant in [Accountant::Rdp, Accountant::Pld] {
+            let mut acc =
+                PrivacyAccountant::new(accountant, Adjacency::AddRemove, PrivacyUnit::User);
+            acc.compose(event)?;
+            acc.compose_additional(AdditionalCost::delta_spent(4e-6)?)?;
+            let with = acc.epsilon(1e-5)?;
+            let plain = event.epsilon(accountant, Adjacency::AddRemove, 1e-5 - 4e-6)?;
+            assert_eq!(with.epsilon, plain.epsilon, "{accountant}");
+            assert_eq!(with.delta, 1e-5);
+            acc.compose_additional(AdditionalCost::delta_spent(7e-6)?)?;
+            assert!(matches!(
+                acc.epsilon(1e-5),
+                Err(AccountantError::NoSolution { .. })
+            ));
+        }
+        Ok(())
+    }
+
+    /// An RDP curve listed at every order composes exactly like the Gaussian event it
+    /// describes; listed at one order only, it can only cost more; PLD refuses it.
+    #[test]
+    fn rdp_at_listed_orders_composes_like_the_curve_it_lists() -> Result<(), AccountantError> {
+        let event = SubsampledGaussian::poisson(0.05, 2.0, 300)?;
+        let orders = rdp::default_orders();
+        let curve: Vec<(f64, f64)> = orders
+            .iter()
+            .copied()
+            .zip(event.rdp(Adjacency::AddRemove, &orders)?)
+            .collect();
+        let twice = SubsampledGaussian::poisson(0.05, 2.0, 600)?.epsilon(
+            Accountant::Rdp,
+            Adjacency::AddRemove,
+            1e-5,
+        )?;
+        let mut acc =
+            PrivacyAccountant::new(Accountant::Rdp, Adjacency::AddRemove, PrivacyUnit::User);
+        acc.compose(event)?;
+        acc.compose_additional(AdditionalCost::rdp_at_orders(curve.clone())?)?;
+        let got = acc.epsilon(1e-5)?;
+        assert!(
+            (got.epsilon - twice.epsilon).abs() < 1e-12,
+            "{got} vs {twice}"
+        );
+        assert_eq!(got.optimal_order, twice.optimal_order);
+
+        let at = twice.optimal_order.unwrap_or(f64::NAN);
+        let one = curve.iter().copied().filter(|(o, _)| *o == at).collect();
+        let mut single =
+            PrivacyAccountant::new(Accountant::Rdp, Adjacency::AddRemove, PrivacyUnit::User);
+        single.compose(event)?;
+        single.compose_additional(AdditionalCost::rdp_at_orders(one)?)?;
+        let e = single.epsilon(1e-5)?;
+        // RDP never decreases with the order, so the other orders cost at least as much.
+        assert!((e.epsilon - twice.epsilon).abs() < 1e-12, "{e} vs {twice}");
+
+        let mut pld =
+            PrivacyAccountant::new(Accountant::Pld, Adjacency::AddRemove, PrivacyUnit::User);
+        let refused = pld.compose_additional(AdditionalCost::rdp_at_orders(curve)?);
+        assert!(matches!(refused, Err(AccountantError::Unsupported { .. })));
+        assert_eq!(pld.epsilon(1e-5)?.optimal_order, None);
+        Ok(())
+    }
 
     /// Invariant 7: every reported ε names δ, adjacency, unit and accountant.
     #[test]

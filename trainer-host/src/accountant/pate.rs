@@ -447,6 +447,36 @@ pub fn rdp_of_smooth_sensitivity_gaussian(
         + (-0.5 * (1.0 - 2.0 * order * beta).ln() + beta * order) / (order - 1.0))
 }
 
+/// The whole RDP curve of a GNSS release with `params`: [`rdp_of_smooth_sensitivity_gaussian`]
+/// at every order of `orders` inside `(1, 1/(2β))`, where it is bounded — the release's
+/// cost as the ledger composes it (unbounded at higher orders). Refused when no order of
+/// `orders` lies in that range.
+pub fn smooth_sensitivity_release_cost(
+    params: SmoothSensitivityParams,
+    orders: &[f64],
+) -> Result<super::AdditionalCost, AccountantError> {
+    super::validate::positive_finite("beta", params.beta)?;
+    super::validate::positive_finite("sigma_ss", params.sigma_ss)?;
+    let points = orders
+        .iter()
+        .filter(|&&o| 1.0 < o && o < 1.0 / (2.0 * params.beta))
+        .map(|&o| {
+            Ok((
+                o,
+                rdp_of_smooth_sensitivity_gaussian(params.beta, params.sigma_ss, o)?,
+            ))
+        })
+        .collect::<Result<Vec<_>, AccountantError>>()?;
+    if points.is_empty() {
+        return Err(invalid(
+            "beta",
+            params.beta,
+            "small enough that some analysed order lies below 1/(2*beta)",
+        ));
+    }
+    super::AdditionalCost::rdp_at_orders(points)
+}
+
 /// Confident-GNMax threshold parameters.
 #[derive(Debug, Clone, Copy, PartialEq, serde::Serialize, serde::Deserialize)]
 pub struct Threshold {

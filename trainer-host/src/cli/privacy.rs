@@ -414,8 +414,16 @@ fn ledger(a: LedgerArgs) -> anyhow::Result<()> {
     for r in &records {
         let e = r.release.event;
         let fmt_eps = |v: Option<f64>| v.map_or("-".to_string(), |v| format!("{v:.6}"));
+        let additional = if r.release.additional.is_none() {
+            String::new()
+        } else {
+            format!(
+                " additional={}",
+                serde_json::to_string(&r.release.additional)?
+            )
+        };
         println!(
-            "#{} t={}ms {} {} q={} sigma={} steps={} unit={} adjacency={} population={} delta={:e} eps_rdp={} eps_pld={} released={:?}",
+            "#{} t={}ms {} {} q={} sigma={} steps={} unit={} adjacency={} population={} delta={:e}{additional} eps_rdp={} eps_pld={} released={:?}",
             r.id,
             r.recorded_at_ms,
             r.release.mechanism,

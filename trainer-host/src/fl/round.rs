@@ -362,6 +362,7 @@ impl RoundManager {
                 population: Some(population),
                 delta: self.cfg.budget.delta,
                 released: format!("federated round {id}: model v{}", self.model_version + 1),
+                additional: Default::default(),
             };
             match self.ledger.authorize(&release) {
                 Ok(a) => (Some(mech), Some(a)),

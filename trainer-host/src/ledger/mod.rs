@@ -2,7 +2,8 @@
 //! check that refuses work before it starts.
 //!
 //! Each [`ReleaseRecord`] holds the mechanism, its parameters (sampling, rate, noise
-//! multiplier, steps), the unit of privacy, the adjacency, the population, δ, the release's own
+//! multiplier, steps), any cost beside that Gaussian event ([`AdditionalCost`]: RDP known at
+//! some orders only, δ spent outright), the unit of privacy, the adjacency, the population, δ, the release's own
 //! ε by both accountants (RDP and, where it applies, PLD), the time, and what was released.
 //! Storage sits behind [`LedgerStore`] ([`sqlite::SqliteLedgerStore`] today; a PostgreSQL store
 //! can implement the same trait for several host replicas).
@@ -27,6 +28,7 @@
 //!     population: Some(60_000),
 //!     delta: 1e-5,
 //!     released: "kws-v1 weights".into(),
+//!     additional: Default::default(),
 //! };
 //! let auth = ledger.authorize(&release)?;   // refused here if over budget
 //! let record = ledger.record(auth)?;        // durable before returning
@@ -39,8 +41,8 @@ pub mod sqlite;
 use serde::{Deserialize, Serialize};
 
 use crate::accountant::{
-    validate, Accountant, AccountantError, Adjacency, EpsilonReport, PrivacyAccountant,
-    PrivacyUnit, SubsampledGaussian,
+    validate, Accountant, AccountantError, AdditionalCost, Adjacency, EpsilonReport,
+    PrivacyAccountant, PrivacyUnit, SubsampledGaussian,
 };
 
 /// Errors of the ledger.
@@ -136,6 +138,25 @@ pub struct Release {
     pub delta: f64,
     /// What was released (model version, artifact, query answers).
     pub released: String,
+    /// Cost beside `event` (none for most releases): RDP known only at some orders, δ
+    /// spent outright. Composed into every total and budget check with the event.
+    #[serde(default, skip_serializing_if = "AdditionalCost::is_none")]
+    pub additional: AdditionalCost,
+}
+
+impl Release {
+    /// Adds this release's whole cost (its event and its additional cost) to `acc`.
+    pub fn compose_into(&self, acc: &mut PrivacyAccountant) -> Result<(), AccountantError> {
+        acc.compose(self.event)?;
+        acc.compose_additional(self.additional.clone())
+    }
+
+    /// ε of this release alone with `accountant`, at its own δ.
+    pub fn epsilon(&self, accountant: Accountant) -> Result<EpsilonReport, AccountantError> {
+        let mut acc = PrivacyAccountant::new(accountant, self.adjacency, self.unit);
+        self.compose_into(&mut acc)?;
+        acc.epsilon(self.delta)
+    }
 }
 
 /// A stored release.
@@ -231,7 +252,7 @@ pub fn compose_records(
 ) -> Result<EpsilonReport, AccountantError> {
     let mut acc = PrivacyAccountant::new(accountant, adjacency, unit);
     for r in records {
-        acc.compose(r.release.event)?;
+        r.release.compose_into(&mut acc)?;
     }
     acc.epsilon(delta)
 }
@@ -303,7 +324,8 @@ impl<S: LedgerStore> Ledger<S> {
             });
         }
         validate::delta(planned.delta)?;
-        let event = planned.event.validated()?;
+        planned.event.validated()?;
+        planned.additional.clone().validated()?;
         let records = self.store.records()?;
         let mut acc = PrivacyAccountant::new(
             self.budget.accountant,
@@ -311,10 +333,10 @@ impl<S: LedgerStore> Ledger<S> {
             self.budget.unit,
         );
         for r in &records {
-            acc.compose(r.release.event)?;
+            r.release.compose_into(&mut acc)?;
         }
         let spent = acc.epsilon(self.budget.delta)?;
-        acc.compose(event)?;
+        planned.compose_into(&mut acc)?;
         let projected = acc.epsilon(self.budget.delta)?;
         if projected.epsilon.is_nan() || projected.epsilon > self.budget.epsilon {
             return Err(LedgerError::BudgetExceeded {
@@ -336,14 +358,72 @@ impl<S: LedgerStore> Ledger<S> {
     pub fn record(&mut self, authorization: Authorization) -> Result<ReleaseRecord, LedgerError> {
         let checked = self.authorize(&authorization.release)?;
         let release = checked.release;
-        let eps = |a: Accountant| {
-            release
-                .event
-                .epsilon(a, release.adjacency, release.delta)
-                .ok()
-                .map(|r| r.epsilon)
-        };
+        let eps = |a: Accountant| release.epsilon(a).ok().map(|r| r.epsilon);
         let (rdp, pld) = (eps(Accountant::Rdp), eps(Accountant::Pld));
         self.store.append(&release, rdp, pld)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::ledger::sqlite::SqliteLedgerStore;
+
+    fn release(additional: AdditionalCost) -> Result<Release, AccountantError> {
+        Ok(Release {
+            mechanism: Mechanism::Pate,
+            event: SubsampledGaussian::poisson(1.0, 20.0, 50)?,
+            unit: PrivacyUnit::User,
+            adjacency: Adjacency::AddRemove,
+            population: Some(100),
+            delta: 1e-5,
+            released: "labels".into(),
+            additional,
+        })
+    }
+
+    /// A release's additional cost counts against the budget: a release that fits by its
+    /// Gaussian event alone is refused once its RDP part or its δ spent outright is added,
+    /// and what is recorded is composed into the totals.
+    #[test]
+    fn the_budget_check_includes_the_additional_cost() -> Result<(), Box<dyn std::error::Error>> {
+        let plain = release(AdditionalCost::none())?;
+        let alone = plain.epsilon(Accountant::Rdp)?.epsilon;
+        let budget = Budget::new(
+            alone * 1.5,
+            1e-5,
+            Accountant::Rdp,
+            Adjacency::AddRemove,
+            PrivacyUnit::User,
+        )?;
+        let mut ledger = Ledger::new(SqliteLedgerStore::open_in_memory()?, budget);
+        ledger.authorize(&plain)?;
+        let orders = crate::accountant::rdp::default_orders();
+        let heavy: Vec<(f64, f64)> = orders.iter().map(|&o| (o, alone)).collect();
+        let costly = [
+            AdditionalCost::rdp_at_orders(heavy)?,
+            AdditionalCost::delta_spent(1e-5 - 1e-12)?,
+        ];
+        for c in costly {
+            let e = ledger.authorize(&release(c.clone())?).unwrap_err();
+            assert!(
+                matches!(
+                    e,
+                    LedgerError::BudgetExceeded { .. } | LedgerError::Accountant(_)
+                ),
+                "{c:?}: {e}"
+            );
+        }
+        let light = AdditionalCost::rdp_at_orders(vec![(8.0, 0.01)])?;
+        let auth = ledger.authorize(&release(light.clone())?)?;
+        let record = ledger.record(auth)?;
+        assert_eq!(record.release.additional, light);
+        assert_eq!(
+            record.epsilon_pld, None,
+            "PLD cannot compose an RDP-only cost"
+        );
+        let spent = ledger.spent()?.epsilon;
+        assert!(spent > alone && spent <= alone * 1.5, "{spent} vs {alone}");
+        Ok(())
     }
 }

@@ -2,7 +2,11 @@
 //!
 //! One table, `releases`; triggers make it append-only (UPDATE and DELETE abort). Every append
 //! runs in its own transaction with `synchronous = FULL`, committed before `append` returns.
-//! Enum columns hold their snake_case names; a row that does not decode is reported as
+//! Enum columns hold their snake_case names. A release's [`AdditionalCost`] is text in
+//! `additional_cost`, `delta=<δ spent>;rdp=<order>:<rdp>,<order>:<rdp>,…`, every number in
+//! Rust's shortest round-trip form so that it reads back bit for bit (NULL when there is no
+//! such cost; a ledger made before that column existed gets it added, NULL in every old row,
+//! on open). A row that does not decode is reported as
 //! [`LedgerError::Corrupt`], never a panic.
 
 use std::path::Path;
@@ -11,7 +15,7 @@ use std::time::{SystemTime, UNIX_EPOCH};
 use rusqlite::{params, Connection};
 
 use super::{LedgerError, LedgerStore, Release, ReleaseRecord};
-use crate::accountant::SubsampledGaussian;
+use crate::accountant::{AdditionalCost, SubsampledGaussian};
 
 const SCHEMA: &str = "
 CREATE TABLE IF NOT EXISTS releases (
@@ -28,7 +32,8 @@ CREATE TABLE IF NOT EXISTS releases (
     delta            REAL    NOT NULL,
     epsilon_rdp      REAL,
     epsilon_pld      REAL,
-    released         TEXT    NOT NULL
+    released         TEXT    NOT NULL,
+    additional_cost  TEXT
 );
 CREATE TRIGGER IF NOT EXISTS releases_no_update BEFORE UPDATE ON releases
 BEGIN SELECT RAISE(ABORT, 'the privacy ledger is append-only'); END;
@@ -68,6 +73,20 @@ impl SqliteLedgerStore {
         conn.pragma_update(None, "synchronous", "FULL")
             .map_err(store_err(&location))?;
         conn.execute_batch(SCHEMA).map_err(store_err(&location))?;
+        // Ledgers made before `additional_cost` existed: add it (old rows read as NULL).
+        let has_additional: bool = conn
+            .query_row(
+                "SELECT COUNT(*) FROM pragma_table_info('releases') \
+                 WHERE name = 'additional_cost'",
+                [],
+                |r| r.get::<_, i64>(0),
+            )
+            .map_err(store_err(&location))?
+            > 0;
+        if !has_additional {
+            conn.execute_batch("ALTER TABLE releases ADD COLUMN additional_cost TEXT")
+                .map_err(store_err(&location))?;
+        }
         Ok(Self { conn, location })
     }
 }
@@ -107,11 +126,58 @@ type RawRow = (
     Option<f64>,
     Option<f64>,
     String,
+    Option<String>,
 );
 
+/// `delta=<δ>;rdp=<order>:<rdp>,…` (each number exact: Rust prints the shortest text that
+/// parses back to the same `f64`).
+fn encode_additional(cost: &AdditionalCost) -> String {
+    let rdp: Vec<String> = cost
+        .rdp
+        .iter()
+        .map(|(o, r)| format!("{o:?}:{r:?}"))
+        .collect();
+    format!("delta={:?};rdp={}", cost.delta, rdp.join(","))
+}
+
+fn decode_additional(text: &str) -> Result<AdditionalCost, String> {
+    let number = |s: &str| {
+        s.parse::<f64>()
+            .map_err(|_| format!("{s:?} is not a number"))
+    };
+    let (delta, rdp) = text
+        .strip_prefix("delta=")
+        .and_then(|rest| rest.split_once(";rdp="))
+        .ok_or("expected delta=<number>;rdp=<order>:<rdp>,...")?;
+    let rdp = rdp
+        .split(',')
+        .filter(|p| !p.is_empty())
+        .map(|pair| {
+            let (o, r) = pair
+                .split_once(':')
+                .ok_or_else(|| format!("{pair:?} is not <order>:<rdp>"))?;
+            Ok((number(o)?, number(r)?))
+        })
+        .collect::<Result<Vec<_>, String>>()?;
+    AdditionalCost {
+        rdp,
+        delta: number(delta)?,
+    }
+    .validated()
+    .map_err(|e| e.to_string())
+}
+
 fn decode(row: RawRow) -> Result<ReleaseRecord, LedgerError> {
-    let (id, at, mech, sampling, rate, sigma, steps, unit, adjacency, pop, delta, er, ep, rel) =
+    let (id, at, mech, sampling, rate, sigma, steps, unit, adjacency, pop, delta, er, ep, rel, add) =
         row;
+    let additional = match add {
+        None => AdditionalCost::none(),
+        Some(text) => decode_additional(&text).map_err(|e| LedgerError::Corrupt {
+            id,
+            column: "additional_cost",
+            value: format!("{text} ({e})"),
+        })?,
+    };
     let steps = u64::try_from(steps).map_err(|_| LedgerError::Corrupt {
         id,
         column: "steps",
@@ -148,6 +214,7 @@ fn decode(row: RawRow) -> Result<ReleaseRecord, LedgerError> {
             population,
             delta,
             released: rel,
+            additional,
         },
         epsilon_rdp: er,
         epsilon_pld: ep,
@@ -182,13 +249,15 @@ impl LedgerStore for SqliteLedgerStore {
                 ))
             })?),
         };
+        let additional =
+            (!release.additional.is_none()).then(|| encode_additional(&release.additional));
         let loc = self.location.clone();
         let tx = self.conn.transaction().map_err(store_err(&loc))?;
         tx.execute(
             "INSERT INTO releases (recorded_at_ms, mechanism, sampling, sampling_rate,
                  noise_multiplier, steps, unit, adjacency, population, delta, epsilon_rdp,
-                 epsilon_pld, released)
-             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13)",
+                 epsilon_pld, released, additional_cost)
+             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14)",
             params![
                 now_ms,
                 enum_text(&release.mechanism),
@@ -203,6 +272,7 @@ impl LedgerStore for SqliteLedgerStore {
                 epsilon_rdp,
                 epsilon_pld,
                 release.released,
+                additional,
             ],
         )
         .map_err(store_err(&loc))?;
@@ -224,7 +294,7 @@ impl LedgerStore for SqliteLedgerStore {
             .prepare(
                 "SELECT id, recorded_at_ms, mechanism, sampling, sampling_rate, noise_multiplier,
                         steps, unit, adjacency, population, delta, epsilon_rdp, epsilon_pld,
-                        released
+                        released, additional_cost
                  FROM releases ORDER BY id",
             )
             .map_err(store_err(loc))?;
@@ -245,6 +315,7 @@ impl LedgerStore for SqliteLedgerStore {
                     r.get(11)?,
                     r.get(12)?,
                     r.get(13)?,
+                    r.get(14)?,
                 ))
             })
             .map_err(store_err(loc))?;
@@ -273,6 +344,7 @@ mod tests {
             population: None,
             delta: 1e-5,
             released: "x".into(),
+            additional: AdditionalCost::none(),
         };
         store.append(&release, Some(1.0), None)?;
         assert!(store
@@ -281,6 +353,87 @@ mod tests {
             .is_err());
         assert!(store.conn.execute("DELETE FROM releases", []).is_err());
         assert_eq!(store.records()?.len(), 1);
+        Ok(())
+    }
+
+    fn release_with(additional: AdditionalCost) -> Result<Release, Box<dyn std::error::Error>> {
+        Ok(Release {
+            mechanism: Mechanism::Pate,
+            event: SubsampledGaussian::poisson(1.0, 30.0, 100)?,
+            unit: PrivacyUnit::User,
+            adjacency: Adjacency::AddRemove,
+            population: Some(40),
+            delta: 1e-5,
+            released: "labels".into(),
+            additional,
+        })
+    }
+
+    #[test]
+    fn additional_costs_survive_a_reopen_and_old_ledgers_gain_the_column(
+    ) -> Result<(), Box<dyn std::error::Error>> {
+        let dir = tempfile::tempdir()?;
+        let path = dir.path().join("old.sqlite");
+        // A ledger as hush wrote it before `additional_cost` existed, with one row.
+        let old = Connection::open(&path)?;
+        old.execute_batch(&SCHEMA.replace(",\n    additional_cost  TEXT", ""))?;
+        old.execute(
+            "INSERT INTO releases (recorded_at_ms, mechanism, sampling, sampling_rate,
+                 noise_multiplier, steps, unit, adjacency, population, delta, epsilon_rdp,
+                 epsilon_pld, released)
+             VALUES (1, 'dp_sgd', 'poisson', 0.01, 1.0, 10, 'example', 'add_remove', NULL,
+                     1e-5, 1.0, NULL, 'old')",
+            [],
+        )?;
+        drop(old);
+        // Numbers that a decimal round trip must keep bit for bit.
+        let cost = AdditionalCost {
+            rdp: vec![(1.1, 10.811072727868297), (3.5, 0.1 + 0.2)],
+            delta: 3.140141924652721e-10,
+        };
+        let mut store = SqliteLedgerStore::open(&path)?;
+        store.append(&release_with(cost.clone())?, Some(3.0), None)?;
+        drop(store);
+        let records = SqliteLedgerStore::open(&path)?.records()?;
+        assert_eq!(records.len(), 2);
+        assert_eq!(records[0].release.released, "old");
+        assert!(records[0].release.additional.is_none());
+        assert_eq!(records[1].release.additional, cost);
+        Ok(())
+    }
+
+    #[test]
+    fn a_malformed_additional_cost_is_reported_as_corrupt() -> Result<(), Box<dyn std::error::Error>>
+    {
+        let mut store = SqliteLedgerStore::open_in_memory()?;
+        store.append(&release_with(AdditionalCost::none())?, None, None)?;
+        for bad in [
+            "{not this format}",
+            "delta=2;rdp=",
+            "delta=0;rdp=0.5:1",
+            "delta=0;rdp=2:x",
+        ] {
+            store.conn.execute(
+                "INSERT INTO releases (recorded_at_ms, mechanism, sampling, sampling_rate,
+                     noise_multiplier, steps, unit, adjacency, population, delta, epsilon_rdp,
+                     epsilon_pld, released, additional_cost)
+                 SELECT recorded_at_ms, mechanism, sampling, sampling_rate, noise_multiplier,
+                     steps, unit, adjacency, population, delta, epsilon_rdp, epsilon_pld,
+                     released, ?1 FROM releases WHERE id = 1",
+                [bad],
+            )?;
+            match store.records() {
+                Err(LedgerError::Corrupt { column, .. }) => assert_eq!(column, "additional_cost"),
+                other => panic!("{bad}: {other:?}"),
+            }
+            store
+                .conn
+                .execute_batch("DROP TRIGGER releases_no_delete")?;
+            store
+                .conn
+                .execute("DELETE FROM releases WHERE id > 1", [])?;
+            store.conn.execute_batch(SCHEMA)?;
+        }
         Ok(())
     }
 }

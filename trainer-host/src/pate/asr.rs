@@ -33,10 +33,11 @@
 //! only has count 1 there and is released with probability at most
 //! `δ' = P[1 + σZ ≥ T] = Φ̄((T−1)/σ)` per utterance ([`transcript_vote_delta`]). The run
 //! is therefore `(ε, δ_G + U·δ')`-DP over `U` utterances, `ε` being the Gaussian's at
-//! `δ_G`. [`label_asr`] charges the Gaussian to the ledger at `δ_G = δ − U·δ'` and
-//! refuses a threshold for which `U·δ' > δ/2`, naming `--threshold`; the ledger's
-//! composed total (a Gaussian-only ledger, at the budget's δ) carries the Gaussian part,
-//! and the record's description states `U·δ'`.
+//! `δ_G`. [`label_asr`] refuses a threshold for which `U·δ' > δ/2`, naming `--threshold`,
+//! and records the Gaussian with `U·δ'` as δ spent outright (an
+//! [`crate::accountant::AdditionalCost`]): the record's own ε is the Gaussian's at
+//! `δ_G = δ − U·δ'`, and the ledger's composed total and every later budget check take
+//! `U·δ'` off the budget's δ.
 
 use std::path::{Path, PathBuf};
 
@@ -48,7 +49,7 @@ use serde::{Deserialize, Serialize};
 use super::label::{finished_teachers, ledger_error, open_ledger, write_atomically};
 use super::teachers::Ensemble;
 use crate::accountant::special::erfc;
-use crate::accountant::{Accountant, Adjacency, PrivacyUnit};
+use crate::accountant::{Accountant, AdditionalCost, Adjacency, PrivacyUnit};
 use crate::ledger::{Mechanism, Release};
 use crate::train::asr::{
     load_asr, load_asr_any_split, train_asr_on, AsrData, AsrTrainConfig, AsrTrainReport, Utterance,
@@ -391,7 +392,7 @@ pub fn label_asr(
         unit: PrivacyUnit::User,
         adjacency: Adjacency::AddRemove,
         population: Some(speakers as u64),
-        delta: delta_g,
+        delta: cfg.delta,
         released: format!(
             "PATE ASR {} transcripts of {} public utterances ({}); Gaussian part at δ = {:e}, \
              plus δ' = {:e} for transcripts of one teacher",
@@ -401,6 +402,10 @@ pub fn label_asr(
             delta_g,
             extra_delta
         ),
+        additional: AdditionalCost::delta_spent(extra_delta).map_err(|e| PateError::Option {
+            option: "--threshold",
+            reason: e.to_string(),
+        })?,
     };
     // Up front, before any noise is drawn: the cost does not depend on the outcome.
     let authorization = ledger.authorize(&release).map_err(privacy)?;

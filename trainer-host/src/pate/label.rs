@@ -31,16 +31,17 @@
 //!
 //! The ledger's record is the labels' **data-independent** cost, which holds for every
 //! data set and therefore covers the labels whatever the votes. Releasing the noised
-//! data-dependent ε is a second mechanism on the same data; its cost `ρ` is RDP at orders
-//! `1 < α < 1/(2β)` only (infinite above: Thm 23 of the paper), so no Gaussian event —
-//! the only kind the ledger composes — bounds it, and the ledger's composed total does
-//! **not** include it. Papernot et al. account for it by adding `ρ` at the one order `λ` of
-//! the release to the published value, which [`ReleasedEpsilon::released_epsilon`] does;
-//! that value, not the ledger's total, is the guarantee of labels + ε release together. The
-//! ledger record's description names the release and its `ρ` at `λ` so that an auditor can
-//! add it; a ledger event for a fixed-order RDP cost is what would let the total include it.
-//! (The order `λ` is the data-dependent optimum, as in the paper's code; publishing it
-//! reveals which of the analysed orders was best.)
+//! data-dependent ε is a second mechanism on the same data; its cost `ρ(α)` is RDP at
+//! orders `1 < α < 1/(2β)` only (unbounded above: Thm 23 of the paper). The same record
+//! carries it as an [`AdditionalCost`] (`ρ` at every analysed order in that range,
+//! [`smooth_sensitivity_release_cost`]), so the ledger's composed total — and every later
+//! budget check — includes it; a ledger accounted by PLD refuses such a release, as PLD
+//! cannot compose it. The budget is checked with it up front when `β` is given; the default
+//! `β = 0.4/λ` depends on the data-dependent optimal order `λ`, so it then joins the final
+//! check, which still comes before anything is written. The published value
+//! ([`ReleasedEpsilon::released_epsilon`]) adds `ρ(λ)` at the release's one order, as
+//! Papernot et al. do. (The order `λ` is the data-dependent optimum, as in the paper's
+//! code; publishing it reveals which of the analysed orders was best.)
 
 use std::path::{Path, PathBuf};
 
@@ -53,10 +54,11 @@ use serde::{Deserialize, Serialize};
 use super::aggregate::{Answer, SmoothRelease};
 use super::{package_probabilities, teacher_votes, Aggregator, PateError, PARTITION_JSON};
 use crate::accountant::pate::{
-    PateAnalysis, SmoothSensitivityParams, SmoothSensitivityRelease, ThresholdCheck,
+    smooth_sensitivity_release_cost, PateAnalysis, SmoothSensitivityParams,
+    SmoothSensitivityRelease, ThresholdCheck,
 };
 use crate::accountant::rdp::default_orders;
-use crate::accountant::{Accountant, Adjacency, PrivacyUnit, SubsampledGaussian};
+use crate::accountant::{Accountant, AdditionalCost, Adjacency, PrivacyUnit, SubsampledGaussian};
 use crate::ledger::sqlite::SqliteLedgerStore;
 use crate::ledger::{Budget, Ledger, Mechanism, Release};
 use crate::train::data::read_kws;
@@ -317,25 +319,41 @@ pub fn label_public(
         cfg.accountant,
     )?;
     let privacy = ledger_error;
-    let release = |answered: usize, note: &str| -> Result<Release, PateError> {
-        Ok(Release {
-            mechanism: Mechanism::Pate,
-            event: ledger_event(&cfg.aggregator, votes.len(), answered, cfg.accountant)?,
-            unit: PrivacyUnit::User,
-            adjacency: Adjacency::AddRemove,
-            population: Some(speakers as u64),
-            delta: cfg.delta,
-            released: format!(
-                "PATE {} labels of {} public clips ({}){note}",
-                cfg.aggregator.name(),
-                votes.len(),
-                out.display()
-            ),
+    let release_cost = |params: SmoothSensitivityParams| {
+        smooth_sensitivity_release_cost(params, &default_orders()).map_err(|e| PateError::Option {
+            option: "--ss-beta",
+            reason: e.to_string(),
         })
     };
-    // Up front: refused unless the budget holds even if every query passes.
+    let release =
+        |answered: usize, note: &str, additional: AdditionalCost| -> Result<Release, PateError> {
+            Ok(Release {
+                mechanism: Mechanism::Pate,
+                event: ledger_event(&cfg.aggregator, votes.len(), answered, cfg.accountant)?,
+                unit: PrivacyUnit::User,
+                adjacency: Adjacency::AddRemove,
+                population: Some(speakers as u64),
+                delta: cfg.delta,
+                released: format!(
+                    "PATE {} labels of {} public clips ({}){note}",
+                    cfg.aggregator.name(),
+                    votes.len(),
+                    out.display()
+                ),
+                additional,
+            })
+        };
+    // Up front: refused unless the budget holds even if every query passes (and, with a
+    // given β, with the smooth-sensitivity release's cost).
+    let planned_release_cost = match cfg.smooth {
+        Some(SmoothRelease {
+            sigma_ss,
+            beta: Some(beta),
+        }) => release_cost(SmoothSensitivityParams { beta, sigma_ss })?,
+        _ => AdditionalCost::none(),
+    };
     ledger
-        .authorize(&release(votes.len(), "")?)
+        .authorize(&release(votes.len(), "", planned_release_cost)?)
         .map_err(privacy)?;
 
     let mut noise = match cfg.seed {
@@ -383,7 +401,7 @@ pub fn label_public(
         note.push_str(&format!(
             "; data-dependent ε released with smooth sensitivity (GNSS at order {}, β = {}, \
              σ_ss = {}) = {:.4} at δ = {:e}, which includes that release's own RDP ρ = {:.4} \
-             at order {}; ρ is not in the ledger's composed total",
+             at order {}; ρ at every order below 1/(2β) is this entry's additional cost",
             s.order,
             s.params.beta,
             s.params.sigma_ss,
@@ -393,8 +411,12 @@ pub fn label_public(
             s.order
         ));
     }
+    let spent_on_release = match &smooth_sensitivity {
+        Some(s) => release_cost(s.params)?,
+        None => AdditionalCost::none(),
+    };
     let authorization = ledger
-        .authorize(&release(answered, &note)?)
+        .authorize(&release(answered, &note, spent_on_release)?)
         .map_err(privacy)?;
     let record = ledger.record(authorization).map_err(privacy)?;
     let labels: Vec<PublicLabel> = answers

@@ -204,6 +204,7 @@ impl DpRelease {
             population: Some(self.plan.n as u64),
             delta: self.delta,
             released: self.released.clone(),
+            additional: Default::default(),
         })
     }
 

@@ -13,6 +13,7 @@ use std::path::Path;
 
 use hush_device::dataset::{read_corpus, KwsLabels, Target};
 use hush_device::infer::clip_samples;
+use hush_device::infer::kws::KwsClassifier;
 use hush_host::accountant::pate::smooth_sensitivity_release_cost;
 use hush_host::accountant::rdp::default_orders;
 use hush_host::accountant::{Accountant, Adjacency, PrivacyUnit};
@@ -21,8 +22,8 @@ use hush_host::ledger::compose_records;
 use hush_host::ledger::sqlite::SqliteLedgerStore;
 use hush_host::ledger::LedgerStore;
 use hush_host::pate::{
-    label_public, teacher_votes, train_student, train_teachers, Aggregator, LabelConfig, LabelFile,
-    Partition, SmoothRelease, PARTITION_JSON,
+    label_public, teacher_votes, train_student, train_student_self_training, train_teachers,
+    Aggregator, LabelConfig, LabelFile, Partition, SelfTraining, SmoothRelease, PARTITION_JSON,
 };
 use hush_host::train::data::load_kws;
 
@@ -349,6 +350,73 @@ fn pate_end_to_end_student_beats_chance_by_far_on_held_out_speakers() {
     let records = SqliteLedgerStore::open(&ledger).unwrap().records().unwrap();
     assert_eq!(records.len(), 2);
     assert_eq!(records[1].id, f2.ledger_record);
+
+    // Self-training on the refused clips: a first student learns from the answered (and
+    // kept) labels, labels the refused clips it is confident about — exactly those whose
+    // top probability reaches the bar, by the device's own (tract) classifier — and a second
+    // student learns from both. The ledger is not touched.
+    let refused: BTreeSet<&Path> = f2
+        .labels
+        .iter()
+        .filter(|l| l.label.is_none())
+        .map(|l| l.file.as_path())
+        .collect();
+    assert_eq!(refused.len(), f2.refused);
+    let confidence = 0.6;
+    let st = train_student_self_training(
+        &student_cfg,
+        f2,
+        SelfTraining { confidence },
+        &tmp.path().join("student-st"),
+        "test",
+        &mut |_| {},
+    )
+    .unwrap();
+    assert_eq!(st.refused, f2.refused);
+    assert_eq!(st.first_dir, tmp.path().join("student-st-answered-only"));
+    let pseudo: std::collections::HashMap<&Path, &str> = st
+        .pseudo_labelled
+        .iter()
+        .map(|(f, c)| (f.as_path(), c.as_str()))
+        .collect();
+    assert!(pseudo.keys().all(|f| refused.contains(f)));
+    let first = KwsClassifier::load(&st.first_dir).unwrap();
+    let mut sure = 0;
+    for f in &refused {
+        let c = first.classify_file(&public.join(f)).unwrap();
+        if c.score >= confidence + 1e-3 {
+            assert_eq!(
+                pseudo.get(f).copied(),
+                Some(c.label.as_str()),
+                "{}",
+                f.display()
+            );
+            sure += 1;
+        } else if c.score <= confidence - 1e-3 {
+            assert!(!pseudo.contains_key(f), "{} at {}", f.display(), c.score);
+        }
+    }
+    let test_st = &st.student.card.metrics.as_ref().unwrap().splits["test"];
+    let test_first = &st.first.card.metrics.as_ref().unwrap().splits["test"];
+    eprintln!(
+        "self-training: {} refused, {} pseudo-labelled ({sure} clearly above {confidence}); \
+         held-out accuracy {:.3} → {:.3}",
+        st.refused,
+        st.pseudo_labelled.len(),
+        test_first.accuracy,
+        test_st.accuracy
+    );
+    assert!(sure > 0, "no refused clip was pseudo-labelled");
+    assert_eq!(test_st.examples, 60);
+    assert!(test_st.accuracy > 0.45, "{}", test_st.accuracy);
+    assert_eq!(
+        SqliteLedgerStore::open(&ledger)
+            .unwrap()
+            .records()
+            .unwrap()
+            .len(),
+        2
+    );
 }
 
 /// Every number in a JSON value.

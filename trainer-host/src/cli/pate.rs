@@ -9,7 +9,8 @@ use hush_host::pate::asr::{
     label_asr, train_asr_student, train_asr_teachers, AsrAggregator, AsrLabelConfig, AsrLabelFile,
 };
 use hush_host::pate::{
-    label_public, train_student, train_teachers, Aggregator, LabelConfig, LabelFile, SmoothRelease,
+    label_public, train_student, train_student_self_training, train_teachers, Aggregator,
+    LabelConfig, LabelFile, SelfTraining, SmoothRelease,
 };
 use hush_host::train::asr::AsrTrainConfig;
 
@@ -235,6 +236,12 @@ pub struct StudentArgs {
     /// Output model directory.
     #[arg(long)]
     pub out: PathBuf,
+    /// Self-training on the refused clips (KWS): after a first student learns from the
+    /// answered clips (kept in OUT-answered-only), it labels every refused clip whose top
+    /// class probability reaches C, and the student in OUT learns from both. No privacy
+    /// cost: the teachers are not asked again.
+    #[arg(long, value_name = "C")]
+    pub self_train_confidence: Option<f32>,
     /// The student's model and training.
     #[command(flatten)]
     pub model: ModelArgs,
@@ -258,6 +265,12 @@ pub struct RunArgs {
     /// The aggregator, its noise and the ledger.
     #[command(flatten)]
     pub agg: AggregatorArgs,
+    /// Self-training on the refused clips (KWS): after a first student learns from the
+    /// answered clips (kept in OUT-answered-only), it labels every refused clip whose top
+    /// class probability reaches C, and the student in OUT learns from both. No privacy
+    /// cost: the teachers are not asked again.
+    #[arg(long, value_name = "C")]
+    pub self_train_confidence: Option<f32>,
     /// The model and training of teachers and student.
     #[command(flatten)]
     pub model: ModelArgs,
@@ -280,8 +293,19 @@ pub fn run(cmd: PateCommand) -> anyhow::Result<()> {
             }
         },
         PateCommand::Student(a) => match a.task {
-            TaskArg::Kws => student(&a.public, &a.labels, &a.model, &a.out),
-            TaskArg::Asr => asr_student(&a.public, &a.labels, &a.model, &a.out),
+            TaskArg::Kws => student(
+                &a.public,
+                &a.labels,
+                &a.model,
+                a.self_train_confidence,
+                &a.out,
+            ),
+            TaskArg::Asr => {
+                if a.self_train_confidence.is_some() {
+                    anyhow::bail!("--self-train-confidence applies to --task kws only");
+                }
+                asr_student(&a.public, &a.labels, &a.model, &a.out)
+            }
         },
         PateCommand::Run(a) => {
             let teachers_dir = a.out.join("teachers");
@@ -293,13 +317,19 @@ pub fn run(cmd: PateCommand) -> anyhow::Result<()> {
                 let labels0 = a.out.join("labels-round0.json");
                 let student0 = a.out.join("student-round0");
                 label(&a.agg, &teachers_dir, &a.public, None, &labels0)?;
-                student(&a.public, &labels0, &a.model, &student0)?;
+                student(&a.public, &labels0, &a.model, None, &student0)?;
                 Some(student0)
             } else {
                 None
             };
             label(&a.agg, &teachers_dir, &a.public, first.as_deref(), &labels)?;
-            student(&a.public, &labels, &a.model, &a.out.join("student"))
+            student(
+                &a.public,
+                &labels,
+                &a.model,
+                a.self_train_confidence,
+                &a.out.join("student"),
+            )
         }
     }
 }
@@ -355,7 +385,7 @@ fn label(
         Some(s) => println!(
             "data-dependent ε released with smooth sensitivity (noised) = {:.4} at δ = {} \
              (order {}, β = {}, σ_ss = {}; includes the release's own ρ = {:.4}, which the \
-             ledger's total does not)",
+             ledger's record also carries, at every order below 1/(2β))",
             s.released_epsilon, f.delta, s.order, s.params.beta, s.params.sigma_ss, s.release_rdp
         ),
         None => println!(
@@ -366,13 +396,40 @@ fn label(
     Ok(())
 }
 
-fn student(public: &Path, labels: &Path, model: &ModelArgs, out: &Path) -> anyhow::Result<()> {
+fn student(
+    public: &Path,
+    labels: &Path,
+    model: &ModelArgs,
+    self_train: Option<f32>,
+    out: &Path,
+) -> anyhow::Result<()> {
     let file = LabelFile::read(labels)?;
     let cfg = model.kws_config(public);
     let command = std::env::args().collect::<Vec<_>>().join(" ");
-    let report = train_student(&cfg, &file, out, &command, &mut epoch_line(cfg.epochs))
-        .with_context(|| format!("training the student on {}", public.display()))?;
-    print_card(&report.card, out);
+    let context = || format!("training the student on {}", public.display());
+    let Some(confidence) = self_train else {
+        let report = train_student(&cfg, &file, out, &command, &mut epoch_line(cfg.epochs))
+            .with_context(context)?;
+        print_card(&report.card, out);
+        return Ok(());
+    };
+    let r = train_student_self_training(
+        &cfg,
+        &file,
+        SelfTraining { confidence },
+        out,
+        &command,
+        &mut epoch_line(cfg.epochs),
+    )
+    .with_context(context)?;
+    println!("student on the answered clips only:");
+    print_card(&r.first.card, &r.first_dir);
+    println!(
+        "self-training: {} of {} refused clips pseudo-labelled at confidence >= {confidence}",
+        r.pseudo_labelled.len(),
+        r.refused
+    );
+    print_card(&r.student.card, out);
     Ok(())
 }
 

@@ -24,7 +24,7 @@ pub use label::{
     finished_teachers, label_public, LabelConfig, LabelFile, LabelReport, ReleasedEpsilon,
 };
 pub use partition::partition_by_speaker;
-pub use student::train_student;
+pub use student::{train_student, train_student_self_training, SelfTraining, SelfTrainingReport};
 pub use teachers::{
     package_probabilities, teacher_dir, teacher_votes, train_teachers, Partition, PARTITION_JSON,
 };

@@ -259,7 +259,7 @@ pub struct OwnWeights;
 
 impl LayerRunner for OwnWeights {
     fn conv(&self, c: &Conv2d, x: Tensor<4>) -> Tensor<4> {
-        c.forward(x)
+        conv_with(c, c.weight.val(), c.bias.as_ref().map(|b| b.val()), x)
     }
     fn batch_norm(&self, b: &BatchNorm, x: Tensor<4>) -> Tensor<4> {
         b.forward(x)
@@ -267,6 +267,57 @@ impl LayerRunner for OwnWeights {
     fn linear(&self, l: &Linear, x: Tensor<2>) -> Tensor<2> {
         l.forward(x)
     }
+}
+
+/// Conv `c`'s geometry with `weight` `[out, in/groups, kh, kw]` and `bias` on `x`
+/// `[B, C_in, H, W]`. Two kinds run on simpler ops, because burn flex computes a conv's
+/// gradients through general (transposed) 3-D conv loops, its slowest kernels on the CPU:
+/// a pointwise conv (1×1, one group, no stride, padding or dilation) is a batched matmul
+/// `[1, out, in] × [B, in, H·W]`; a depthwise conv (one input channel per group, as many
+/// outputs) is a sum over kernel taps of the shifted input times the tap's weight
+/// ([`crate::dp::vectorized::depthwise_by_taps`]). Every other conv is burn's. Measured in
+/// BENCHMARKS.md (DS-CNN-S training step).
+pub(crate) fn conv_with(
+    c: &Conv2d,
+    weight: Tensor<4>,
+    bias: Option<Tensor<1>>,
+    x: Tensor<4>,
+) -> Tensor<4> {
+    let pointwise = c.kernel_size == [1, 1]
+        && c.groups == 1
+        && c.stride == [1, 1]
+        && c.dilation == [1, 1]
+        && matches!(
+            c.padding,
+            burn::nn::PaddingConfig2d::Valid | burn::nn::PaddingConfig2d::Explicit(0, 0, 0, 0)
+        );
+    let [_, cin, _, _] = x.dims();
+    let [cout, per_group, kh, kw] = weight.dims();
+    if c.groups == cin && cout == cin && per_group == 1 {
+        let y = crate::dp::vectorized::depthwise_by_taps(c, x, weight.reshape([1, cout, kh * kw]));
+        return match bias {
+            Some(bias) => y + bias.reshape([1, cout, 1, 1]),
+            None => y,
+        };
+    }
+    if !pointwise {
+        let [_, _, h, w] = x.dims();
+        let pads = crate::dp::vectorized::padding_pairs(c, h, w);
+        let options =
+            burn::tensor::ops::ConvOptions::new_with_padding(c.stride, pads, c.dilation, c.groups);
+        return burn::tensor::module::conv2d(x, weight, bias, options);
+    }
+    let [b, cin, h, w] = x.dims();
+    let [cout, _, _, _] = weight.dims();
+    let y = weight
+        .reshape([1, cout, cin])
+        .expand([b, cout, cin])
+        .matmul(x.reshape([b, cin, h * w]));
+    let y = match bias {
+        Some(bias) => y + bias.reshape([1, cout, 1]),
+        None => y,
+    };
+    y.reshape([b, cout, h, w])
 }
 
 /// `{name}.weight` `[out, in/groups, kh, kw]` and, if present, `{name}.bias` `[out]`.

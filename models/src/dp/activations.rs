@@ -30,15 +30,11 @@ use std::collections::HashMap;
 use burn::module::{Param, ParamId};
 use burn::nn::conv::Conv2d;
 use burn::nn::{BatchNorm, Linear};
-use burn::tensor::module::conv2d;
-use burn::tensor::ops::ConvOptions;
 use burn::tensor::{Gradients, Tensor, TensorData};
 
-use super::vectorized::{
-    normalize_with_stored_statistics, padding_pairs, taps, unfold, PhysicalSum,
-};
+use super::vectorized::{normalize_with_stored_statistics, taps, unfold, PhysicalSum};
 use super::ClipBounds;
-use crate::arch::layers::{named, LayerRunner, TensorVisitor};
+use crate::arch::layers::{conv_with, named, LayerRunner, TensorVisitor};
 use crate::arch::{is_trainable, KwsModel};
 use crate::checkpoint::NamedTensor;
 use crate::step::{scalar, soft_cross_entropy, Batch};
@@ -367,11 +363,8 @@ impl ActivationRecorder {
 
 impl LayerRunner for ActivationRecorder {
     fn conv(&self, c: &Conv2d, x: Tensor<4>) -> Tensor<4> {
-        let [_, _, h, w] = x.dims();
-        let pads = padding_pairs(c, h, w);
-        let options = ConvOptions::new_with_padding(c.stride, pads, c.dilation, c.groups);
         let bias = c.bias.as_ref().map(|p| p.val().detach());
-        let y = conv2d(x.clone(), c.weight.val().detach(), bias, options);
+        let y = conv_with(c, c.weight.val().detach(), bias, x.clone());
         let weight = self.name(&c.weight);
         let bias = c.bias.as_ref().and_then(|p| self.name(p));
         if weight.is_none() && bias.is_none() {

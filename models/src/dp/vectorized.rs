@@ -226,6 +226,28 @@ pub(crate) fn taps(c: &Conv2d, x: Tensor<4>) -> Vec<Tensor<4>> {
     taps
 }
 
+/// A depthwise conv (one input channel per group, as many outputs as inputs) of `x`
+/// `[B, C, H, W]` with `c`'s geometry, as the sum over kernel taps of each tap's window
+/// times its weight: `weight` `[1 or B, C, kh·kw]` (one set for the batch, or one per
+/// example). Its gradients are slices and products, which on burn flex beat the grouped
+/// conv's general (transposed) 3-D conv loops.
+pub(crate) fn depthwise_by_taps(c: &Conv2d, x: Tensor<4>, weight: Tensor<3>) -> Tensor<4> {
+    let [n, ch, k] = weight.dims();
+    let mut y: Option<Tensor<4>> = None;
+    for (t, tap) in taps(c, x).into_iter().enumerate().take(k) {
+        let term = tap
+            * weight
+                .clone()
+                .slice([0..n, 0..ch, t..t + 1])
+                .reshape([n, ch, 1, 1]);
+        y = Some(match y {
+            Some(y) => y + term,
+            None => term,
+        });
+    }
+    y.expect("a kernel has at least one tap")
+}
+
 /// [`taps`] stacked: `[B, C, kh·kw, H', W']`.
 pub(crate) fn unfold(c: &Conv2d, x: Tensor<4>) -> Tensor<5> {
     Tensor::stack(taps(c, x), 2)
@@ -245,15 +267,15 @@ pub(crate) fn normalize_with_stored_statistics(bn: &BatchNorm, x: Tensor<4>) -> 
 impl LayerRunner for PerExampleWeights {
     /// Dense convs (`groups = 1`): a batched matmul of each example's weights
     /// `[C_out, C_in·k]` with its unfolded input `[C_in·k, H'·W']` (a 1×1 unstrided,
-    /// unpadded conv needs no unfolding). Grouped convs (depthwise included): one conv with
-    /// `groups = B·g`.
+    /// unpadded conv needs no unfolding). Depthwise convs: [`depthwise_by_taps`] with each
+    /// example's own tap weights. Other grouped convs: one conv with `groups = B·g`.
     ///
-    /// Why two rules: burn 0.22.1 computes a grouped conv's weight gradient group by group
+    /// Why: burn 0.22.1 computes a grouped conv's weight gradient group by group
     /// (`conv2d_weight_grad_groups` in burn-backend: a slice, a conv and a slice-assign per
     /// group), so a dense conv run as `B` groups pays `B` of those per step; the matmul rule
-    /// avoids that. For depthwise convs the same unfold-and-multiply (one `[B, C, k, H', W']`
-    /// product summed over taps) measured slower than the grouped conv on the flex backend
-    /// (BENCHMARKS.md), so depthwise convs stay grouped.
+    /// avoids that. For depthwise convs, a stacked unfold-and-multiply (one
+    /// `[B, C, k, H', W']` product) measured slower than the grouped conv, but the running
+    /// sum over taps, which never builds that tensor, measured faster (BENCHMARKS.md).
     fn conv(&self, c: &Conv2d, x: Tensor<4>) -> Tensor<4> {
         let [b, cin, h, w] = x.dims();
         let [cout, per_group, kh, kw] = c.weight.shape().dims::<4>();
@@ -272,6 +294,8 @@ impl LayerRunner for PerExampleWeights {
                 .reshape([b, cout, cin * k])
                 .matmul(cols.reshape([b, cin * k, ho * wo]))
                 .reshape([b, cout, ho, wo])
+        } else if c.groups == cin && cout == cin && per_group == 1 {
+            depthwise_by_taps(c, x, weight.reshape([b, cout, k]))
         } else {
             let options = ConvOptions::new_with_padding(
                 c.stride,

@@ -281,7 +281,8 @@ pub struct TrainArgs {
     #[command(flatten)]
     pub dp: DpArgs,
     /// ASR: start from a pretrained encoder (the output folder of `hush-host pretrain`, same
-    /// --arch); its output layer starts fresh.
+    /// --arch; its output layer starts fresh) or fine-tune a whole ASR model package (e.g.
+    /// models/asr, same --arch and features).
     #[arg(long)]
     pub init: Option<PathBuf>,
     /// ASR: keep the pretrained encoder fixed and train only the output layer (needs

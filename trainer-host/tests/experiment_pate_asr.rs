@@ -45,19 +45,22 @@ fn asr_pate_experiment_has_every_row_with_ledgered_epsilons_on_held_out_speakers
     assert_eq!(methods, want);
 
     for run in &r.runs {
-        assert!(
-            run.refused.is_none(),
-            "{} refused: {:?}",
-            run.method,
-            run.refused
-        );
         for v in [run.test_wer, run.test_cer, run.label_wer]
             .into_iter()
             .flatten()
         {
             assert!(v.is_finite() && v >= 0.0, "{}: {v}", run.method);
         }
-        assert!(run.test_wer.is_some(), "{} has no test WER", run.method);
+        // Teachers of one epoch rarely agree on a whole transcript: the vote may leave
+        // its student too few labels (the release, and its ledger record, stand).
+        match &run.refused {
+            Some(why) if run.method == "PATE-transcript-vote" => {
+                assert!(why.starts_with("student:"), "{why}");
+                assert!(run.test_wer.is_none());
+            }
+            Some(why) => panic!("{} refused: {why}", run.method),
+            None => assert!(run.test_wer.is_some(), "{} has no test WER", run.method),
+        }
         let private = run.method == "DP-SGD" || run.method.starts_with("PATE-");
         assert_eq!(run.epsilon.is_some(), private, "{}", run.method);
         if !private {

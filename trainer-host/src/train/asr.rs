@@ -167,6 +167,13 @@ impl AsrTrainConfig {
             option: "--init",
             reason: format!("{}: {reason}", dir.display()),
         };
+        if !dir.is_dir() {
+            return Err(bad(
+                "not a directory; --init takes a pretrained encoder (encoder.json, from \
+                 `hush-host pretrain`) or an ASR model package (model.json)"
+                    .into(),
+            ));
+        }
         let is_package = !dir.join(hush_models::pretrained::ENCODER_JSON).exists()
             && dir.join(hush_models::package::MODEL_JSON).exists();
         let (what, card_arch, card_features, init) = if is_package {

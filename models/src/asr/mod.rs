@@ -272,6 +272,36 @@ pub fn ctc_loss(
     Ok(loss.sum().div_scalar(total as f64))
 }
 
+/// DP-SGD's sum of per-utterance clipped CTC gradients: each utterance of `batch` (its own
+/// frames only, no padding) gets its own forward and backward pass (the per-example
+/// loop, [`crate::dp::clipped_sum_by_loop`]: a GRU has no vectorized rule here), its
+/// gradient of the per-label loss is clipped (or normalised) to `bounds`, and the clipped
+/// gradients are summed.
+pub fn ctc_clipped_sum(
+    model: &CtcGru,
+    batch: &CtcBatch,
+    bounds: &crate::dp::ClipBounds,
+    bounding: crate::dp::Bounding,
+    device: &Device,
+) -> Result<crate::dp::ClippedSum, ModelError> {
+    let layout = read_values(model)?;
+    let per = batch.frames * batch.bins;
+    crate::dp::clipped_sum_by_loop(&layout, bounds, bounding, batch.lengths.len(), |i| {
+        let n = batch.lengths[i];
+        let one = CtcBatch {
+            features: batch.features[i * per..i * per + n * batch.bins].to_vec(),
+            lengths: vec![n],
+            labels: vec![batch.labels[i].clone()],
+            frames: n,
+            bins: batch.bins,
+        };
+        let loss = ctc_loss(model, &one, device)?;
+        let value = crate::step::scalar(loss.clone())?;
+        let grads = GradientsParams::from_grads(loss.backward(), model);
+        Ok((value, read_grads(model, &grads)?))
+    })
+}
+
 /// Per-step log-probabilities of one utterance (`frames × bins` features) on a model in
 /// inference mode: `output_steps(frames) × vocab`, row-major.
 pub fn log_probs(

@@ -281,7 +281,8 @@ pub struct TrainArgs {
     #[command(flatten)]
     pub dp: DpArgs,
     /// ASR: start from a pretrained encoder (the output folder of `hush-host pretrain`, same
-    /// --arch); its output layer starts fresh.
+    /// --arch; its output layer starts fresh) or fine-tune a whole ASR model package (e.g.
+    /// models/asr, same --arch and features).
     #[arg(long)]
     pub init: Option<PathBuf>,
     /// ASR: keep the pretrained encoder fixed and train only the output layer (needs
@@ -326,15 +327,37 @@ pub fn run(args: TrainArgs) -> anyhow::Result<()> {
     let command = std::env::args().collect::<Vec<_>>().join(" ");
     announce_device(args.model.device);
     if args.task == TaskArg::Asr {
-        if args.dp.dp {
-            anyhow::bail!(
-                "--dp applies to --task kws only (DP-SGD for ASR training is not built yet; \
-                 `hush-host pretrain --dp` pretrains the encoder with DP)"
-            );
-        }
         let mut cfg = args.model.asr_config(&args.data, args.beam)?;
         cfg.init = args.init.clone();
         cfg.freeze_encoder = args.freeze_encoder;
+        if args.dp.dp {
+            let dp = dp_config(&args)?;
+            let data = hush_host::train::asr::load_asr(&args.data, cfg.features.frame.sample_rate)
+                .with_context(|| format!("reading {}", args.data.display()))?;
+            let r = hush_host::train::asr::train_asr_dp_on(
+                &cfg,
+                &dp,
+                &data,
+                &args.out,
+                &command,
+                &mut asr_epoch_line(cfg.epochs),
+            )
+            .with_context(|| format!("ASR DP training on {}", args.data.display()))?;
+            let p = &r.privacy;
+            println!(
+                "DP-SGD: noise multiplier {:.4}, q {:.4}, {} steps, clip {}, {} private \
+                 utterances; ε = {:.3} (per utterance, δ = {:e})",
+                p.noise_multiplier,
+                p.sampling_rate,
+                p.steps,
+                p.clip,
+                p.population,
+                p.epsilon_rdp.epsilon,
+                p.delta
+            );
+            print_asr_card(&r.report.card, &args.out);
+            return Ok(());
+        }
         let report = train_asr(&cfg, &args.out, &command, &mut asr_epoch_line(cfg.epochs))
             .with_context(|| format!("ASR training on {}", args.data.display()))?;
         print_asr_card(&report.card, &args.out);

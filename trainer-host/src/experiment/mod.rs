@@ -13,6 +13,9 @@
 //! - [`pate`]: KWS accuracy against ε for PATE (LNMax, GNMax, Confident-GNMax) beside
 //!   DP-SGD and a non-private model on one speaker-disjoint split
 //!   (`hush-host experiment pate`);
+//! - [`pate_asr`]: ASR WER against ε for PATE (posterior averaging, transcript voting)
+//!   beside DP-SGD, non-private fine-tuning and the public warm-start model
+//!   (`hush-host experiment pate --task asr`);
 //! - [`kws_generalization`]: KWS accuracy on voices never heard — leave one engine or
 //!   donor family out — beside the speaker-disjoint test
 //!   (`hush-host experiment kws-generalization`).
@@ -20,6 +23,7 @@
 pub mod dp_sgd;
 pub mod kws_generalization;
 pub mod pate;
+pub mod pate_asr;
 pub mod pretrain;
 
 use std::path::{Path, PathBuf};
@@ -136,4 +140,39 @@ pub(crate) fn write_json<T: serde::Serialize>(
         source: std::io::Error::other(e),
     })?;
     write_file(out, name, json)
+}
+
+/// One line per method through its `(method, ε, value)` points, sorted by ε; then each
+/// of `baselines` (`(name, value)`, e.g. a non-private model) as a horizontal line over
+/// the points' ε range (none when there are no points).
+pub(crate) fn series_by_method(
+    points: impl IntoIterator<Item = (String, f64, f64)>,
+    baselines: &[(&str, f64)],
+) -> Vec<crate::plot::Series> {
+    let mut series: Vec<crate::plot::Series> = Vec::new();
+    for (method, eps, value) in points {
+        match series.iter_mut().find(|s| s.name == method) {
+            Some(s) => s.points.push((eps, value)),
+            None => series.push(crate::plot::Series {
+                name: method,
+                points: vec![(eps, value)],
+            }),
+        }
+    }
+    for s in &mut series {
+        s.points.sort_by(|a, b| a.0.total_cmp(&b.0));
+    }
+    let (lo, hi) = series
+        .iter()
+        .flat_map(|s| s.points.iter().map(|p| p.0))
+        .fold((f64::MAX, f64::MIN), |(l, h), x| (l.min(x), h.max(x)));
+    if lo <= hi {
+        for &(name, value) in baselines {
+            series.push(crate::plot::Series {
+                name: name.into(),
+                points: vec![(lo, value), (hi, value)],
+            });
+        }
+    }
+    series
 }

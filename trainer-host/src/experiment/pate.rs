@@ -34,7 +34,9 @@ use rand_chacha::ChaCha8Rng;
 use serde::{Deserialize, Serialize};
 
 use super::dp_sgd::{prepare_corpus, CorpusInfo, CorpusSpec};
-use super::{fmt_opt, fresh_runs_dir, io_err, write_results_and_plot, ExperimentError};
+use super::{
+    fmt_opt, fresh_runs_dir, io_err, series_by_method, write_results_and_plot, ExperimentError,
+};
 use crate::accountant::Accountant;
 use crate::demo::small_kws_config;
 use crate::pate::{label_public, train_student, train_teachers, Aggregator, LabelConfig};
@@ -571,43 +573,19 @@ pub fn results_markdown(r: &PateResults) -> String {
 
 /// Test accuracy against ε, one series per method; non-private as a horizontal line.
 fn plot_series(r: &PateResults) -> Vec<Series> {
-    let mut series: Vec<Series> = Vec::new();
-    for run in &r.runs {
-        let (Some(eps), Some(acc)) = (run.epsilon, run.test_accuracy) else {
-            continue;
-        };
-        match series.iter_mut().find(|s| s.name == run.method) {
-            Some(s) => s.points.push((eps, acc)),
-            None => series.push(Series {
-                name: run.method.clone(),
-                points: vec![(eps, acc)],
-            }),
-        }
-    }
-    for s in &mut series {
-        s.points.sort_by(|a, b| a.0.total_cmp(&b.0));
-    }
-    let xs: Vec<f64> = series
+    let points = r
+        .runs
         .iter()
-        .flat_map(|s| s.points.iter().map(|p| p.0))
-        .collect();
-    let (lo, hi) = xs
-        .iter()
-        .fold((f64::MAX, f64::MIN), |(l, h), &x| (l.min(x), h.max(x)));
-    if let Some(acc) = r
+        .filter_map(|run| Some((run.method.clone(), run.epsilon?, run.test_accuracy?)));
+    let baseline: Vec<(&str, f64)> = r
         .runs
         .iter()
         .find(|run| run.method == "non-private")
         .and_then(|run| run.test_accuracy)
-    {
-        if lo <= hi {
-            series.push(Series {
-                name: "non-private".into(),
-                points: vec![(lo, acc), (hi, acc)],
-            });
-        }
-    }
-    series
+        .map(|acc| ("non-private", acc))
+        .into_iter()
+        .collect();
+    series_by_method(points, &baseline)
 }
 
 fn write_results(out: &Path, r: &PateResults) -> Result<(), ExperimentError> {

@@ -74,9 +74,10 @@ pub struct AsrTrainConfig {
     /// Where to train (`--device`; a GPU that cannot start falls back to the CPU).
     #[serde(default)]
     pub compute: ComputeKind,
-    /// A pretrained encoder (`hush-host pretrain` output) to start from: its tensors,
-    /// input normalisation included, replace the fresh encoder's; the output layer starts
-    /// fresh.
+    /// Where to start: a pretrained encoder (`hush-host pretrain` output; its tensors,
+    /// input normalisation included, replace the fresh encoder's and the output layer
+    /// starts fresh) or a whole ASR model package such as `models/asr` (fine-tuning: every
+    /// tensor is its). Its architecture, features and vocabulary must be this run's.
     #[serde(default)]
     pub init: Option<PathBuf>,
     /// Keep the pretrained encoder fixed and train only the output layer (needs `init`).
@@ -153,39 +154,82 @@ impl AsrTrainConfig {
         }
     }
 
-    /// The pretrained encoder of `init`, checked against the architecture `arch` and the
-    /// features: `(weights file, encoder tensors)`.
-    fn pretrained(
-        &self,
-        arch: &AsrArchConfig,
-    ) -> Result<Option<(PathBuf, Vec<NamedTensor>)>, TrainError> {
+    /// The starting point `init` names, checked against the architecture `arch`, the
+    /// features and the character vocabulary: a pretrained encoder (`encoder.json`, from
+    /// `hush-host pretrain`; the output layer starts fresh) or a whole ASR model package
+    /// (`model.json`, e.g. `models/asr`; every tensor, input normalisation and output
+    /// layer included, is its).
+    pub(crate) fn pretrained(&self, arch: &AsrArchConfig) -> Result<Option<Init>, TrainError> {
         let Some(dir) = &self.init else {
             return Ok(None);
         };
-        let (card, tensors) = read_encoder(dir)?;
         let bad = |reason: String| TrainError::Option {
             option: "--init",
             reason: format!("{}: {reason}", dir.display()),
         };
-        if card.arch != *arch {
+        if !dir.is_dir() {
+            return Err(bad(
+                "not a directory; --init takes a pretrained encoder (encoder.json, from \
+                 `hush-host pretrain`) or an ASR model package (model.json)"
+                    .into(),
+            ));
+        }
+        let is_package = !dir.join(hush_models::pretrained::ENCODER_JSON).exists()
+            && dir.join(hush_models::package::MODEL_JSON).exists();
+        let (what, card_arch, card_features, init) = if is_package {
+            let card = AsrCard::read(dir)?;
+            let vocab = card.vocabulary().map_err(|e| bad(e.to_string()))?;
+            if vocab != Vocabulary::characters() {
+                return Err(bad(format!(
+                    "the model's vocabulary ({} tokens) is not the character set this run \
+                     trains ({} tokens)",
+                    vocab.len(),
+                    Vocabulary::characters().len()
+                )));
+            }
+            let tensors = hush_models::checkpoint::load_safetensors(&dir.join(WEIGHTS))?;
+            (
+                "model",
+                card.arch.clone(),
+                card.features.clone(),
+                Init::Model(dir.join(WEIGHTS), tensors),
+            )
+        } else if dir.join(hush_models::pretrained::ENCODER_JSON).exists() {
+            let (card, tensors) = read_encoder(dir)?;
+            (
+                "encoder",
+                card.arch.clone(),
+                card.features.clone(),
+                Init::Encoder(dir.join(WEIGHTS), tensors),
+            )
+        } else {
             return Err(bad(format!(
-                "the encoder is a {} of {} bins ({:?}); this run trains {} of {} bins; pass \
-                 the same --arch as `hush-host pretrain`",
-                card.arch.name(),
-                card.arch.bins(),
-                card.arch,
+                "holds neither {} (a pretrained encoder from `hush-host pretrain`) nor {} \
+                 (an ASR model package)",
+                hush_models::pretrained::ENCODER_JSON,
+                hush_models::package::MODEL_JSON
+            )));
+        };
+        if card_arch != *arch {
+            return Err(bad(format!(
+                "the {what} is a {} of {} bins ({:?}); this run trains {} of {} bins ({:?}); \
+                 pass the same --arch",
+                card_arch.name(),
+                card_arch.bins(),
+                card_arch,
                 arch.name(),
-                arch.bins()
+                arch.bins(),
+                arch
             )));
         }
         let features: FeatureConfig =
-            serde_json::from_value(card.features.clone()).map_err(|e| bad(e.to_string()))?;
+            serde_json::from_value(card_features).map_err(|e| bad(e.to_string()))?;
         if features != self.features {
-            return Err(bad(
-                "the encoder was pretrained on other features than this run's".into(),
-            ));
+            return Err(bad(format!(
+                "the {what} was trained on other features than this run's"
+            )));
         }
-        Ok(Some((dir.join(WEIGHTS), tensors)))
+        Ok(Some(init))
     }
 
     fn check(&self) -> Result<(), TrainError> {
@@ -206,6 +250,26 @@ impl AsrTrainConfig {
             ));
         }
         Ok(())
+    }
+}
+
+/// Where an ASR run starts ([`AsrTrainConfig::init`]): `(weights file, tensors)`.
+pub(crate) enum Init {
+    /// A pretrained encoder: every tensor but the output layer.
+    Encoder(PathBuf, Vec<NamedTensor>),
+    /// A whole recogniser: every tensor.
+    Model(PathBuf, Vec<NamedTensor>),
+}
+
+impl Init {
+    /// `model` (freshly initialised, `arch`) with the starting point's tensors.
+    pub(crate) fn load_into(self, model: CtcGru, arch: &str) -> Result<CtcGru, TrainError> {
+        Ok(match self {
+            Init::Encoder(origin, tensors) => load_encoder_into(model, tensors, arch, &origin)?,
+            Init::Model(origin, tensors) => {
+                model.load_tensors(TensorSource::new(&origin, tensors), arch)?
+            }
+        })
     }
 }
 
@@ -464,48 +528,22 @@ pub fn train_asr_on(
     progress: &mut dyn FnMut(&AsrEpochReport),
 ) -> Result<AsrTrainReport, TrainError> {
     cfg.check()?;
-    let vocab = Vocabulary::characters();
-    let arch = cfg.resolve_arch(&vocab)?;
-    let bins = arch.bins();
-    let sr = cfg.features.frame.sample_rate;
-    let clean = |utts: &[Utterance]| -> Result<Vec<Vec<f32>>, TrainError> {
-        utts.iter()
-            .map(|u| features(&cfg.features, u, &u.samples))
-            .collect()
-    };
-    let train_feats = clean(&data.train)?;
-    let val_feats = clean(&data.validation)?;
-    let test_feats = clean(&data.test)?;
-    // Training utterances too short for their transcript cannot be aligned: left out,
-    // and counted in the data summary.
-    let usable: Vec<usize> = (0..data.train.len())
-        .filter(|&i| {
-            ctc_min_steps(&data.train[i].labels) <= output_steps(train_feats[i].len() / bins)
-        })
-        .collect();
-    if usable.is_empty() {
-        return Err(TrainError::Data {
-            path: cfg.data.clone(),
-            reason: "no training utterance is long enough for its transcript (4 frames per \
-                     character)"
-                .into(),
-        });
-    }
-    let (mean, scale) = input_stats(&train_feats.concat(), bins);
+    let run = Prepared::new(cfg, data)?;
+    let (mean, scale) = input_stats(&run.train_feats.concat(), run.bins);
 
     let plain = super::device(cfg.compute);
     let device = plain.clone().autodiff();
     device.seed(cfg.seed);
-    let mut model = arch.init(&device)?;
+    let mut model = run.arch.init(&device)?;
     model.set_input_norm(&mean, &scale)?;
-    if let Some((origin, tensors)) = cfg.pretrained(&arch)? {
-        model = load_encoder_into(model, tensors, arch.name(), &origin)?;
+    if let Some(init) = cfg.pretrained(&run.arch)? {
+        model = init.load_into(model, run.arch.name())?;
     }
     let mut optimizer = AdamWConfig::new()
         .with_weight_decay(cfg.weight_decay)
         .with_grad_clipping(Some(GradientClippingConfig::Norm(cfg.grad_clip)))
         .init();
-    let steps_per_epoch = usable.len().div_ceil(cfg.batch_size);
+    let steps_per_epoch = run.usable.len().div_ceil(cfg.batch_size);
     let schedule = WarmupCosine {
         peak: cfg.lr,
         warmup: (2 * steps_per_epoch).min(100),
@@ -513,40 +551,16 @@ pub fn train_asr_on(
         min_ratio: 0.02,
     };
     let mut rng = ChaCha8Rng::seed_from_u64(cfg.seed);
-    let mut order = usable.clone();
+    let mut order = run.usable.clone();
     let mut step = 0usize;
     let mut tracker: BestEpoch<AsrEpochReport> = BestEpoch::new(cfg.patience);
-    // Room for speed perturbation and shifts: the waveform augmentation keeps a clip's
-    // length, so each utterance is padded with silence first and nothing is cut.
-    let margin = |n: usize| {
-        let shift = (cfg.augment.shift_s.max(0.0) * sr as f32) as usize;
-        (
-            shift,
-            shift + (n as f32 * cfg.augment.speed.max(0.0) * 1.2) as usize,
-        )
-    };
     for epoch in 1..=cfg.epochs {
         order.shuffle(&mut rng);
         let mut loss_sum = 0.0f64;
         let mut label_sum = 0usize;
         let mut lr = schedule.lr(step);
         for chunk in order.chunks(cfg.batch_size) {
-            let mut feats = Vec::with_capacity(chunk.len());
-            let mut labels = Vec::with_capacity(chunk.len());
-            for &j in chunk {
-                let u = &data.train[j];
-                let (front, back) = margin(u.samples.len());
-                let mut padded = vec![0.0f32; front];
-                padded.extend_from_slice(&u.samples);
-                padded.resize(front + u.samples.len() + back, 0.0);
-                let wave = cfg.augment.waveform(&padded, &data.noises, sr, &mut rng);
-                let mut f = features(&cfg.features, u, &wave)?;
-                cfg.augment.spec(&mut f, bins, &mean, &mut rng);
-                feats.push(f);
-                labels.push(u.labels.clone());
-            }
-            let n_labels: usize = labels.iter().map(Vec::len).sum();
-            let batch = pad_batch(feats, labels, bins, &mean);
+            let (batch, n_labels) = run.augmented_batch(cfg, data, chunk, &mean, &mut rng)?;
             lr = schedule.lr(step);
             let loss = ctc_loss(&model, &batch, &device)?;
             let value = scalar(loss.clone())?;
@@ -564,15 +578,302 @@ pub fn train_asr_on(
             label_sum += n_labels;
             step += 1;
         }
+        let train_loss = loss_sum / label_sum.max(1) as f64;
+        if run.end_epoch(
+            &mut tracker,
+            &model,
+            data,
+            &mean,
+            &plain,
+            (epoch, train_loss, lr),
+            progress,
+        )? {
+            break;
+        }
+    }
+    run.finish(
+        cfg,
+        data,
+        tracker,
+        &mean,
+        &plain,
+        serde_json::json!({}),
+        out,
+        command,
+    )
+}
+
+/// What [`train_asr_dp_on`] produced: the model's report and its privacy claim (also in
+/// `privacy.json` beside the model).
+#[derive(Debug, Clone)]
+pub struct AsrDpTrainReport {
+    /// The model's card and epochs.
+    pub report: AsrTrainReport,
+    /// The privacy claim.
+    pub privacy: super::dp::PrivacyReport,
+}
+
+/// DP-SGD training (example level: one utterance) of a CTC recogniser on `data.train`,
+/// usually fine-tuning a public model (`cfg.init`), assembled from `super::dp_run` as
+/// the keyword spotters' and BEST-RQ's DP runs are: σ calibrated for the target ε
+/// (`DpPlan`), the planned release authorised by the ledger before any work
+/// (`DpRelease`); each step Poisson-samples utterances, sums their clipped per-utterance
+/// CTC gradients ([`hush_models::asr::ctc_clipped_sum`], one backward per utterance),
+/// adds Gaussian noise to the sum and divides by the expected count, then takes an AdamW
+/// step; the steps run are recorded in the ledger before the package is written. The
+/// input normalisation (and SpecAugment's fill) comes from `cfg.init`, or from the
+/// validation split without one — never from the private utterances. The best epoch is
+/// chosen on the validation split, whose speakers are not the private ones. Not offered
+/// here: the public warm start, layer freezing, `--freeze-encoder` and adaptive clipping.
+pub fn train_asr_dp_on(
+    cfg: &AsrTrainConfig,
+    dp: &super::dp::DpConfig,
+    data: &AsrData,
+    out: &Path,
+    command: &str,
+    progress: &mut dyn FnMut(&AsrEpochReport),
+) -> Result<AsrDpTrainReport, TrainError> {
+    use super::dp_run::{mechanism, privacy_err, sampler_and_noise, DpPlan, DpRelease};
+    cfg.check()?;
+    dp.check()?;
+    let not_here = |option: &'static str| {
+        Err(TrainError::option(
+            option,
+            "not offered for ASR DP-SGD (fine-tune a public model with --init instead)",
+        ))
+    };
+    if dp.warm_start_public > 0.0 {
+        return not_here("--warm-start-public");
+    }
+    if dp.adaptive_clip_quantile.is_some() {
+        return not_here("--adaptive-clip-quantile");
+    }
+    if cfg.freeze_encoder {
+        return not_here("--freeze-encoder");
+    }
+    let run = Prepared::new(cfg, data)?;
+    let plain = super::device(cfg.compute);
+    let device = plain.clone().autodiff();
+    device.seed(cfg.seed);
+    let mut model = run.arch.init(&device)?;
+    let norm_source = match cfg.pretrained(&run.arch)? {
+        Some(init) => {
+            model = init.load_into(model, run.arch.name())?;
+            "the --init model or encoder"
+        }
+        None => {
+            let (mean, scale) = input_stats(&run.val_feats.concat(), run.bins);
+            model.set_input_norm(&mean, &scale)?;
+            "validation split"
+        }
+    };
+    let tensors = model.named_tensors()?;
+    let mean = tensors
+        .iter()
+        .find(|t| t.name == "input_norm.mean")
+        .map(|t| t.data.clone())
+        .ok_or_else(|| privacy_err("the model has no input_norm.mean"))?;
+    let layers: Vec<(String, usize)> = tensors
+        .iter()
+        .filter(|t| hush_models::arch::is_trainable(&t.name))
+        .map(|t| (t.name.clone(), t.data.len()))
+        .collect();
+    let plan = DpPlan::new(dp, run.usable.len(), cfg.batch_size, cfg.epochs)?;
+    // Refused here, before any training, when over budget.
+    let release = DpRelease::open(dp, plan, format!("asr model {}", out.display()))?;
+    let (bounds, mech) = mechanism(dp, dp.clip, &layers, plan.sigma, plan.expected)?;
+    let (mut sampler, mut noise) = sampler_and_noise(dp, plan.q, cfg.seed)?;
+    let bounding = if dp.normalize_layers {
+        hush_models::dp::Bounding::Normalize
+    } else {
+        hush_models::dp::Bounding::Clip
+    };
+    let mut optimizer = AdamWConfig::new()
+        .with_weight_decay(cfg.weight_decay)
+        .init();
+    let schedule = WarmupCosine {
+        peak: cfg.lr,
+        warmup: plan.steps_per_epoch.min(50),
+        total: plan.planned_steps as usize,
+        min_ratio: 0.02,
+    };
+    let mut rng = ChaCha8Rng::seed_from_u64(cfg.seed);
+    let mut step = 0usize;
+    let mut tracker: BestEpoch<AsrEpochReport> = BestEpoch::new(cfg.patience);
+    for epoch in 1..=cfg.epochs {
+        let (mut loss_sum, mut seen) = (0f64, 0usize);
+        let mut lr = schedule.lr(step);
+        for _ in 0..plan.steps_per_epoch {
+            let picked: Vec<usize> = sampler
+                .sample(plan.n)
+                .into_iter()
+                .map(|i| run.usable[i])
+                .collect();
+            let (batch, _) = run.augmented_batch(cfg, data, &picked, &mean, &mut rng)?;
+            let mut sum =
+                hush_models::asr::ctc_clipped_sum(&model, &batch, &bounds, bounding, &device)?;
+            mech.privatize(&mut sum.sum, &mut noise)
+                .map_err(privacy_err)?;
+            let grads = model.grads_params(&sum.sum)?;
+            lr = schedule.lr(step);
+            model = apply_grads(&mut optimizer, lr, model, grads);
+            loss_sum += f64::from(sum.loss_sum);
+            seen += sum.examples;
+            step += 1;
+        }
+        let train_loss = loss_sum / seen.max(1) as f64;
+        if run.end_epoch(
+            &mut tracker,
+            &model,
+            data,
+            &mean,
+            &plain,
+            (epoch, train_loss, lr),
+            progress,
+        )? {
+            break;
+        }
+    }
+    // Record the release (the steps actually run) before anything is published.
+    let (_, base) = release.record(dp, step as u64, &bounds, &mech)?;
+    let speakers: BTreeSet<&str> = run
+        .usable
+        .iter()
+        .map(|&i| data.train[i].speaker.as_str())
+        .collect();
+    let privacy = super::dp::PrivacyReport {
+        private_speakers: speakers.len(),
+        input_norm_source: norm_source.into(),
+        batch_norm_statistics: "none (ctc-gru has no batch norm)".into(),
+        ..base
+    };
+    let privacy_json = serde_json::to_value(&privacy).map_err(privacy_err)?;
+    let report = run.finish(
+        cfg,
+        data,
+        tracker,
+        &mean,
+        &plain,
+        serde_json::json!({ "dp": dp, "privacy": privacy_json }),
+        out,
+        command,
+    )?;
+    let path = out.join("privacy.json");
+    let text = serde_json::to_string_pretty(&privacy).map_err(privacy_err)?;
+    std::fs::write(&path, text).map_err(|source| TrainError::Io { path, source })?;
+    Ok(AsrDpTrainReport { report, privacy })
+}
+
+/// One ASR run's data, prepared once: the architecture, clean features of every split
+/// and the training utterances long enough for their transcripts.
+struct Prepared {
+    arch: AsrArchConfig,
+    bins: usize,
+    train_feats: Vec<Vec<f32>>,
+    val_feats: Vec<Vec<f32>>,
+    test_feats: Vec<Vec<f32>>,
+    /// Indices of the training utterances CTC can align (4 frames per character).
+    usable: Vec<usize>,
+}
+
+impl Prepared {
+    fn new(cfg: &AsrTrainConfig, data: &AsrData) -> Result<Self, TrainError> {
+        let arch = cfg.resolve_arch(&Vocabulary::characters())?;
+        let bins = arch.bins();
+        let clean = |utts: &[Utterance]| -> Result<Vec<Vec<f32>>, TrainError> {
+            utts.iter()
+                .map(|u| features(&cfg.features, u, &u.samples))
+                .collect()
+        };
+        let train_feats = clean(&data.train)?;
+        let val_feats = clean(&data.validation)?;
+        let test_feats = clean(&data.test)?;
+        // Training utterances too short for their transcript cannot be aligned: left out,
+        // and counted in the data summary.
+        let usable: Vec<usize> = (0..data.train.len())
+            .filter(|&i| {
+                ctc_min_steps(&data.train[i].labels) <= output_steps(train_feats[i].len() / bins)
+            })
+            .collect();
+        if usable.is_empty() {
+            return Err(TrainError::Data {
+                path: cfg.data.clone(),
+                reason: "no training utterance is long enough for its transcript (4 frames \
+                         per character)"
+                    .into(),
+            });
+        }
+        Ok(Self {
+            arch,
+            bins,
+            train_feats,
+            val_feats,
+            test_feats,
+            usable,
+        })
+    }
+
+    /// The training utterances `picked` (indices into `data.train`), each padded with
+    /// silence, waveform-augmented and SpecAugmented (masks filled with `mean`), as one
+    /// padded batch; and its label count.
+    fn augmented_batch(
+        &self,
+        cfg: &AsrTrainConfig,
+        data: &AsrData,
+        picked: &[usize],
+        mean: &[f32],
+        rng: &mut ChaCha8Rng,
+    ) -> Result<(CtcBatch, usize), TrainError> {
+        let sr = cfg.features.frame.sample_rate;
+        // Room for speed perturbation and shifts: the waveform augmentation keeps a clip's
+        // length, so each utterance is padded with silence first and nothing is cut.
+        let margin = |n: usize| {
+            let shift = (cfg.augment.shift_s.max(0.0) * sr as f32) as usize;
+            (
+                shift,
+                shift + (n as f32 * cfg.augment.speed.max(0.0) * 1.2) as usize,
+            )
+        };
+        let mut feats = Vec::with_capacity(picked.len());
+        let mut labels = Vec::with_capacity(picked.len());
+        for &j in picked {
+            let u = &data.train[j];
+            let (front, back) = margin(u.samples.len());
+            let mut padded = vec![0.0f32; front];
+            padded.extend_from_slice(&u.samples);
+            padded.resize(front + u.samples.len() + back, 0.0);
+            let wave = cfg.augment.waveform(&padded, &data.noises, sr, rng);
+            let mut f = features(&cfg.features, u, &wave)?;
+            cfg.augment.spec(&mut f, self.bins, mean, rng);
+            feats.push(f);
+            labels.push(u.labels.clone());
+        }
+        let n_labels: usize = labels.iter().map(Vec::len).sum();
+        Ok((pad_batch(feats, labels, self.bins, mean), n_labels))
+    }
+
+    /// Scores `model` on the validation split, keeps its weights if best so far, reports
+    /// the epoch; returns whether patience has run out.
+    #[allow(clippy::too_many_arguments)]
+    fn end_epoch(
+        &self,
+        tracker: &mut BestEpoch<AsrEpochReport>,
+        model: &CtcGru,
+        data: &AsrData,
+        mean: &[f32],
+        plain: &Device,
+        (epoch, train_loss, lr): (usize, f64, f64),
+        progress: &mut dyn FnMut(&AsrEpochReport),
+    ) -> Result<bool, TrainError> {
         let snapshot = model.valid();
         let v = evaluate(
             &snapshot,
             &data.validation,
-            &val_feats,
-            bins,
-            &mean,
+            &self.val_feats,
+            self.bins,
+            mean,
             None,
-            &plain,
+            plain,
         )?;
         // Lower WER is better; among equal WERs (early on, every hypothesis empty), lower
         // CER.
@@ -580,68 +881,84 @@ pub fn train_asr_on(
         let improved = tracker.record(epoch, score, || Ok(snapshot.named_tensors()?))?;
         let report = AsrEpochReport {
             epoch,
-            train_loss: loss_sum / label_sum.max(1) as f64,
+            train_loss,
             val_wer: v.greedy_wer,
             lr,
             best: improved,
         };
         progress(&report);
-        if tracker.push(epoch, report) {
-            break;
+        Ok(tracker.push(epoch, report))
+    }
+
+    /// The best epoch's model, judged on every split (beam search on validation and
+    /// test), written as a package to `out` with its provenance (`extra` joins the
+    /// options).
+    #[allow(clippy::too_many_arguments)]
+    fn finish(
+        &self,
+        cfg: &AsrTrainConfig,
+        data: &AsrData,
+        tracker: BestEpoch<AsrEpochReport>,
+        mean: &[f32],
+        plain: &Device,
+        extra: serde_json::Value,
+        out: &Path,
+        command: &str,
+    ) -> Result<AsrTrainReport, TrainError> {
+        let (arch, bins, sr) = (&self.arch, self.bins, cfg.features.frame.sample_rate);
+        let vocab = Vocabulary::characters();
+        let (best_epoch, tensors, reports) = tracker.finish()?;
+        let model = arch.init(plain)?.load_tensors(
+            TensorSource::new(Path::new("<best epoch>"), tensors),
+            arch.name(),
+        )?;
+        let mut metrics = AsrMetrics::default();
+        let train_usable: Vec<Utterance> =
+            self.usable.iter().map(|&i| data.train[i].clone()).collect();
+        let train_usable_feats: Vec<Vec<f32>> = self
+            .usable
+            .iter()
+            .map(|&i| self.train_feats[i].clone())
+            .collect();
+        for (name, utts, feats, beam) in [
+            ("train", &train_usable[..], &train_usable_feats[..], None),
+            (
+                "validation",
+                &data.validation[..],
+                &self.val_feats[..],
+                Some(cfg.beam),
+            ),
+            ("test", &data.test[..], &self.test_feats[..], Some(cfg.beam)),
+        ] {
+            let m = evaluate(&model, utts, feats, bins, mean, beam, plain)?;
+            metrics.splits.insert(name.to_string(), m);
         }
-    }
-    let (best_epoch, tensors, reports) = tracker.finish()?;
-    let model = arch.init(&plain)?.load_tensors(
-        TensorSource::new(Path::new("<best epoch>"), tensors),
-        arch.name(),
-    )?;
-    let mut metrics = AsrMetrics::default();
-    let train_usable: Vec<Utterance> = usable.iter().map(|&i| data.train[i].clone()).collect();
-    let train_usable_feats: Vec<Vec<f32>> =
-        usable.iter().map(|&i| train_feats[i].clone()).collect();
-    for (name, utts, feats, beam) in [
-        ("train", &train_usable[..], &train_usable_feats[..], None),
-        (
-            "validation",
-            &data.validation[..],
-            &val_feats[..],
-            Some(cfg.beam),
-        ),
-        ("test", &data.test[..], &test_feats[..], Some(cfg.beam)),
-    ] {
-        let m = evaluate(&model, utts, feats, bins, &mean, beam, &plain)?;
-        metrics.splits.insert(name.to_string(), m);
-    }
-    let features_json = serde_json::to_value(&cfg.features).map_err(|e| TrainError::Option {
-        option: "features",
-        reason: e.to_string(),
-    })?;
-    let mut card = AsrCard::new(arch, features_json, &vocab, &model)?;
-    let mut summary = BTreeMap::new();
-    summary.insert("train".to_string(), data.train.len());
-    summary.insert(
-        "train_too_short".to_string(),
-        data.train.len() - usable.len(),
-    );
-    summary.insert("validation".to_string(), data.validation.len());
-    summary.insert("test".to_string(), data.test.len());
-    summary.insert("noises".to_string(), data.noises.len());
-    for (name, utts) in [
-        ("train", &data.train),
-        ("validation", &data.validation),
-        ("test", &data.test),
-    ] {
-        let speakers: BTreeSet<&str> = utts.iter().map(|u| u.speaker.as_str()).collect();
-        summary.insert(format!("{name}_speakers"), speakers.len());
-        let seconds: usize = utts.iter().map(|u| u.samples.len()).sum::<usize>() / sr as usize;
-        summary.insert(format!("{name}_seconds"), seconds);
-    }
-    card.provenance = Some(Provenance {
-        command: command.to_string(),
-        data: cfg.data.display().to_string(),
-        data_summary: summary,
-        seed: cfg.seed,
-        options: serde_json::json!({
+        let features_json =
+            serde_json::to_value(&cfg.features).map_err(|e| TrainError::Option {
+                option: "features",
+                reason: e.to_string(),
+            })?;
+        let mut card = AsrCard::new(arch.clone(), features_json, &vocab, &model)?;
+        let mut summary = BTreeMap::new();
+        summary.insert("train".to_string(), data.train.len());
+        summary.insert(
+            "train_too_short".to_string(),
+            data.train.len() - self.usable.len(),
+        );
+        summary.insert("validation".to_string(), data.validation.len());
+        summary.insert("test".to_string(), data.test.len());
+        summary.insert("noises".to_string(), data.noises.len());
+        for (name, utts) in [
+            ("train", &data.train),
+            ("validation", &data.validation),
+            ("test", &data.test),
+        ] {
+            let speakers: BTreeSet<&str> = utts.iter().map(|u| u.speaker.as_str()).collect();
+            summary.insert(format!("{name}_speakers"), speakers.len());
+            let seconds: usize = utts.iter().map(|u| u.samples.len()).sum::<usize>() / sr as usize;
+            summary.insert(format!("{name}_seconds"), seconds);
+        }
+        let mut options = serde_json::json!({
             "epochs": cfg.epochs,
             "batch_size": cfg.batch_size,
             "lr": cfg.lr,
@@ -656,15 +973,52 @@ pub fn train_asr_on(
             "beam": cfg.beam,
             "init": cfg.init,
             "freeze_encoder": cfg.freeze_encoder,
-        }),
-        epochs_run: reports.len(),
-        best_epoch,
-        hush_version: env!("CARGO_PKG_VERSION").to_string(),
-    });
-    card.metrics = Some(metrics);
-    write_asr_package(out, &card, &model)?;
-    Ok(AsrTrainReport {
-        card,
-        epochs: reports,
-    })
+        });
+        if let (Some(o), serde_json::Value::Object(e)) = (options.as_object_mut(), extra) {
+            o.extend(e);
+        }
+        card.provenance = Some(Provenance {
+            command: command.to_string(),
+            data: cfg.data.display().to_string(),
+            data_summary: summary,
+            seed: cfg.seed,
+            options,
+            epochs_run: reports.len(),
+            best_epoch,
+            hush_version: env!("CARGO_PKG_VERSION").to_string(),
+        });
+        card.metrics = Some(metrics);
+        write_asr_package(out, &card, &model)?;
+        Ok(AsrTrainReport {
+            card,
+            epochs: reports,
+        })
+    }
+}
+
+/// Greedy and beam-search error rates of the ASR model package `dir` on `utts` (no
+/// training: e.g. a warm-start model on held-out speakers). Errors name the package.
+pub fn evaluate_package(
+    dir: &Path,
+    utts: &[Utterance],
+    beam: usize,
+) -> Result<AsrSplitMetrics, TrainError> {
+    let plain = super::device(ComputeKind::Cpu);
+    let (card, model) = hush_models::package::load_asr_package(dir, &plain)?;
+    let features_cfg: FeatureConfig =
+        serde_json::from_value(card.features.clone()).map_err(|e| TrainError::Option {
+            option: "--init",
+            reason: format!("{}: its feature config: {e}", dir.display()),
+        })?;
+    let bins = card.arch.bins();
+    let feats = utts
+        .iter()
+        .map(|u| features(&features_cfg, u, &u.samples))
+        .collect::<Result<Vec<_>, _>>()?;
+    let mean = model
+        .named_tensors()?
+        .into_iter()
+        .find(|t| t.name == "input_norm.mean")
+        .map_or(vec![0.0; bins], |t| t.data);
+    evaluate(&model, utts, &feats, bins, &mean, Some(beam), &plain)
 }

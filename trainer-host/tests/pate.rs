@@ -23,7 +23,8 @@ use hush_host::ledger::sqlite::SqliteLedgerStore;
 use hush_host::ledger::LedgerStore;
 use hush_host::pate::{
     label_public, teacher_votes, train_student, train_student_self_training, train_teachers,
-    Aggregator, LabelConfig, LabelFile, Partition, SelfTraining, SmoothRelease, PARTITION_JSON,
+    train_teachers_in_parallel, Aggregator, LabelConfig, LabelFile, Partition, SelfTraining,
+    SmoothRelease, PARTITION_JSON,
 };
 use hush_host::train::data::load_kws;
 
@@ -60,6 +61,32 @@ fn teachers_are_speaker_disjoint_resumable_and_vote_once_each() {
     // Another seed would mix two partitions in one directory: refused, naming the file.
     let e = train_teachers(&cfg, 3, 8, out.path(), &mut |_, _, _| {}).unwrap_err();
     assert!(e.to_string().contains(PARTITION_JSON), "{e}");
+
+    // Two at a time, on threads: the same partition, every teacher trained once and
+    // reported once; then resumable like the sequential run. No jobs at all is refused.
+    let parallel = out.path().join("parallel");
+    let mut started = Vec::new();
+    let dirs3 = train_teachers_in_parallel(&cfg, 3, 7, 2, &parallel, &mut |t, n, done| {
+        assert!(!done && n == 3);
+        started.push(t);
+    })
+    .unwrap();
+    started.sort();
+    assert_eq!(started, vec![0, 1, 2]);
+    assert!(dirs3.iter().all(|d| d.join("model.json").is_file()));
+    let text3 = std::fs::read_to_string(parallel.join(PARTITION_JSON)).unwrap();
+    assert_eq!(
+        serde_json::from_str::<Partition>(&text3).unwrap(),
+        partition
+    );
+    let mut again3 = 0;
+    train_teachers_in_parallel(&cfg, 3, 7, 2, &parallel, &mut |_, _, done| {
+        again3 += usize::from(!done)
+    })
+    .unwrap();
+    assert_eq!(again3, 0);
+    let e = train_teachers_in_parallel(&cfg, 3, 7, 0, &parallel, &mut |_, _, _| {}).unwrap_err();
+    assert!(e.to_string().contains("--jobs"), "{e}");
 
     let labels = KwsLabels::new(&cfg.keywords);
     let clip_len = clip_samples(&cfg.features, cfg.frames);

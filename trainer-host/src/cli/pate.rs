@@ -6,11 +6,12 @@ use std::path::{Path, PathBuf};
 use anyhow::Context;
 use hush_host::accountant::Accountant;
 use hush_host::pate::asr::{
-    label_asr, train_asr_student, train_asr_teachers, AsrAggregator, AsrLabelConfig, AsrLabelFile,
+    label_asr, train_asr_student, train_asr_teachers_in_parallel, AsrAggregator, AsrLabelConfig,
+    AsrLabelFile,
 };
 use hush_host::pate::{
-    label_public, train_student, train_student_self_training, train_teachers, Aggregator,
-    LabelConfig, LabelFile, SelfTraining, SmoothRelease,
+    label_public, train_student, train_student_self_training, train_teachers_in_parallel,
+    Aggregator, LabelConfig, LabelFile, SelfTraining, SmoothRelease,
 };
 use hush_host::train::asr::AsrTrainConfig;
 
@@ -59,6 +60,10 @@ pub struct EnsembleArgs {
     /// Seed of the speaker partition.
     #[arg(long, default_value_t = 0)]
     pub partition_seed: u64,
+    /// Teachers trained at once, each on its own thread. Above 1, a seeded run is no
+    /// longer bit-for-bit repeatable (burn's random generator is shared by the threads).
+    #[arg(long, default_value_t = 1)]
+    pub jobs: usize,
 }
 
 /// The aggregator flags.
@@ -334,6 +339,16 @@ pub fn run(cmd: PateCommand) -> anyhow::Result<()> {
     }
 }
 
+/// One line per teacher as it starts (or is found finished).
+fn teacher_line(t: usize, n: usize, done: bool) {
+    let what = if done {
+        "already trained, kept"
+    } else {
+        "training"
+    };
+    eprintln!("teacher {}/{n}: {what}", t + 1);
+}
+
 fn teachers(
     private: &Path,
     ensemble: EnsembleArgs,
@@ -342,14 +357,8 @@ fn teachers(
 ) -> anyhow::Result<()> {
     let cfg = model.kws_config(private);
     let (n, seed) = (ensemble.teachers, ensemble.partition_seed);
-    let dirs = train_teachers(&cfg, n, seed, out, &mut |t, n, done| {
-        if done {
-            eprintln!("teacher {}/{n}: already trained, kept", t + 1);
-        } else {
-            eprintln!("teacher {}/{n}: training", t + 1);
-        }
-    })
-    .with_context(|| format!("training teachers on {}", private.display()))?;
+    let dirs = train_teachers_in_parallel(&cfg, n, seed, ensemble.jobs, out, &mut teacher_line)
+        .with_context(|| format!("training teachers on {}", private.display()))?;
     println!("{} teachers in {}", dirs.len(), out.display());
     Ok(())
 }
@@ -450,15 +459,8 @@ fn asr_teachers(
 ) -> anyhow::Result<()> {
     let cfg = asr_model_config(model, private)?;
     let (n, seed) = (ensemble.teachers, ensemble.partition_seed);
-    let dirs = train_asr_teachers(&cfg, n, seed, out, &mut |t, n, done| {
-        let what = if done {
-            "already trained, kept"
-        } else {
-            "training"
-        };
-        eprintln!("teacher {}/{n}: {what}", t + 1);
-    })
-    .with_context(|| format!("training ASR teachers on {}", private.display()))?;
+    let dirs = train_asr_teachers_in_parallel(&cfg, n, seed, ensemble.jobs, out, &mut teacher_line)
+        .with_context(|| format!("training ASR teachers on {}", private.display()))?;
     println!("{} ASR teachers in {}", dirs.len(), out.display());
     Ok(())
 }

@@ -47,7 +47,7 @@ use hush_models::asr::Vocabulary;
 use serde::{Deserialize, Serialize};
 
 use super::label::{finished_teachers, ledger_error, open_ledger, write_atomically};
-use super::teachers::Ensemble;
+use super::teachers::{Ensemble, Progress};
 use crate::accountant::special::erfc;
 use crate::accountant::{Accountant, AdditionalCost, Adjacency, PrivacyUnit};
 use crate::ledger::{Mechanism, Release};
@@ -197,7 +197,20 @@ pub fn train_asr_teachers(
     n: usize,
     seed: u64,
     out: &Path,
-    progress: &mut dyn FnMut(usize, usize, bool),
+    progress: &mut Progress<'_>,
+) -> Result<Vec<PathBuf>, PateError> {
+    train_asr_teachers_in_parallel(cfg, n, seed, 1, out, progress)
+}
+
+/// [`train_asr_teachers`] with up to `jobs` teachers training at once (see
+/// [`super::teachers`] on what that does to seeded runs).
+pub fn train_asr_teachers_in_parallel(
+    cfg: &AsrTrainConfig,
+    n: usize,
+    seed: u64,
+    jobs: usize,
+    out: &Path,
+    progress: &mut Progress<'_>,
 ) -> Result<Vec<PathBuf>, PateError> {
     let data = load_asr_any_split(&cfg.data, cfg.features.frame.sample_rate)?;
     if data.train.len() + data.validation.len() + data.test.len() == 0 {
@@ -218,9 +231,10 @@ pub fn train_asr_teachers(
         speakers: &speakers,
         n,
         seed,
+        jobs,
         out,
     };
-    ensemble.train(progress, &mut |t, part, scratch| {
+    ensemble.train(progress, &|t, part, scratch| {
         let own: Vec<Utterance> = part.iter().map(|&i| utts[i].clone()).collect();
         let teacher_data = AsrData {
             train: own.clone(),

@@ -26,7 +26,8 @@ pub use label::{
 pub use partition::partition_by_speaker;
 pub use student::{train_student, train_student_self_training, SelfTraining, SelfTrainingReport};
 pub use teachers::{
-    package_probabilities, teacher_dir, teacher_votes, train_teachers, Partition, PARTITION_JSON,
+    package_probabilities, teacher_dir, teacher_votes, train_teachers, train_teachers_in_parallel,
+    Partition, Progress, PARTITION_JSON,
 };
 
 /// What can go wrong in a PATE run.

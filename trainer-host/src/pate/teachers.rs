@@ -10,6 +10,8 @@
 //! validation and early stopping alike — so one speaker influences one vote per query.
 
 use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{mpsc, Mutex};
 
 use burn::module::Module;
 use burn::tensor::Device;
@@ -57,7 +59,19 @@ pub fn train_teachers(
     n: usize,
     seed: u64,
     out: &Path,
-    progress: &mut dyn FnMut(usize, usize, bool),
+    progress: &mut Progress<'_>,
+) -> Result<Vec<PathBuf>, PateError> {
+    train_teachers_in_parallel(cfg, n, seed, 1, out, progress)
+}
+
+/// [`train_teachers`] with up to `jobs` teachers training at once (see the module docs).
+pub fn train_teachers_in_parallel(
+    cfg: &KwsTrainConfig,
+    n: usize,
+    seed: u64,
+    jobs: usize,
+    out: &Path,
+    progress: &mut Progress<'_>,
 ) -> Result<Vec<PathBuf>, PateError> {
     let labels = KwsLabels::new(&cfg.keywords);
     let clip_len = clip_samples(&cfg.features, cfg.frames);
@@ -74,9 +88,10 @@ pub fn train_teachers(
         speakers: &speakers,
         n,
         seed,
+        jobs,
         out,
     };
-    ensemble.train(progress, &mut |t, part, scratch| {
+    ensemble.train(progress, &|t, part, scratch| {
         let own: Vec<Clip> = part.iter().map(|&i| clips[i].clone()).collect();
         let teacher_data = KwsData {
             train: own.clone(),
@@ -93,7 +108,10 @@ pub fn train_teachers(
 }
 
 /// Trains one teacher: `(teacher, its private example indices, scratch directory)`.
-pub(crate) type TrainOne<'a> = dyn FnMut(usize, &[usize], &Path) -> Result<(), PateError> + 'a;
+pub(crate) type TrainOne<'a> = dyn Fn(usize, &[usize], &Path) -> Result<(), PateError> + Sync + 'a;
+
+/// Progress of teacher training: `(teacher, teachers, already done)` as each starts.
+pub type Progress<'a> = dyn FnMut(usize, usize, bool) + 'a;
 
 /// A teacher ensemble to train, for any task: the private examples' speakers, the
 /// teacher count, the partition seed and the output directory.
@@ -106,6 +124,8 @@ pub(crate) struct Ensemble<'a> {
     pub n: usize,
     /// Partition seed.
     pub seed: u64,
+    /// Teachers trained at once (1: one after another).
+    pub jobs: usize,
     /// The teachers' directory.
     pub out: &'a Path,
 }
@@ -118,10 +138,16 @@ impl Ensemble<'_> {
     /// the module docs). Returns the teachers' directories.
     pub fn train(
         &self,
-        progress: &mut dyn FnMut(usize, usize, bool),
-        train_one: &mut TrainOne<'_>,
+        progress: &mut Progress<'_>,
+        train_one: &TrainOne<'_>,
     ) -> Result<Vec<PathBuf>, PateError> {
         let (n, out) = (self.n, self.out);
+        if self.jobs == 0 {
+            return Err(PateError::Option {
+                option: "--jobs",
+                reason: "must be at least 1".into(),
+            });
+        }
         let parts = partition_by_speaker(self.speakers, n, self.seed)?;
         let partition = Partition {
             private: self.private.to_path_buf(),
@@ -142,28 +168,67 @@ impl Ensemble<'_> {
             source,
         })?;
         check_or_write_partition(&out.join(PARTITION_JSON), &partition)?;
-        let mut dirs = Vec::with_capacity(n);
-        for (t, part) in parts.iter().enumerate() {
+        // Trains teacher `t` into a scratch directory, renamed into place when complete.
+        let train_teacher = |t: usize| -> Result<(), PateError> {
             let dir = teacher_dir(out, t);
-            let done = dir.join(MODEL_JSON).is_file();
-            progress(t, n, done);
-            if !done {
-                let scratch = out.join(format!(".teacher-{t:03}.partial"));
-                if scratch.exists() {
-                    std::fs::remove_dir_all(&scratch).map_err(|source| PateError::Io {
-                        path: scratch.clone(),
-                        source,
-                    })?;
-                }
-                train_one(t, part, &scratch)?;
-                std::fs::rename(&scratch, &dir).map_err(|source| PateError::Io {
-                    path: dir.clone(),
+            let scratch = out.join(format!(".teacher-{t:03}.partial"));
+            if scratch.exists() {
+                std::fs::remove_dir_all(&scratch).map_err(|source| PateError::Io {
+                    path: scratch.clone(),
                     source,
                 })?;
             }
-            dirs.push(dir);
+            train_one(t, &parts[t], &scratch)?;
+            std::fs::rename(&scratch, &dir).map_err(|source| PateError::Io { path: dir, source })
+        };
+        let finished = |t: usize| teacher_dir(out, t).join(MODEL_JSON).is_file();
+        if self.jobs == 1 {
+            for t in 0..n {
+                let done = finished(t);
+                progress(t, n, done);
+                if !done {
+                    train_teacher(t)?;
+                }
+            }
+        } else {
+            // Workers take the next teacher until none is left or one has failed, and tell
+            // this thread, which reports progress, as each starts.
+            let next = AtomicUsize::new(0);
+            let failed: Mutex<Option<PateError>> = Mutex::new(None);
+            let (started, starts) = mpsc::channel::<(usize, bool)>();
+            std::thread::scope(|s| {
+                for _ in 0..self.jobs.min(n) {
+                    let started = started.clone();
+                    let (next, failed) = (&next, &failed);
+                    s.spawn(move || loop {
+                        let stop = failed.lock().map_or(true, |f| f.is_some());
+                        let t = next.fetch_add(1, Ordering::SeqCst);
+                        if stop || t >= n {
+                            break;
+                        }
+                        let done = finished(t);
+                        let _ = started.send((t, done));
+                        if done {
+                            continue;
+                        }
+                        if let Err(e) = train_teacher(t) {
+                            if let Ok(mut f) = failed.lock() {
+                                f.get_or_insert(e);
+                            }
+                            break;
+                        }
+                    });
+                }
+                drop(started);
+                for (t, done) in starts {
+                    progress(t, n, done);
+                }
+            });
+            if let Some(e) = failed.into_inner().unwrap_or_else(|e| e.into_inner()) {
+                return Err(e);
+            }
         }
-        Ok(dirs)
+        Ok((0..n).map(|t| teacher_dir(out, t)).collect())
     }
 }
 

@@ -67,20 +67,16 @@ fn asr_pate_experiment_has_every_row_with_ledgered_epsilons_on_held_out_speakers
             assert!(run.ledger.is_none());
             continue;
         }
-        // Its ε is the release its ledger recorded (at the record's δ; transcript voting
-        // records the Gaussian part at δ minus the one-teacher term).
+        // Its ε is the release its ledger recorded (at the record's δ, with the record's
+        // additional cost: transcript voting spends the one-teacher term of δ outright).
         let ledger = SqliteLedgerStore::open(run.ledger.as_ref().unwrap()).unwrap();
         let records = ledger.records().unwrap();
         let record = records
             .iter()
             .find(|rec| Some(rec.id) == run.ledger_record)
             .unwrap_or_else(|| panic!("{}: no ledger record {:?}", run.method, run.ledger_record));
-        let eps = record
-            .release
-            .event
-            .epsilon(Accountant::Rdp, Adjacency::AddRemove, record.release.delta)
-            .unwrap()
-            .epsilon;
+        let eps = record.release.epsilon(Accountant::Rdp).unwrap().epsilon;
+        assert_eq!(record.release.adjacency, Adjacency::AddRemove);
         let reported = run.epsilon.unwrap();
         assert!(
             (eps / reported - 1.0).abs() < 1e-6,

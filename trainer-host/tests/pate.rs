@@ -434,6 +434,23 @@ fn pate_end_to_end_student_beats_chance_by_far_on_held_out_speakers() {
         test_st.accuracy
     );
     assert!(sure > 0, "no refused clip was pseudo-labelled");
+    // Bad input is refused before any training, naming the option.
+    for (confidence, out, option) in [
+        (0.0, tmp.path().join("st2"), "--self-train-confidence"),
+        (1.5, tmp.path().join("st2"), "--self-train-confidence"),
+        (0.6, Path::new("..").to_path_buf(), "--out"),
+    ] {
+        let e = train_student_self_training(
+            &student_cfg,
+            f2,
+            SelfTraining { confidence },
+            &out,
+            "test",
+            &mut |_| {},
+        )
+        .unwrap_err();
+        assert!(e.to_string().contains(option), "{e}");
+    }
     assert_eq!(test_st.examples, 60);
     assert!(test_st.accuracy > 0.45, "{}", test_st.accuracy);
     assert_eq!(

@@ -80,9 +80,18 @@ pub fn train_student_self_training(
             reason: format!("{c} is not a probability in (0, 1]"),
         });
     }
-    let public = PublicClips::read(cfg, labels)?;
-    let mut first_name = out.file_name().unwrap_or_default().to_os_string();
+    let Some(name) = out.file_name() else {
+        return Err(PateError::Option {
+            option: "--out",
+            reason: format!(
+                "{} has no directory name to put the first student beside (NAME-answered-only)",
+                out.display()
+            ),
+        });
+    };
+    let mut first_name = name.to_os_string();
     first_name.push("-answered-only");
+    let public = PublicClips::read(cfg, labels)?;
     let first_dir = out.with_file_name(first_name);
     let first = public.train(cfg, Vec::new(), &first_dir, command, progress)?;
     let mut pseudo = Vec::new();

@@ -1,6 +1,6 @@
 //! `hush-host experiment …`: experiments that write `results.json`, `results.md` and a plot.
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
 use anyhow::Context;
 use hush_host::experiment::dp_sgd::{results_markdown, run_dp_sgd, DpSgdExperimentConfig, Variant};
@@ -209,29 +209,46 @@ fn run_generalization(a: KwsGeneralizationArgs) -> anyhow::Result<()> {
         .map(|h| Holdout::parse(h))
         .collect::<Result<_, _>>()?;
     cfg.all_engines = !a.no_all_engines;
-    let command = std::env::args().collect::<Vec<_>>().join(" ");
-    let start = std::time::Instant::now();
     let mut progress = epoch_line(cfg.train.epochs);
-    let results = run_kws_generalization(
-        &cfg,
-        &command,
-        &mut |line| eprintln!("[{:>6.0} s] {line}", start.elapsed().as_secs_f64()),
-        &mut progress,
-    )
-    .context("hush-host experiment kws-generalization")?;
+    let results = run_logged(
+        "hush-host experiment kws-generalization",
+        &a.out,
+        |command, log| run_kws_generalization(&cfg, command, log, &mut progress),
+        kwsg::results_markdown,
+    )?;
     for run in &results.runs {
         let card = hush_models::package::ModelCard::read(&run.model)
             .with_context(|| format!("reading {}", run.model.display()))?;
         println!("## {}", run.setting);
         print_card(&card, &run.model);
     }
-    print!("{}", kwsg::results_markdown(&results));
+    Ok(())
+}
+
+/// Runs an experiment with its progress lines on stderr, each stamped with the seconds
+/// since the start; then prints its results table and where the results are.
+fn run_logged<R, E>(
+    what: &'static str,
+    out: &Path,
+    run: impl FnOnce(&str, &mut dyn FnMut(&str)) -> Result<R, E>,
+    markdown: impl FnOnce(&R) -> String,
+) -> anyhow::Result<R>
+where
+    E: std::error::Error + Send + Sync + 'static,
+{
+    let command = std::env::args().collect::<Vec<_>>().join(" ");
+    let start = std::time::Instant::now();
+    let results = run(&command, &mut |line| {
+        eprintln!("[{:>6.0} s] {line}", start.elapsed().as_secs_f64())
+    })
+    .context(what)?;
+    print!("{}", markdown(&results));
     println!(
         "results: {} ({:.0} s)",
-        a.out.join("results.md").display(),
+        out.join("results.md").display(),
         start.elapsed().as_secs_f64()
     );
-    Ok(())
+    Ok(results)
 }
 
 /// Runs one `experiment` subcommand.
@@ -259,19 +276,13 @@ pub fn run(cmd: ExperimentCommand) -> anyhow::Result<()> {
                 cfg.finetune_epochs = e;
             }
             cfg.seed = a.seed;
-            let command = std::env::args().collect::<Vec<_>>().join(" ");
-            let start = std::time::Instant::now();
-            let results = run_pretrain_experiment(&cfg, &command, &mut |line| {
-                eprintln!("[{:>6.0} s] {line}", start.elapsed().as_secs_f64())
-            })
-            .context("hush-host experiment pretrain")?;
-            print!("{}", pretrain_markdown(&results));
-            println!(
-                "results: {} ({:.0} s)",
-                a.out.join("results.md").display(),
-                start.elapsed().as_secs_f64()
-            );
-            Ok(())
+            run_logged(
+                "hush-host experiment pretrain",
+                &a.out,
+                |command, log| run_pretrain_experiment(&cfg, command, log),
+                pretrain_markdown,
+            )
+            .map(drop)
         }
         ExperimentCommand::KwsGeneralization(a) => run_generalization(a),
         ExperimentCommand::Pate(a) if a.task == TaskArg::Asr => run_pate_asr(a),
@@ -295,19 +306,13 @@ pub fn run(cmd: ExperimentCommand) -> anyhow::Result<()> {
                 cfg.dp_epsilons = a.dp_epsilons.clone();
             }
             cfg.seed = a.seed;
-            let command = std::env::args().collect::<Vec<_>>().join(" ");
-            let start = std::time::Instant::now();
-            let results = run_pate_experiment(&cfg, &command, &mut |line| {
-                eprintln!("[{:>6.0} s] {line}", start.elapsed().as_secs_f64())
-            })
-            .context("hush-host experiment pate")?;
-            print!("{}", pate_markdown(&results));
-            println!(
-                "results: {} ({:.0} s)",
-                a.out.join("results.md").display(),
-                start.elapsed().as_secs_f64()
-            );
-            Ok(())
+            run_logged(
+                "hush-host experiment pate",
+                &a.out,
+                |command, log| run_pate_experiment(&cfg, command, log),
+                pate_markdown,
+            )
+            .map(drop)
         }
         ExperimentCommand::DpSgd(a) => {
             let data = a.data.clone().unwrap_or_else(|| a.out.join("corpus"));
@@ -353,19 +358,13 @@ pub fn run(cmd: ExperimentCommand) -> anyhow::Result<()> {
             announce_device(a.device);
             cfg.compute = a.device;
             cfg.seed = a.seed;
-            let command = std::env::args().collect::<Vec<_>>().join(" ");
-            let start = std::time::Instant::now();
-            let results = run_dp_sgd(&cfg, &command, &mut |line| {
-                eprintln!("[{:>6.0} s] {line}", start.elapsed().as_secs_f64())
-            })
-            .context("hush-host experiment dp-sgd")?;
-            print!("{}", results_markdown(&results));
-            println!(
-                "results: {} ({:.0} s)",
-                a.out.join("results.md").display(),
-                start.elapsed().as_secs_f64()
-            );
-            Ok(())
+            run_logged(
+                "hush-host experiment dp-sgd",
+                &a.out,
+                |command, log| run_dp_sgd(&cfg, command, log),
+                results_markdown,
+            )
+            .map(drop)
         }
     }
 }
@@ -394,17 +393,11 @@ fn run_pate_asr(a: PateExperimentArgs) -> anyhow::Result<()> {
         cfg.dp_epsilons = a.dp_epsilons.clone();
     }
     cfg.seed = a.seed;
-    let command = std::env::args().collect::<Vec<_>>().join(" ");
-    let start = std::time::Instant::now();
-    let results = run_pate_asr_experiment(&cfg, &command, &mut |line| {
-        eprintln!("[{:>6.0} s] {line}", start.elapsed().as_secs_f64())
-    })
-    .context("hush-host experiment pate --task asr")?;
-    print!("{}", pate_asr_markdown(&results));
-    println!(
-        "results: {} ({:.0} s)",
-        a.out.join("results.md").display(),
-        start.elapsed().as_secs_f64()
-    );
-    Ok(())
+    run_logged(
+        "hush-host experiment pate --task asr",
+        &a.out,
+        |command, log| run_pate_asr_experiment(&cfg, command, log),
+        pate_asr_markdown,
+    )
+    .map(drop)
 }

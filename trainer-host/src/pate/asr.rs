@@ -47,7 +47,7 @@ use hush_models::asr::Vocabulary;
 use serde::{Deserialize, Serialize};
 
 use super::label::{finished_teachers, ledger_error, open_ledger, write_atomically};
-use super::teachers::{Ensemble, Progress};
+use super::teachers::{teacher_seed, Ensemble, Progress};
 use crate::accountant::special::erfc;
 use crate::accountant::{Accountant, AdditionalCost, Adjacency, PrivacyUnit};
 use crate::ledger::{Mechanism, Release};
@@ -225,17 +225,14 @@ pub fn train_asr_teachers_in_parallel(
         .chain(&data.validation)
         .chain(&data.test)
         .collect();
-    let speakers: Vec<&str> = utts.iter().map(|u| u.speaker.as_str()).collect();
     let ensemble = Ensemble {
         private: &cfg.data,
-        speakers: &speakers,
         n,
         seed,
         jobs,
         out,
     };
-    ensemble.train(progress, &|t, part, scratch| {
-        let own: Vec<Utterance> = part.iter().map(|&i| utts[i].clone()).collect();
+    ensemble.train_on(&utts, |u| &u.speaker, progress, &|t, own, scratch| {
         let teacher_data = AsrData {
             train: own.clone(),
             validation: own.clone(),
@@ -243,7 +240,7 @@ pub fn train_asr_teachers_in_parallel(
             noises: data.noises.clone(),
         };
         let mut teacher_cfg = cfg.clone();
-        teacher_cfg.seed = cfg.seed.wrapping_add(t as u64);
+        teacher_cfg.seed = teacher_seed(cfg.seed, t);
         let command = format!("hush-host pate train-teachers --task asr (teacher {t} of {n})");
         train_asr_on(&teacher_cfg, &teacher_data, scratch, &command, &mut |_| {})?;
         Ok(())

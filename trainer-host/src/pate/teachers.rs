@@ -82,17 +82,14 @@ pub fn train_teachers_in_parallel(
         .chain(&data.validation)
         .chain(&data.test)
         .collect();
-    let speakers: Vec<&str> = clips.iter().map(|c| c.speaker.as_str()).collect();
     let ensemble = Ensemble {
         private: &cfg.data,
-        speakers: &speakers,
         n,
         seed,
         jobs,
         out,
     };
-    ensemble.train(progress, &|t, part, scratch| {
-        let own: Vec<Clip> = part.iter().map(|&i| clips[i].clone()).collect();
+    ensemble.train_on(&clips, |c| &c.speaker, progress, &|t, own, scratch| {
         let teacher_data = KwsData {
             train: own.clone(),
             validation: own.clone(),
@@ -100,11 +97,16 @@ pub fn train_teachers_in_parallel(
             noises: data.noises.clone(),
         };
         let mut teacher_cfg = cfg.clone();
-        teacher_cfg.seed = cfg.seed.wrapping_add(t as u64);
+        teacher_cfg.seed = teacher_seed(cfg.seed, t);
         let command = format!("hush-host pate train-teachers (teacher {t} of {n})");
         train_kws_on(&teacher_cfg, &teacher_data, scratch, &command, &mut |_| {})?;
         Ok(())
     })
+}
+
+/// Teacher `t`'s training seed, from the run's seed: each teacher its own.
+pub(crate) fn teacher_seed(seed: u64, t: usize) -> u64 {
+    seed.wrapping_add(t as u64)
 }
 
 /// Trains one teacher: `(teacher, its private example indices, scratch directory)`.
@@ -113,13 +115,15 @@ pub(crate) type TrainOne<'a> = dyn Fn(usize, &[usize], &Path) -> Result<(), Pate
 /// Progress of teacher training: `(teacher, teachers, already done)` as each starts.
 pub type Progress<'a> = dyn FnMut(usize, usize, bool) + 'a;
 
-/// A teacher ensemble to train, for any task: the private examples' speakers, the
-/// teacher count, the partition seed and the output directory.
+/// Trains one teacher on its own examples: `(teacher, its private examples, scratch
+/// directory)`.
+pub(crate) type TrainOwn<'a, E> = dyn Fn(usize, Vec<E>, &Path) -> Result<(), PateError> + Sync + 'a;
+
+/// A teacher ensemble to train, for any task: the private corpus, the teacher count, the
+/// partition seed, how many train at once and the output directory.
 pub(crate) struct Ensemble<'a> {
     /// The private corpus (recorded in `partition.json`).
     pub private: &'a Path,
-    /// `speakers[i]`: private example `i`'s speaker.
-    pub speakers: &'a [&'a str],
     /// Number of teachers.
     pub n: usize,
     /// Partition seed.
@@ -131,13 +135,30 @@ pub(crate) struct Ensemble<'a> {
 }
 
 impl Ensemble<'_> {
+    /// [`Ensemble::train`] over `examples` (every private example, whatever the task;
+    /// `speaker` names each one's speaker): `train_one` gets each teacher's own examples.
+    pub fn train_on<E: Clone + Sync>(
+        &self,
+        examples: &[&E],
+        speaker: impl Fn(&E) -> &str,
+        progress: &mut Progress<'_>,
+        train_one: &TrainOwn<'_, E>,
+    ) -> Result<Vec<PathBuf>, PateError> {
+        let speakers: Vec<&str> = examples.iter().map(|e| speaker(e)).collect();
+        self.train(&speakers, progress, &|t, part, scratch| {
+            let own: Vec<E> = part.iter().map(|&i| examples[i].clone()).collect();
+            train_one(t, own, scratch)
+        })
+    }
+
     /// Partitions the speakers ([`partition_by_speaker`]), writes or checks
     /// `partition.json`, and for every teacher not yet finished calls
     /// `train_one(teacher, its example indices, scratch dir)`, which writes the teacher's
     /// package to the scratch directory; that is renamed into place when complete (see
     /// the module docs). Returns the teachers' directories.
-    pub fn train(
+    fn train(
         &self,
+        speakers: &[&str],
         progress: &mut Progress<'_>,
         train_one: &TrainOne<'_>,
     ) -> Result<Vec<PathBuf>, PateError> {
@@ -148,15 +169,14 @@ impl Ensemble<'_> {
                 reason: "must be at least 1".into(),
             });
         }
-        let parts = partition_by_speaker(self.speakers, n, self.seed)?;
+        let parts = partition_by_speaker(speakers, n, self.seed)?;
         let partition = Partition {
             private: self.private.to_path_buf(),
             seed: self.seed,
             teachers: parts
                 .iter()
                 .map(|p| {
-                    let mut s: Vec<String> =
-                        p.iter().map(|&i| self.speakers[i].to_string()).collect();
+                    let mut s: Vec<String> = p.iter().map(|&i| speakers[i].to_string()).collect();
                     s.sort();
                     s.dedup();
                     s

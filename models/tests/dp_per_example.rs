@@ -308,6 +308,7 @@ fn activations() -> PerExampleConfig {
     PerExampleConfig {
         method: PerExampleMethod::Activations,
         max_grad_memory: usize::MAX,
+        threads: 1,
     }
 }
 
@@ -397,6 +398,7 @@ fn memory_aware_physical_batches_add_up_to_one_big_batch() {
         let big = PerExampleConfig {
             method: PerExampleMethod::Vectorized,
             max_grad_memory: usize::MAX,
+            threads: 1,
         };
         // Room for 3 examples' copies and gradients: physical batches of 3, 3, 1.
         let small = PerExampleConfig {
@@ -412,7 +414,28 @@ fn memory_aware_physical_batches_add_up_to_one_big_batch() {
         assert_eq!(none.physical_batch(numel), 0);
         let one = clipped_grad_sum_with(&m, &b, &bounds, Bounding::Clip, &big, &device).unwrap();
         assert_eq!(one.examples, 7);
-        for per in [small, none, PerExampleConfig::looped()] {
+        // The same sums with the physical batches shared over threads (2 and 3 threads:
+        // runs of 4 + 3 and 3 + 3 + 1 examples; the loop's 7 single examples as 4 + 3).
+        let threaded = [
+            PerExampleConfig { threads: 2, ..big },
+            PerExampleConfig {
+                threads: 3,
+                ..small
+            },
+            PerExampleConfig {
+                threads: 2,
+                ..PerExampleConfig::looped()
+            },
+            PerExampleConfig {
+                method: PerExampleMethod::Activations,
+                threads: 2,
+                ..big
+            },
+        ];
+        for per in [small, none, PerExampleConfig::looped()]
+            .into_iter()
+            .chain(threaded)
+        {
             let acc =
                 clipped_grad_sum_with(&m, &b, &bounds, Bounding::Clip, &per, &device).unwrap();
             assert_eq!(acc.examples, one.examples, "{}", cfg.name());
@@ -425,6 +448,11 @@ fn memory_aware_physical_batches_add_up_to_one_big_batch() {
             );
             assert!((acc.loss_sum - one.loss_sum).abs() <= 1e-4 * one.loss_sum.abs());
         }
+        let zero = PerExampleConfig { threads: 0, ..big };
+        let err = clipped_grad_sum_with(&m, &b, &bounds, Bounding::Clip, &zero, &device)
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("threads"), "{err}");
         // The per-example gradients themselves, split into physical batches.
         let split = per_example_grads_with(&m, &b, &small, &device).unwrap();
         let whole = per_example_grads_vectorized(&m, &b, &device).unwrap();

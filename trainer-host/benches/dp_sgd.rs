@@ -2,12 +2,14 @@
 //! DP-SGD step (per-example gradients, flat clipping at C = 1, noise σ = 1, AdamW) against
 //! the non-private step (batch gradient, AdamW) on the same model and batch, for the
 //! DS-CNN-S and the leak-CNN over `[98, 40]` features, 12 classes, batch 64, on the CPU
-//! (`flex`) or the GPU (`HUSH_BENCH_DEVICE=gpu`). The DP step runs three ways: per-example gradients from activations and
-//! output gradients (`PerExampleMethod::Activations`), from per-example weight copies
-//! (`Vectorized`; both within the default 256 MiB per-example memory budget) and the
-//! per-example loop. hush/Opacus is the activations path's ratio. When
-//! `HUSH_BENCH_PYTHON` names a Python interpreter with `torch` and `opacus` installed (or
-//! `python3` has them), `dp_sgd_opacus.py` times Opacus on the same architectures, batch and
+//! (`flex`) or the GPU (`HUSH_BENCH_DEVICE=gpu`). The DP step runs several ways: per-example
+//! gradients from activations and output gradients (`PerExampleMethod::Activations`), from
+//! per-example weight copies (`Vectorized`; both within the default 256 MiB per-example
+//! memory budget) and the per-example loop, each on one thread, then the vectorised path and
+//! the loop with their physical batches shared over `HUSH_BENCH_THREADS` threads (default
+//! every core). hush/Opacus is the best way's ratio. When `HUSH_BENCH_PYTHON` names a Python
+//! interpreter with `torch` and `opacus` installed (or `python3` has them),
+//! `dp_sgd_opacus.py` times Opacus on the same architectures, batch and
 //! clipping in the same run and the ratio is printed.
 //!
 //! `HUSH_BENCH_DP=0` times the non-private step only (training throughput of every
@@ -161,11 +163,11 @@ fn bench_ctc() -> f64 {
     })
 }
 
-/// Examples/s of one arch: non-private, then (unless `HUSH_BENCH_DP=0`) DP from
-/// activations, with weight copies and with the loop.
-fn bench_arch(name: &str) -> (f64, Option<(f64, f64, f64)>) {
+/// Examples/s of one arch: non-private, then (unless `HUSH_BENCH_DP=0`) each DP way
+/// ([`dp_ways`]) with its name.
+fn bench_arch(name: &str) -> (f64, Vec<(String, f64)>) {
     if name == "ctc-gru" {
-        return (bench_ctc(), None);
+        return (bench_ctc(), Vec::new());
     }
     let device = train_device();
     let cfg = ArchConfig::default_for(name, IO).unwrap();
@@ -182,7 +184,7 @@ fn bench_arch(name: &str) -> (f64, Option<(f64, f64, f64)>) {
         model = Some(apply_grads(&mut opt, 1e-3, m, grads));
     });
     if !with_dp() {
-        return (plain, None);
+        return (plain, Vec::new());
     }
 
     // DP-SGD: per-example clipped sum, noise over the expected batch, AdamW.
@@ -210,16 +212,49 @@ fn bench_arch(name: &str) -> (f64, Option<(f64, f64, f64)>) {
             model = Some(apply_grads(&mut opt, 1e-3, m, grads));
         })
     };
-    let activations = dp(PerExampleConfig {
-        method: PerExampleMethod::Activations,
+    let ways = dp_ways()
+        .into_iter()
+        .map(|(label, per)| (label, dp(per)))
+        .collect();
+    (plain, ways)
+}
+
+/// Threads for the threaded DP ways (`HUSH_BENCH_THREADS`, default every core).
+fn threads() -> usize {
+    std::env::var("HUSH_BENCH_THREADS")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()))
+}
+
+/// The DP ways timed: each per-example method on one thread, then the loop and the
+/// vectorised path on [`threads`] threads when that is more than one.
+fn dp_ways() -> Vec<(String, PerExampleConfig)> {
+    let on = |method, threads| PerExampleConfig {
+        method,
+        threads,
         ..PerExampleConfig::default()
-    });
-    let vectorized = dp(PerExampleConfig {
-        method: PerExampleMethod::Vectorized,
-        ..PerExampleConfig::default()
-    });
-    let looped = dp(PerExampleConfig::looped());
-    (plain, Some((activations, vectorized, looped)))
+    };
+    let mut ways = vec![
+        (
+            "activations".to_string(),
+            on(PerExampleMethod::Activations, 1),
+        ),
+        (
+            "vectorised".to_string(),
+            on(PerExampleMethod::Vectorized, 1),
+        ),
+        ("loop".to_string(), on(PerExampleMethod::Loop, 1)),
+    ];
+    let n = threads();
+    if n > 1 {
+        ways.push((
+            format!("vectorised ×{n}"),
+            on(PerExampleMethod::Vectorized, n),
+        ));
+        ways.push((format!("loop ×{n}"), on(PerExampleMethod::Loop, n)));
+    }
+    ways
 }
 
 fn opacus(python: &str, arch: &str) -> Option<f64> {
@@ -296,40 +331,26 @@ fn main() {
         batch_size(),
         steps()
     );
-    if !with_dp() {
-        println!("{:<10} {:>12}", "arch", "non-private");
-    } else {
-        print_dp_header();
-    }
     for arch in archs.split(',') {
-        let (plain, dp) = bench_arch(arch);
-        let Some((activations, vectorized, looped)) = dp else {
-            println!("{arch:<10} {plain:>12.1}");
+        let (plain, ways) = bench_arch(arch);
+        println!("{arch:<10} non-private {plain:>8.1}");
+        if ways.is_empty() {
             continue;
-        };
+        }
+        for (label, v) in &ways {
+            println!(
+                "{:<10} DP {label:<17} {v:>8.1}  ({:.2}× non-private)",
+                "",
+                v / plain
+            );
+        }
         let op = python.as_deref().and_then(|py| opacus(py, arch));
-        println!(
-            "{arch:<10} {plain:>12.1} {activations:>15.1} {vectorized:>14.1} {looped:>9.1} {:>8.3} {:>10.2} {:>11} {:>12}",
-            activations / plain,
-            activations / vectorized,
-            op.map_or("-".into(), |o| format!("{o:.1}")),
-            op.map_or("-".into(), |o| format!("{:.2}", activations / o)),
-        );
+        let Some(op) = op else { continue };
+        let (best, v) = ways
+            .iter()
+            .max_by(|a, b| a.1.total_cmp(&b.1))
+            .expect("at least one DP way");
+        println!("{:<10} Opacus DP            {op:>8.1}", "");
+        println!("{:<10} best hush DP / Opacus: {:.2} ({best})", "", v / op);
     }
-}
-
-/// The header of the table with the DP columns.
-fn print_dp_header() {
-    println!(
-        "{:<10} {:>12} {:>15} {:>14} {:>9} {:>8} {:>10} {:>11} {:>12}",
-        "arch",
-        "non-private",
-        "DP activations",
-        "DP vectorised",
-        "DP loop",
-        "DP/np",
-        "act/vec",
-        "Opacus DP",
-        "hush/Opacus"
-    );
 }

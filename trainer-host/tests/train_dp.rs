@@ -147,6 +147,13 @@ fn bad_configurations_fail_before_training() {
         },
         "--freeze-fraction",
     );
+    refused(
+        &DpConfig {
+            per_example_threads: 0,
+            ..ok.clone()
+        },
+        "--per-example-threads",
+    );
     // Without a warm start there is nothing to rank layers on.
     refused(
         &DpConfig {

@@ -35,6 +35,7 @@
 //! Dropout draws an independent mask per example, which keeps gradients per-example;
 //! configure dropout 0 to compare with a batch gradient (or the two methods) exactly.
 
+use burn::module::Module;
 use burn::optim::{GradientsParams, SgdConfig};
 use burn::tensor::Device;
 
@@ -130,14 +131,22 @@ pub struct PerExampleConfig {
     /// fit, and their clipped sums are added (gradient accumulation). Activations are not
     /// counted.
     pub max_grad_memory: usize,
+    /// Threads the physical batches are shared over (at least 1; a logical batch is split
+    /// into at least this many physical batches). Each thread sums its
+    /// own contiguous run of physical batches on its own copy of the model, and the
+    /// partial sums are added in order, so a result does not depend on scheduling. The
+    /// per-thread budget is `max_grad_memory / threads`. Dropout masks come from burn's one
+    /// process-wide generator, so with dropout a seeded run repeats bit for bit only at 1.
+    pub threads: usize,
 }
 
 impl Default for PerExampleConfig {
-    /// Vectorised, at most 256 MiB of per-example copies and gradients.
+    /// Vectorised, at most 256 MiB of per-example copies and gradients, one thread.
     fn default() -> Self {
         Self {
             method: PerExampleMethod::Vectorized,
             max_grad_memory: 256 << 20,
+            threads: 1,
         }
     }
 }
@@ -158,7 +167,9 @@ impl PerExampleConfig {
         match self.method {
             PerExampleMethod::Loop => 1,
             PerExampleMethod::Vectorized | PerExampleMethod::Activations => {
-                self.max_grad_memory / PerExampleWeights::bytes(1, numel.max(1))
+                self.max_grad_memory
+                    / self.threads.max(1)
+                    / PerExampleWeights::bytes(1, numel.max(1))
             }
         }
     }
@@ -210,7 +221,9 @@ fn physical_batches(
     let (size, method) = if physical == 0 {
         (1, PerExampleMethod::Loop)
     } else {
-        (physical, per.method)
+        // At least one physical batch per thread.
+        let share = batch.batch.div_ceil(per.threads.max(1)).max(1);
+        (physical.min(share), per.method)
     };
     Ok((0..batch.batch)
         .step_by(size)
@@ -282,6 +295,7 @@ pub fn per_example_grads_vectorized(
     let per = PerExampleConfig {
         method: PerExampleMethod::Vectorized,
         max_grad_memory: usize::MAX,
+        threads: 1,
     };
     per_example_grads_with(model, batch, &per, device)
 }
@@ -331,22 +345,81 @@ pub fn clipped_grad_sum_with(
     per: &PerExampleConfig,
     device: &Device,
 ) -> Result<ClippedSum, ModelError> {
-    let mut sum = zero_sum(&model.named_tensors()?, bounds)?;
-    let mut out = ClippedSum::empty();
+    if per.threads == 0 {
+        return Err(ModelError::BadBatch {
+            reason: "per-example threads = 0: need at least 1".into(),
+        });
+    }
+    let layout = model.named_tensors()?;
     let model = per_example_model(model);
+    let batches = physical_batches(&model, batch, Some(bounds.layers()), per)?;
+    let threads = per.threads.min(batches.len()).max(1);
+    if threads == 1 {
+        return clipped_sum_of(&model, &batches, &layout, bounds, bounding, device);
+    }
+    // Contiguous runs of physical batches, one per thread, summed in run order. Each
+    // thread gets its own fork of the model (detached parameters, fresh autodiff leaves):
+    // burn's autodiff deadlocks when two threads' graphs share a parameter's leaf node.
+    let run = batches.len().div_ceil(threads);
+    let partials: Vec<Result<ClippedSum, ModelError>> = std::thread::scope(|s| {
+        let handles: Vec<_> = batches
+            .chunks(run)
+            .map(|chunk| {
+                let (model, layout) = (model.clone().fork(device), &layout);
+                s.spawn(move || clipped_sum_of(&model, chunk, layout, bounds, bounding, device))
+            })
+            .collect();
+        handles
+            .into_iter()
+            .map(|h| {
+                h.join().unwrap_or_else(|_| {
+                    Err(ModelError::BadBatch {
+                        reason: "a per-example gradient thread panicked".into(),
+                    })
+                })
+            })
+            .collect()
+    });
+    let mut out = ClippedSum::empty();
+    out.sum = zero_sum(&layout, bounds)?;
+    for p in partials {
+        let p = p?;
+        for (s, g) in out.sum.iter_mut().zip(&p.sum) {
+            accumulate(s, &g.data);
+        }
+        out.loss_sum += p.loss_sum;
+        out.clipped += p.clipped;
+        out.examples += p.examples;
+    }
+    Ok(out)
+}
+
+/// The clipped sum over `batches` (physical batches of one logical batch, each with its
+/// method) on one thread; `model` already runs per example.
+fn clipped_sum_of(
+    model: &KwsModel,
+    batches: &[(Batch, PerExampleMethod)],
+    layout: &[NamedTensor],
+    bounds: &ClipBounds,
+    bounding: Bounding,
+    device: &Device,
+) -> Result<ClippedSum, ModelError> {
+    let mut sum = zero_sum(layout, bounds)?;
+    let mut out = ClippedSum::empty();
     let only = Some(bounds.layers());
-    for (b, method) in physical_batches(&model, batch, only, per)? {
+    for (b, method) in batches {
+        let method = *method;
         let exact = bounding == Bounding::Normalize;
         let on_tensors = match method {
-            PerExampleMethod::Vectorized => clipped_sum(&model, &b, bounds, exact, device)?,
+            PerExampleMethod::Vectorized => clipped_sum(model, b, bounds, exact, device)?,
             PerExampleMethod::Activations => {
-                activations::clipped_sum(&model, &b, bounds, exact, device)?
+                activations::clipped_sum(model, b, bounds, exact, device)?
             }
             PerExampleMethod::Loop => None,
         };
         if let Some(p) = on_tensors {
             for (s, g) in sum.iter_mut().zip(&p.sum) {
-                s.data.iter_mut().zip(g).for_each(|(s, g)| *s += g);
+                accumulate(s, g);
             }
             out.loss_sum += p.loss_sum;
             out.clipped += p.clipped;
@@ -354,7 +427,7 @@ pub fn clipped_grad_sum_with(
             continue;
         }
         // The loop, or a physical batch with a non-finite gradient: clip on the host.
-        let (grads, loss_sum) = physical_grads(&model, &b, method, only, device)?;
+        let (grads, loss_sum) = physical_grads(model, b, method, only, device)?;
         for all in grads {
             add_clipped(&mut out, &mut sum, all, bounds, bounding)?;
         }
@@ -362,6 +435,11 @@ pub fn clipped_grad_sum_with(
     }
     out.sum = sum;
     Ok(out)
+}
+
+/// `sum += g`, element by element.
+fn accumulate(sum: &mut NamedTensor, g: &[f32]) {
+    sum.data.iter_mut().zip(g).for_each(|(s, g)| *s += g);
 }
 
 /// Zeros shaped like the layers `bounds` names, taken from the model's tensors `layout`
@@ -452,7 +530,7 @@ fn add_clipped(
     })?;
     out.clipped += usize::from(bounds.is_over(&norms));
     for (s, g) in sum.iter_mut().zip(&picked) {
-        s.data.iter_mut().zip(&g.data).for_each(|(s, g)| *s += g);
+        accumulate(s, &g.data);
     }
     out.examples += 1;
     Ok(())

@@ -298,6 +298,10 @@ pub struct TrainArgs {
     /// one example at a time (loop). All give the same gradients.
     #[arg(long, requires = "dp", default_value = "vectorized")]
     pub per_example_method: String,
+    /// DP: threads per-example gradients are computed on (the same gradients at any
+    /// count; with dropout, a seeded run repeats bit for bit only at 1).
+    #[arg(long, requires = "dp", default_value_t = 1)]
+    pub per_example_threads: usize,
     /// DP: adaptive clipping (Andrew et al. 2021): move the clip bound, starting at --clip,
     /// toward this quantile of the per-example gradient norms, in (0, 1).
     #[arg(long, requires = "dp")]
@@ -316,6 +320,7 @@ fn dp_config(args: &TrainArgs) -> anyhow::Result<DpConfig> {
     };
     dp.max_grad_memory_mb = args.max_grad_memory_mb;
     dp.per_example_method = args.per_example_method.parse()?;
+    dp.per_example_threads = args.per_example_threads;
     dp.adaptive_clip_quantile = args.adaptive_clip_quantile;
     dp.adaptive_clip_lr = args.adaptive_clip_lr;
     dp.adaptive_clip_count_noise = args.adaptive_clip_count_noise;

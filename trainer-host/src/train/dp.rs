@@ -127,6 +127,10 @@ pub struct DpConfig {
     /// differs by architecture, BENCHMARKS.md).
     #[serde(default)]
     pub per_example_method: PerExampleMethod,
+    /// Threads per-example gradients are computed on ([`PerExampleConfig::threads`]): the
+    /// same gradients at any count; with dropout, seeded runs repeat only at 1.
+    #[serde(default = "one")]
+    pub per_example_threads: usize,
     /// Adaptive clipping ([`AdaptiveClip`], Andrew et al. 2021): starting from `clip`, move
     /// the bound toward this quantile of the per-example gradient norms, in `(0, 1)`.
     /// `None`: a fixed bound.
@@ -139,6 +143,10 @@ pub struct DpConfig {
     /// choice). Must exceed half the noise multiplier.
     #[serde(default)]
     pub adaptive_clip_count_noise: Option<f64>,
+}
+
+fn one() -> usize {
+    1
 }
 
 fn default_max_grad_memory_mb() -> usize {
@@ -172,6 +180,7 @@ impl DpConfig {
             reproducible: false,
             max_grad_memory_mb: default_max_grad_memory_mb(),
             per_example_method: PerExampleMethod::default(),
+            per_example_threads: 1,
             adaptive_clip_quantile: None,
             adaptive_clip_lr: default_adaptive_clip_lr(),
             adaptive_clip_count_noise: None,
@@ -233,6 +242,9 @@ impl DpConfig {
                 "--warm-start-epochs",
                 "at least 1 with a public warm start".into(),
             );
+        }
+        if self.per_example_threads == 0 {
+            return bad("--per-example-threads", "0: need at least 1".into());
         }
         if let Some(m) = self.max_noise_multiplier {
             if !(m.is_finite() && m > 0.0) {
@@ -530,6 +542,7 @@ pub fn train_kws_dp(
     let per_example = PerExampleConfig {
         method: dp.per_example_method,
         max_grad_memory: dp.max_grad_memory_mb << 20,
+        threads: dp.per_example_threads,
     };
     let bounding = if dp.normalize_layers {
         Bounding::Normalize

@@ -132,8 +132,8 @@ pub struct PerExampleConfig {
     /// counted.
     pub max_grad_memory: usize,
     /// Threads the physical batches are shared over (at least 1; a logical batch is split
-    /// into at least this many physical batches). Each thread sums its
-    /// own contiguous run of physical batches on its own copy of the model, and the
+    /// into at least this many physical batches). Each thread sums its own contiguous run
+    /// of physical batches on its own fork of the model ([`Module::fork`]), and the
     /// partial sums are added in order, so a result does not depend on scheduling. The
     /// per-thread budget is `max_grad_memory / threads`. Dropout masks come from burn's one
     /// process-wide generator, so with dropout a seeded run repeats bit for bit only at 1.
@@ -372,11 +372,8 @@ pub fn clipped_grad_sum_with(
         handles
             .into_iter()
             .map(|h| {
-                h.join().unwrap_or_else(|_| {
-                    Err(ModelError::BadBatch {
-                        reason: "a per-example gradient thread panicked".into(),
-                    })
-                })
+                h.join()
+                    .unwrap_or_else(|panic| std::panic::resume_unwind(panic))
             })
             .collect()
     });

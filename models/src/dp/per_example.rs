@@ -131,8 +131,9 @@ pub struct PerExampleConfig {
     /// fit, and their clipped sums are added (gradient accumulation). Activations are not
     /// counted.
     pub max_grad_memory: usize,
-    /// Threads the physical batches are shared over (at least 1; a logical batch is split
-    /// into at least this many physical batches). Each thread sums its own contiguous run
+    /// Threads the physical batches of a clipped sum ([`clipped_grad_sum_with`]) are shared
+    /// over (at least 1; a logical batch is split into at least this many physical
+    /// batches; [`per_example_grads_with`] runs them in turn). Each thread sums its own contiguous run
     /// of physical batches on its own fork of the model ([`Module::fork`]), and the
     /// partial sums are added in order, so a result does not depend on scheduling. The
     /// per-thread budget is `max_grad_memory / threads`. Dropout masks come from burn's one

@@ -3,6 +3,9 @@
 use std::path::{Path, PathBuf};
 
 use anyhow::Context;
+use hush_host::experiment::asr_generalization::{
+    self as asrg, run_asr_generalization, AsrGeneralizationConfig,
+};
 use hush_host::experiment::dp_sgd::{results_markdown, run_dp_sgd, DpSgdExperimentConfig, Variant};
 use hush_host::experiment::kws_generalization::{
     self as kwsg, run_kws_generalization, Holdout, KwsGeneralizationConfig,
@@ -18,7 +21,7 @@ use hush_host::experiment::pretrain::{
 };
 use hush_models::compute::ComputeKind;
 
-use super::train::{announce_device, epoch_line, print_card, ModelArgs, TaskArg};
+use super::train::{announce_device, asr_epoch_line, epoch_line, print_card, ModelArgs, TaskArg};
 
 /// Subcommands of `hush-host experiment`.
 #[derive(clap::Subcommand)]
@@ -37,6 +40,11 @@ pub enum ExperimentCommand {
     /// ones; plus one run on every engine tested on speaker-disjoint speakers. Accuracy,
     /// balanced keyword accuracy, confusion matrices. The corpus needs `speakers.tsv`.
     KwsGeneralization(KwsGeneralizationArgs),
+    /// ASR quality on voices never heard: train a CTC recogniser from scratch once per
+    /// held-out engine (or donor family) on the other engines' speakers and test on the
+    /// held-out ones; plus one run on every engine tested on speaker-disjoint speakers.
+    /// Greedy and beam-search WER and CER. The corpus needs `speakers.tsv`.
+    AsrGeneralization(AsrGeneralizationArgs),
     /// KWS test accuracy against ε for PATE (LNMax, GNMax, Confident-GNMax students)
     /// beside DP-SGD and a non-private model, on one speaker-disjoint split of one corpus
     /// (generated first when --data is missing or empty).
@@ -139,6 +147,34 @@ pub struct KwsGeneralizationArgs {
     pub model: ModelArgs,
 }
 
+/// Arguments of `hush-host experiment asr-generalization`.
+#[derive(clap::Args)]
+pub struct AsrGeneralizationArgs {
+    /// Output folder (results.json, results.md, validation_wer.png, runs/).
+    #[arg(long)]
+    pub out: PathBuf,
+    /// ASR corpus (LibriSpeech layout with speakers.tsv, from `corpus synth --kind asr`).
+    #[arg(long)]
+    pub data: PathBuf,
+    /// Groups to hold out, one run each: engines (espeak-ng, flite, festival) or
+    /// donor:NAME (kal, slt, ked, awb, rms).
+    #[arg(
+        long,
+        value_delimiter = ',',
+        default_value = "espeak-ng,flite,festival"
+    )]
+    pub holdouts: Vec<String>,
+    /// Skip the run on every engine (speaker-disjoint test).
+    #[arg(long)]
+    pub no_all_engines: bool,
+    /// Beam width of the beam-search numbers.
+    #[arg(long, default_value_t = 8)]
+    pub beam: usize,
+    /// The model and how every run trains it (from scratch).
+    #[command(flatten)]
+    pub model: ModelArgs,
+}
+
 /// Arguments of `hush-host experiment dp-sgd`.
 #[derive(clap::Args)]
 pub struct DpSgdArgs {
@@ -199,15 +235,19 @@ pub struct DpSgdArgs {
     pub seed: u64,
 }
 
+/// `--holdouts`, parsed.
+fn holdouts(names: &[String]) -> anyhow::Result<Vec<Holdout>> {
+    Ok(names
+        .iter()
+        .map(|h| Holdout::parse(h))
+        .collect::<Result<_, _>>()?)
+}
+
 /// Runs `experiment kws-generalization`.
 fn run_generalization(a: KwsGeneralizationArgs) -> anyhow::Result<()> {
     let train = a.model.kws_config(&a.data);
     let mut cfg = KwsGeneralizationConfig::new(train, &a.out);
-    cfg.holdouts = a
-        .holdouts
-        .iter()
-        .map(|h| Holdout::parse(h))
-        .collect::<Result<_, _>>()?;
+    cfg.holdouts = holdouts(&a.holdouts)?;
     cfg.all_engines = !a.no_all_engines;
     let mut progress = epoch_line(cfg.train.epochs);
     let results = run_logged(
@@ -223,6 +263,23 @@ fn run_generalization(a: KwsGeneralizationArgs) -> anyhow::Result<()> {
         print_card(&card, &run.model);
     }
     Ok(())
+}
+
+/// Runs `experiment asr-generalization`.
+fn run_asr_generalization_cmd(a: AsrGeneralizationArgs) -> anyhow::Result<()> {
+    announce_device(a.model.device);
+    let train = a.model.asr_config(&a.data, a.beam)?;
+    let mut cfg = AsrGeneralizationConfig::new(train, &a.out);
+    cfg.holdouts = holdouts(&a.holdouts)?;
+    cfg.all_engines = !a.no_all_engines;
+    let mut progress = asr_epoch_line(cfg.train.epochs);
+    run_logged(
+        "hush-host experiment asr-generalization",
+        &a.out,
+        |command, log| run_asr_generalization(&cfg, command, log, &mut progress),
+        asrg::results_markdown,
+    )
+    .map(drop)
 }
 
 /// Runs an experiment with its progress lines on stderr, each stamped with the seconds
@@ -285,6 +342,7 @@ pub fn run(cmd: ExperimentCommand) -> anyhow::Result<()> {
             .map(drop)
         }
         ExperimentCommand::KwsGeneralization(a) => run_generalization(a),
+        ExperimentCommand::AsrGeneralization(a) => run_asr_generalization_cmd(a),
         ExperimentCommand::Pate(a) if a.task == TaskArg::Asr => run_pate_asr(a),
         ExperimentCommand::Pate(a) => {
             let data = a.data.clone().unwrap_or_else(|| a.out.join("corpus"));

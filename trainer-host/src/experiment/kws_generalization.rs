@@ -28,61 +28,13 @@ use hush_device::infer::clip_samples;
 use hush_models::package::SplitMetrics;
 use serde::{Deserialize, Serialize};
 
+pub use super::holdout::Holdout;
+use super::holdout::{engine_counts, speaker_count, split_out};
 use super::ExperimentError;
 use crate::corpus::synth::{read_speakers, SpeakerVoice};
 use crate::plot::{heatmaps, Heatmap};
 use crate::train::data::{read_kws, Clip, KwsData};
 use crate::train::{train_kws_on, EpochReport, KwsTrainConfig};
-
-/// A group of speakers held out of training and tested on.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "snake_case", tag = "kind", content = "name")]
-pub enum Holdout {
-    /// Every speaker of one engine (`espeak-ng`, `flite`, `festival`).
-    Engine(String),
-    /// Every speaker whose voice is built from one recorded donor (`kal`, `slt`, `ked`,
-    /// `awb`, `rms`): the voice name contains the donor's name, whatever the engine.
-    Donor(String),
-}
-
-impl Holdout {
-    /// Parses `espeak-ng`, `flite`, `festival` (engines) or `donor:NAME`.
-    pub fn parse(s: &str) -> Result<Self, ExperimentError> {
-        match s.split_once(':') {
-            Some(("donor", name)) if !name.is_empty() => Ok(Self::Donor(name.to_string())),
-            None if ["espeak-ng", "flite", "festival"].contains(&s) => {
-                Ok(Self::Engine(s.to_string()))
-            }
-            _ => Err(ExperimentError::Config(format!(
-                "--holdouts: `{s}` is neither an engine (espeak-ng, flite, festival) nor \
-                 donor:NAME"
-            ))),
-        }
-    }
-
-    /// Whether `voice`'s speaker belongs to the group.
-    pub fn contains(&self, voice: &SpeakerVoice) -> bool {
-        match self {
-            Self::Engine(e) => voice.engine == *e,
-            Self::Donor(d) => voice.engine != "espeak-ng" && voice.voice.contains(d.as_str()),
-        }
-    }
-
-    /// `engine espeak-ng`, `donor slt`.
-    pub fn name(&self) -> String {
-        match self {
-            Self::Engine(e) => format!("engine {e}"),
-            Self::Donor(d) => format!("donor {d}"),
-        }
-    }
-
-    fn slug(&self) -> String {
-        match self {
-            Self::Engine(e) => format!("without-{e}"),
-            Self::Donor(d) => format!("without-donor-{d}"),
-        }
-    }
-}
 
 /// Everything the experiment decides.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -103,10 +55,7 @@ impl KwsGeneralizationConfig {
         Self {
             out: out.to_path_buf(),
             train,
-            holdouts: ["espeak-ng", "flite", "festival"]
-                .iter()
-                .map(|e| Holdout::Engine(e.to_string()))
-                .collect(),
+            holdouts: Holdout::engines(),
             all_engines: true,
         }
     }
@@ -154,41 +103,29 @@ pub struct KwsGeneralizationResults {
     pub runs: Vec<GeneralizationRun>,
 }
 
-/// The clips of `clips` whose speaker is (`keep` = true) or is not in `group`.
-fn select(clips: &[Clip], group: &dyn Fn(&str) -> bool, keep: bool) -> Vec<Clip> {
-    clips
-        .iter()
-        .filter(|c| group(&c.speaker) == keep)
-        .cloned()
-        .collect()
-}
-
 /// The data of a run holding `holdout` out: training and validation speakers of the other
-/// groups, and every clip of the group's speakers as the test set.
+/// groups, and every clip of the group's speakers as the test set ([`split_out`]).
 pub fn holdout_split(
     data: &KwsData,
     speakers: &BTreeMap<String, SpeakerVoice>,
     holdout: &Holdout,
 ) -> KwsData {
-    let group = |s: &str| speakers.get(s).is_some_and(|v| holdout.contains(v));
-    let mut test = Vec::new();
-    for split in [&data.train, &data.validation, &data.test] {
-        test.extend(select(split, &group, true));
-    }
+    let [train, validation, test] = split_out(
+        [&data.train, &data.validation, &data.test],
+        speakers,
+        holdout,
+        |c: &Clip| &c.speaker,
+    );
     KwsData {
-        train: select(&data.train, &group, false),
-        validation: select(&data.validation, &group, false),
+        train,
+        validation,
         test,
         noises: data.noises.clone(),
     }
 }
 
-fn speaker_count(clips: &[Clip]) -> usize {
-    clips
-        .iter()
-        .map(|c| c.speaker.as_str())
-        .collect::<std::collections::BTreeSet<_>>()
-        .len()
+fn speakers_of(clips: &[Clip]) -> usize {
+    speaker_count(clips, |c| &c.speaker)
 }
 
 /// Runs the experiment; `log` sees one line per step and `progress` every epoch.
@@ -213,10 +150,7 @@ pub fn run_kws_generalization(
     let clip_len = clip_samples(&cfg.train.features, cfg.train.frames);
     let sr = cfg.train.features.frame.sample_rate;
     let data = read_kws(corpus, &labels, sr, clip_len).map_err(train_err("reading"))?;
-    let mut engines = BTreeMap::new();
-    for v in speakers.values() {
-        *engines.entry(v.engine.clone()).or_insert(0) += 1;
-    }
+    let engines = engine_counts(&speakers);
     log(&format!(
         "corpus {}: {} train / {} validation / {} test clips; speakers per engine {engines:?}",
         corpus.display(),
@@ -254,9 +188,9 @@ pub fn run_kws_generalization(
         log(&format!(
             "{setting}: training on {} clips of {} speakers, testing on {} clips of {} speakers",
             run_data.train.len(),
-            speaker_count(&run_data.train),
+            speakers_of(&run_data.train),
             run_data.test.len(),
-            speaker_count(&run_data.test)
+            speakers_of(&run_data.test)
         ));
         let model = cfg.out.join("runs").join(&slug);
         let start = Instant::now();
@@ -269,8 +203,8 @@ pub fn run_kws_generalization(
             setting: setting.clone(),
             holdout: holdout.cloned(),
             train_clips: run_data.train.len(),
-            train_speakers: speaker_count(&run_data.train),
-            test_speakers: speaker_count(&run_data.test),
+            train_speakers: speakers_of(&run_data.train),
+            test_speakers: speakers_of(&run_data.test),
             test: split_of("test"),
             validation_accuracy: split_of("validation").accuracy,
             epochs_run: provenance.map_or(0, |p| p.epochs_run),
@@ -484,22 +418,6 @@ mod tests {
         let split = holdout_split(&data, &speakers, &Holdout::Donor("slt".into()));
         assert_eq!(names(&split.train), ["a"]);
         assert_eq!(names(&split.test), ["b", "c", "b", "c"]);
-    }
-
-    #[test]
-    fn holdouts_parse_and_name_themselves() {
-        assert_eq!(
-            Holdout::parse("flite").unwrap(),
-            Holdout::Engine("flite".into())
-        );
-        assert_eq!(
-            Holdout::parse("donor:kal").unwrap(),
-            Holdout::Donor("kal".into())
-        );
-        assert!(Holdout::parse("sapi").is_err());
-        assert!(Holdout::parse("donor:").is_err());
-        // espeak-ng voices are formant voices: no donor.
-        assert!(!Holdout::Donor("m1".into()).contains(&voice("espeak-ng", "en-us+m1")));
     }
 
     #[test]

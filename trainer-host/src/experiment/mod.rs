@@ -17,10 +17,14 @@
 //!   beside DP-SGD, non-private fine-tuning and the public warm-start model
 //!   (`hush-host experiment pate --task asr`);
 //! - [`kws_generalization`]: KWS accuracy on voices never heard — leave one engine or
-//!   donor family out — beside the speaker-disjoint test
-//!   (`hush-host experiment kws-generalization`).
+//!   donor family out ([`holdout`]) — beside the speaker-disjoint test
+//!   (`hush-host experiment kws-generalization`);
+//! - [`asr_generalization`]: the same for CTC speech recognition, WER and CER
+//!   (`hush-host experiment asr-generalization`).
 
+pub mod asr_generalization;
 pub mod dp_sgd;
+pub mod holdout;
 pub mod kws_generalization;
 pub mod pate;
 pub mod pate_asr;

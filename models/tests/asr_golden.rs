@@ -11,8 +11,8 @@ mod common;
 
 use burn::module::Module;
 use burn::tensor::{Device, Tensor, TensorData};
-use common::{tiny_ctc, Rng};
-use hush_models::asr::{ctc_loss, output_steps, AsrArchConfig, CtcBatch, CtcGru, Vocabulary};
+use common::{tiny_ctc, tiny_ctc_at, Rng};
+use hush_models::asr::{ctc_loss, AsrArchConfig, CtcBatch, CtcGru, Vocabulary};
 use hush_models::checkpoint::TensorSource;
 use hush_models::package::{load_asr_package, write_asr_package, AsrCard, ModelCard};
 use tract_onnx::prelude::*;
@@ -49,9 +49,16 @@ fn randomised(model: CtcGru, rng: &mut Rng) -> CtcGru {
 
 #[test]
 fn burn_forward_equals_tract_forward_for_several_lengths() {
+    // Time subsampling 4, and 2 (the second conv at stride 1 in time: `ctc-gru-s2`).
+    for cfg in [config(), tiny_ctc_at(20, 2)] {
+        burn_equals_tract(&cfg);
+    }
+}
+
+fn burn_equals_tract(cfg: &AsrArchConfig) {
     let device = Device::flex();
     device.seed(11);
-    let cfg = config();
+    let cfg = cfg.clone();
     let mut rng = Rng(0x9E37_79B9_7F4A_7C15);
     let model = randomised(cfg.init(&device).unwrap(), &mut rng).valid();
     let onnx = model.to_onnx(&cfg).unwrap();
@@ -67,12 +74,13 @@ fn burn_forward_equals_tract_forward_for_several_lengths() {
         let x: Vec<f32> = (0..frames * 20).map(|_| 3.0 * rng.next()).collect();
         let xt = Tensor::<3>::from_data(TensorData::new(x.clone(), [1, frames, 20]), &device);
         let burn_out: Vec<f32> = model.forward(xt).into_data().try_to_vec::<f32>().unwrap();
-        assert_eq!(burn_out.len(), output_steps(frames) * 29);
+        let steps = cfg.output_steps(frames);
+        assert_eq!(burn_out.len(), steps * 29);
         let input = tract_ndarray::Array3::from_shape_vec((1, frames, 20), x)
             .unwrap()
             .into_tensor();
         let out = plan.run(tvec!(input.into_tvalue())).unwrap();
-        assert_eq!(out[0].shape(), &[1, output_steps(frames), 29]);
+        assert_eq!(out[0].shape(), &[1, steps, 29]);
         let tract_out: Vec<f32> = out[0]
             .to_plain_array_view::<f32>()
             .unwrap()
@@ -87,7 +95,10 @@ fn burn_forward_equals_tract_forward_for_several_lengths() {
         // Non-vacuous: the outputs differ across symbols and steps.
         let spread = burn_out.iter().copied().fold(f32::NEG_INFINITY, f32::max)
             - burn_out.iter().copied().fold(f32::INFINITY, f32::min);
-        println!("ctc-gru frames {frames}: max abs diff {diff:.2e}, spread {spread:.2}");
+        println!(
+            "ctc-gru ×{} frames {frames}: max abs diff {diff:.2e}, spread {spread:.2}",
+            cfg.subsampling()
+        );
         assert!(spread > 0.5, "log-probs nearly constant ({spread})");
         assert!(diff <= 1e-4, "frames {frames}: max abs diff {diff}");
     }

@@ -23,7 +23,7 @@ use std::path::{Path, PathBuf};
 
 use common::{
     max_abs, onnx_typed, run_burn_ctc, run_burn_kws, run_tract, seeded_ctc, seeded_kws, spread,
-    tiny_ctc,
+    tiny_ctc, tiny_ctc_at,
 };
 use hush_models::arch::{ArchConfig, BcResNetConfig, DsCnnConfig, IoShape, LeakCnnConfig};
 use hush_models::asr::AsrArchConfig;
@@ -76,6 +76,7 @@ fn cases() -> Vec<(&'static str, Fixture)> {
             })),
         ),
         ("ctc-gru", Fixture::Ctc(tiny_ctc(10))),
+        ("ctc-gru-s2", Fixture::Ctc(tiny_ctc_at(10, 2))),
     ]
 }
 

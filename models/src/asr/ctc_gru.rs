@@ -2,13 +2,16 @@
 //!
 //! ```text
 //! features [B, T, bins] → input norm → conv 3×3 stride 2 (32) → ReLU
-//!   → conv 3×3 stride 2 (32) → ReLU → [B, ⌈T/4⌉, 32·F'] → linear d_model
+//!   → conv 3×3 stride (s/2, 2) (32) → ReLU → [B, ⌈T/s⌉, 32·F'] → linear d_model
 //!   → GRU × layers (unidirectional) → linear vocab → log-softmax
 //! ```
 //!
-//! Both convs pad time on the left only (two frames), so an output step sees only past
-//! and present frames and `⌈T/4⌉` steps come out of `T` frames ([`output_steps`]); the
-//! frequency axis is not padded. Nothing looks ahead, so the model can run on a stream.
+//! `s` is the time subsampling ([`CtcGruConfig::subsampling`]): 4 (the default: one step
+//! per 40 ms) or 2 (`ctc-gru-s2`: one per 20 ms, for speech dense in characters — CTC
+//! needs at least one step per character, two for a doubled letter). Both convs pad time
+//! on the left only (two frames), so an output step sees only past and present frames and
+//! `⌈T/s⌉` steps come out of `T` frames ([`CtcGru::output_steps`]); the frequency axis is
+//! not padded. Nothing looks ahead, so the model can run on a stream.
 //!
 //! The GRU is burn's [`Gru`] (`reset_after = true`, the ONNX `linear_before_reset = 1`
 //! form), run here by [`gru_forward`], which computes every step's input projection in one
@@ -36,8 +39,11 @@ use crate::checkpoint::{NamedTensor, TensorSource};
 use crate::export::onnx::OnnxGraph;
 use crate::ModelError;
 
-/// Time frames consumed per output step.
+/// Time frames per output step of the standard sizes (and of BEST-RQ's quantizer).
 pub const SUBSAMPLING: usize = 4;
+
+/// The time subsamplings a `ctc-gru` can have.
+pub const SUBSAMPLINGS: [usize; 2] = [2, 4];
 
 /// Prefix of the tensors outside the encoder: the output layer over the vocabulary.
 pub const ENCODER_OUTPUT: &str = "out.";
@@ -47,9 +53,23 @@ pub fn is_encoder_tensor(name: &str) -> bool {
     !name.starts_with(ENCODER_OUTPUT)
 }
 
-/// Output steps for `frames` input frames: `⌈frames / 4⌉`.
+/// Output steps for `frames` input frames at the default subsampling: `⌈frames / 4⌉`.
 pub fn output_steps(frames: usize) -> usize {
-    frames.div_ceil(2).div_ceil(2)
+    output_steps_at(frames, SUBSAMPLING)
+}
+
+/// Output steps for `frames` input frames at time subsampling `subsampling` (2 or 4):
+/// each stride-2 conv halves the count, rounding up.
+pub fn output_steps_at(frames: usize, subsampling: usize) -> usize {
+    if subsampling == 4 {
+        frames.div_ceil(2).div_ceil(2)
+    } else {
+        frames.div_ceil(2)
+    }
+}
+
+fn default_subsampling() -> usize {
+    SUBSAMPLING
 }
 
 /// `ctc-gru` options.
@@ -69,6 +89,10 @@ pub struct CtcGruConfig {
     pub layers: usize,
     /// Dropout between layers (training only).
     pub dropout: f64,
+    /// Input frames per output step in time: 4 or 2 ([`SUBSAMPLINGS`]); the second conv's
+    /// time stride is `subsampling / 2`. Absent from older `model.json` files: 4.
+    #[serde(default = "default_subsampling")]
+    pub subsampling: usize,
 }
 
 impl CtcGruConfig {
@@ -83,6 +107,16 @@ impl CtcGruConfig {
             hidden: 320,
             layers: 2,
             dropout: 0.1,
+            subsampling: SUBSAMPLING,
+        }
+    }
+
+    /// [`Self::standard`] at time subsampling 2 (`ctc-gru-s2`): the same tensors, twice
+    /// the GRU steps.
+    pub fn standard_s2(bins: usize, vocab: usize) -> Self {
+        Self {
+            subsampling: 2,
+            ..Self::standard(bins, vocab)
         }
     }
 
@@ -96,6 +130,7 @@ impl CtcGruConfig {
             hidden: 96,
             layers: 1,
             dropout: 0.0,
+            subsampling: SUBSAMPLING,
         }
     }
 
@@ -127,16 +162,19 @@ impl CtcGruConfig {
         if !(0.0..1.0).contains(&self.dropout) {
             return bad("dropout", "in [0, 1)");
         }
-        let conv = |c_in| {
+        if !SUBSAMPLINGS.contains(&self.subsampling) {
+            return bad("subsampling", "2 or 4 input frames per output step");
+        }
+        let conv = |c_in, time_stride| {
             Conv2dConfig::new([c_in, self.channels], [3, 3])
-                .with_stride([2, 2])
+                .with_stride([time_stride, 2])
                 .with_padding(PaddingConfig2d::Explicit(2, 0, 0, 0))
                 .init(device)
         };
         Ok(CtcGru {
             input_norm: InputNorm::identity(self.bins, device),
-            conv1: conv(1),
-            conv2: conv(self.channels),
+            conv1: conv(1, 2),
+            conv2: conv(self.channels, self.subsampling / 2),
             proj: LinearConfig::new(self.channels * self.freq_out(), self.d_model).init(device),
             gru: (0..self.layers)
                 .map(|l| {
@@ -146,6 +184,7 @@ impl CtcGruConfig {
                 .collect(),
             dropout: DropoutConfig::new(self.dropout).init(),
             out: LinearConfig::new(self.hidden, self.vocab).init(device),
+            subsampling: self.subsampling,
         })
     }
 }
@@ -167,6 +206,8 @@ pub struct CtcGru {
     pub dropout: Dropout,
     /// Output layer over the vocabulary.
     pub out: Linear,
+    /// Input frames per output step in time (2 or 4).
+    pub subsampling: usize,
 }
 
 /// Runs burn's [`Gru`] over `x` `[B, T, in]` from a zero state, with burn's equations
@@ -215,7 +256,12 @@ fn gate(g: &Gru, i: usize) -> &GateController {
 }
 
 impl CtcGru {
-    /// `[B, T, bins]` features → `[B, ⌈T/4⌉, vocab]` per-step log-probabilities.
+    /// Output steps for `frames` input frames: `⌈frames / subsampling⌉`.
+    pub fn output_steps(&self, frames: usize) -> usize {
+        output_steps_at(frames, self.subsampling)
+    }
+
+    /// `[B, T, bins]` features → `[B, ⌈T/s⌉, vocab]` per-step log-probabilities.
     pub fn forward(&self, x: Tensor<3>) -> Tensor<3> {
         log_softmax(self.scores(x), 2)
     }
@@ -229,7 +275,7 @@ impl CtcGru {
     }
 
     /// The encoder: every layer but the output layer. `[B, T, bins]` features →
-    /// `[B, ⌈T/4⌉, hidden]` states of the last GRU layer (what BEST-RQ pretrains).
+    /// `[B, ⌈T/s⌉, hidden]` states of the last GRU layer (what BEST-RQ pretrains).
     pub fn encode(&self, x: Tensor<3>) -> Tensor<3> {
         let [b, t, f] = x.dims();
         let x = self.input_norm.forward(x).reshape([b, 1, t, f]);
@@ -407,6 +453,14 @@ mod tests {
             assert_eq!(y.dims(), [1, output_steps(t), 29], "t = {t}");
         }
         assert_eq!(output_steps(17), 5);
+        let mut s2 = CtcGruConfig::small(20, 29);
+        s2.subsampling = 2;
+        let m = s2.init(&device).unwrap();
+        for t in [1usize, 4, 5, 17, 40] {
+            let y = m.forward(Tensor::zeros([1, t, 20], &device));
+            assert_eq!(y.dims(), [1, t.div_ceil(2), 29], "t = {t}");
+            assert_eq!(m.output_steps(t), t.div_ceil(2));
+        }
     }
 
     #[test]
@@ -436,5 +490,9 @@ mod tests {
         let mut c = CtcGruConfig::small(20, 29);
         c.layers = 0;
         assert!(c.init(&device).is_err());
+        let mut c = CtcGruConfig::small(20, 29);
+        c.subsampling = 3;
+        let err = c.init(&device).unwrap_err().to_string();
+        assert!(err.contains("subsampling"), "{err}");
     }
 }

@@ -5,7 +5,7 @@
 //!
 //! - [`vocab`]: the character set (blank, space, apostrophe, a–z) and transcript
 //!   normalisation;
-//! - [`ctc_gru`]: the `ctc-gru` architecture (conv subsampling ×4 + GRU + linear);
+//! - [`ctc_gru`]: the `ctc-gru` architecture (conv subsampling ×4 or ×2 + GRU + linear);
 //! - [`bestrq`]: BEST-RQ self-supervised pretraining of its encoder (random-projection
 //!   quantizer, span masking, masked-step prediction);
 //! - [`decode`]: greedy and prefix-beam-search CTC decoding (host and device);
@@ -37,7 +37,7 @@ use crate::checkpoint::{NamedTensor, TensorSource};
 use crate::export::onnx::{OnnxGraph, INPUT};
 use crate::ModelError;
 
-pub use ctc_gru::{output_steps, CtcGru, CtcGruConfig};
+pub use ctc_gru::{output_steps, output_steps_at, CtcGru, CtcGruConfig};
 pub use vocab::{normalize_transcript, Vocabulary, BLANK};
 
 /// A speech recogniser's architecture and configuration, as stored in `model.json`
@@ -45,13 +45,14 @@ pub use vocab::{normalize_transcript, Vocabulary, BLANK};
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(tag = "name", rename_all = "kebab-case")]
 pub enum AsrArchConfig {
-    /// Conv subsampling ×4 + unidirectional GRU + linear, trained with CTC.
+    /// Conv subsampling ×4 (or ×2) + unidirectional GRU + linear, trained with CTC.
     CtcGru(CtcGruConfig),
 }
 
 /// Names accepted by [`AsrArchConfig::default_for`]: `ctc-gru` (1.35 M parameters over
-/// 80 bins) and `ctc-gru-small` (the same layers, smaller; for tests and quick runs).
-pub const ASR_ARCH_NAMES: [&str; 2] = ["ctc-gru", "ctc-gru-small"];
+/// 80 bins), `ctc-gru-s2` (the same tensors at time subsampling 2: one step per 20 ms)
+/// and `ctc-gru-small` (the same layers, smaller; for tests and quick runs).
+pub const ASR_ARCH_NAMES: [&str; 3] = ["ctc-gru", "ctc-gru-s2", "ctc-gru-small"];
 
 impl AsrArchConfig {
     /// The configuration called `name` (one of [`ASR_ARCH_NAMES`]) over `bins` values
@@ -59,6 +60,7 @@ impl AsrArchConfig {
     pub fn default_for(name: &str, bins: usize, vocab: usize) -> Result<Self, ModelError> {
         match name {
             "ctc-gru" => Ok(Self::CtcGru(CtcGruConfig::standard(bins, vocab))),
+            "ctc-gru-s2" => Ok(Self::CtcGru(CtcGruConfig::standard_s2(bins, vocab))),
             "ctc-gru-small" => Ok(Self::CtcGru(CtcGruConfig::small(bins, vocab))),
             _ => Err(ModelError::config(
                 name,
@@ -90,6 +92,32 @@ impl AsrArchConfig {
         match self {
             Self::CtcGru(c) => c.vocab,
         }
+    }
+
+    /// Whether `other` has the same tensors, name by name and shape by shape: the same
+    /// configuration up to the time subsampling (a conv's stride, not a tensor). A model
+    /// of one subsampling can then start training at the other.
+    pub fn same_tensors(&self, other: &Self) -> bool {
+        match (self, other) {
+            (Self::CtcGru(a), Self::CtcGru(b)) => {
+                CtcGruConfig {
+                    subsampling: b.subsampling,
+                    ..a.clone()
+                } == *b
+            }
+        }
+    }
+
+    /// Input frames per output step in time.
+    pub fn subsampling(&self) -> usize {
+        match self {
+            Self::CtcGru(c) => c.subsampling,
+        }
+    }
+
+    /// Output steps for `frames` input frames.
+    pub fn output_steps(&self, frames: usize) -> usize {
+        output_steps_at(frames, self.subsampling())
     }
 
     /// Builds a freshly initialised model on `device`.
@@ -189,7 +217,7 @@ pub fn ctc_min_steps(labels: &[usize]) -> usize {
 }
 
 impl CtcBatch {
-    fn check(&self, vocab: usize) -> Result<(), ModelError> {
+    fn check(&self, vocab: usize, subsampling: usize) -> Result<(), ModelError> {
         let bad = |reason: String| Err(ModelError::BadBatch { reason });
         let b = self.lengths.len();
         if b == 0 || self.labels.len() != b {
@@ -218,7 +246,7 @@ impl CtcBatch {
                     "utterance {i}: label {l} is blank or outside 1..{vocab}"
                 ));
             }
-            let steps = output_steps(len);
+            let steps = output_steps_at(len, subsampling);
             if ctc_min_steps(labels) > steps {
                 return bad(format!(
                     "utterance {i}: {} labels need ≥ {} output steps, {len} frames give {steps}",
@@ -241,7 +269,7 @@ pub fn ctc_loss(
     device: &Device,
 ) -> Result<Tensor<1>, ModelError> {
     let vocab = model.out.weight.dims()[1];
-    batch.check(vocab)?;
+    batch.check(vocab, model.subsampling)?;
     let b = batch.lengths.len();
     let x = Tensor::<3>::from_data(
         TensorData::new(batch.features.clone(), [b, batch.frames, batch.bins]),
@@ -259,7 +287,7 @@ pub fn ctc_loss(
     let input_lengths: Vec<i64> = batch
         .lengths
         .iter()
-        .map(|&n| output_steps(n) as i64)
+        .map(|&n| model.output_steps(n) as i64)
         .collect();
     let target_lengths: Vec<i64> = batch.labels.iter().map(|l| l.len() as i64).collect();
     let total: usize = batch.labels.iter().map(Vec::len).sum();
@@ -324,4 +352,32 @@ pub fn log_probs(
         device,
     );
     crate::arch::layers::named("log_probs", model.forward(x)).map(|t| t.data)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn time_subsampling_is_a_stride_not_a_tensor() {
+        let s4 = AsrArchConfig::default_for("ctc-gru", 80, 29).unwrap();
+        let s2 = AsrArchConfig::default_for("ctc-gru-s2", 80, 29).unwrap();
+        let small = AsrArchConfig::default_for("ctc-gru-small", 80, 29).unwrap();
+        assert_ne!(s4, s2);
+        assert!(s4.same_tensors(&s2) && s2.same_tensors(&s4));
+        assert!(!s4.same_tensors(&small));
+        assert_eq!((s4.output_steps(37), s2.output_steps(37)), (10, 19));
+        // The same names and shapes, so one's weights load into the other.
+        let device = Device::flex();
+        let shapes = |c: &AsrArchConfig| -> Vec<(String, Vec<usize>)> {
+            let m = c.init(&device).unwrap();
+            let tensors = m.named_tensors().unwrap();
+            tensors.into_iter().map(|t| (t.name, t.shape)).collect()
+        };
+        assert_eq!(shapes(&s4), shapes(&s2));
+        // A model.json written before the option existed reads as subsampling 4.
+        let mut json = serde_json::to_value(&s4).unwrap();
+        json.as_object_mut().unwrap().remove("subsampling").unwrap();
+        assert_eq!(serde_json::from_value::<AsrArchConfig>(json).unwrap(), s4);
+    }
 }

@@ -78,8 +78,13 @@ pub fn seeded_ctc(cfg: &AsrArchConfig, seed: u64) -> CtcGru {
 }
 
 /// A tiny `ctc-gru` over `bins` values per frame and hush's 29 characters: 4 channels,
-/// d_model 16, two GRU layers of 12, no dropout.
+/// d_model 16, two GRU layers of 12, no dropout, time subsampling 4.
 pub fn tiny_ctc(bins: usize) -> AsrArchConfig {
+    tiny_ctc_at(bins, 4)
+}
+
+/// [`tiny_ctc`] at time subsampling `subsampling` (2: `ctc-gru-s2`'s layout).
+pub fn tiny_ctc_at(bins: usize, subsampling: usize) -> AsrArchConfig {
     AsrArchConfig::CtcGru(hush_models::asr::CtcGruConfig {
         bins,
         vocab: 29,
@@ -88,6 +93,7 @@ pub fn tiny_ctc(bins: usize) -> AsrArchConfig {
         hidden: 12,
         layers: 2,
         dropout: 0.0,
+        subsampling,
     })
 }
 

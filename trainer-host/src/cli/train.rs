@@ -21,8 +21,8 @@ pub enum TaskArg {
 /// The model and its (non-private) training, shared by `train` and `pate`.
 #[derive(clap::Args, Clone)]
 pub struct ModelArgs {
-    /// Architecture: ds-cnn-s (default), bc-resnet or leak-cnn for kws; ctc-gru (default)
-    /// or ctc-gru-small for asr.
+    /// Architecture: ds-cnn-s (default), bc-resnet or leak-cnn for kws; ctc-gru (default),
+    /// ctc-gru-s2 (one step per 20 ms instead of 40) or ctc-gru-small for asr.
     #[arg(long)]
     pub arch: Option<String>,
     /// Keywords, comma-separated (default: yes,no,up,down,left,right,on,off,stop,go);

@@ -23,8 +23,7 @@ use hush_models::asr::ctc_gru::is_encoder_tensor;
 use hush_models::asr::decode::{beam_search, greedy};
 use hush_models::asr::wer::ErrorCounts;
 use hush_models::asr::{
-    ctc_loss, ctc_min_steps, normalize_transcript, output_steps, AsrArchConfig, CtcBatch, CtcGru,
-    Vocabulary,
+    ctc_loss, ctc_min_steps, normalize_transcript, AsrArchConfig, CtcBatch, CtcGru, Vocabulary,
 };
 use hush_models::checkpoint::{NamedTensor, TensorSource};
 use hush_models::compute::ComputeKind;
@@ -77,7 +76,8 @@ pub struct AsrTrainConfig {
     /// Where to start: a pretrained encoder (`hush-host pretrain` output; its tensors,
     /// input normalisation included, replace the fresh encoder's and the output layer
     /// starts fresh) or a whole ASR model package such as `models/asr` (fine-tuning: every
-    /// tensor is its). Its architecture, features and vocabulary must be this run's.
+    /// tensor is its). Its architecture (up to the time subsampling, which has no tensor
+    /// of its own), features and vocabulary must be this run's.
     #[serde(default)]
     pub init: Option<PathBuf>,
     /// Keep the pretrained encoder fixed and train only the output layer (needs `init`).
@@ -210,7 +210,8 @@ impl AsrTrainConfig {
                 hush_models::package::MODEL_JSON
             )));
         };
-        if card_arch != *arch {
+        // Time subsampling is a stride, not a tensor: a 4× model may start a 2× run.
+        if !card_arch.same_tensors(arch) {
             return Err(bad(format!(
                 "the {what} is a {} of {} bins ({:?}); this run trains {} of {} bins ({:?}); \
                  pass the same --arch",
@@ -479,7 +480,7 @@ fn evaluate(
             }
         })?;
         for (k, &i) in chunk.iter().enumerate() {
-            let n = output_steps(b.lengths[k]);
+            let n = model.output_steps(b.lengths[k]);
             let rows = &lp[k * steps * v..(k * steps + n) * v];
             let reference = &utts[i].text;
             let hyp = vocab.decode(&greedy(rows, v));
@@ -772,7 +773,7 @@ struct Prepared {
     train_feats: Vec<Vec<f32>>,
     val_feats: Vec<Vec<f32>>,
     test_feats: Vec<Vec<f32>>,
-    /// Indices of the training utterances CTC can align (4 frames per character).
+    /// Indices of the training utterances CTC can align (one output step per character).
     usable: Vec<usize>,
 }
 
@@ -792,7 +793,8 @@ impl Prepared {
         // and counted in the data summary.
         let usable: Vec<usize> = (0..data.train.len())
             .filter(|&i| {
-                ctc_min_steps(&data.train[i].labels) <= output_steps(train_feats[i].len() / bins)
+                ctc_min_steps(&data.train[i].labels)
+                    <= arch.output_steps(train_feats[i].len() / bins)
             })
             .collect();
         if usable.is_empty() {
@@ -1021,4 +1023,34 @@ pub fn evaluate_package(
         .find(|t| t.name == "input_norm.mean")
         .map_or(vec![0.0; bins], |t| t.data);
     evaluate(&model, utts, &feats, bins, &mean, Some(beam), &plain)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_bundled_model_starts_a_run_at_the_other_time_subsampling() {
+        let models_asr = Path::new(env!("CARGO_MANIFEST_DIR")).join("../models/asr");
+        let vocab = Vocabulary::characters();
+        for (arch, loads) in [
+            ("ctc-gru", true),
+            ("ctc-gru-s2", true),
+            ("ctc-gru-small", false),
+        ] {
+            let mut cfg = AsrTrainConfig::new(Path::new("corpus"), arch);
+            cfg.init = Some(models_asr.clone());
+            let resolved = cfg.resolve_arch(&vocab).unwrap();
+            let init = cfg.pretrained(&resolved);
+            assert_eq!(init.is_ok(), loads, "{arch}");
+            if let Ok(init) = init {
+                // Every tensor loads: the 4× package fills the 2× model.
+                let model = resolved
+                    .init(&super::super::device(ComputeKind::Cpu))
+                    .unwrap();
+                let model = init.unwrap().load_into(model, arch).unwrap();
+                assert_eq!(model.subsampling, resolved.subsampling());
+            }
+        }
+    }
 }

@@ -116,7 +116,18 @@ impl PretrainConfig {
     /// Checks that need no data (the DP options too, when given); errors name the flag.
     pub fn check(&self, dp: Option<&DpConfig>) -> Result<(), TrainError> {
         check_common(self.epochs, self.batch_size, self.lr, &self.features)?;
-        self.arch()?;
+        if self.arch()?.subsampling() != hush_models::asr::ctc_gru::SUBSAMPLING {
+            return Err(TrainError::option(
+                "--arch",
+                format!(
+                    "BEST-RQ's quantizer stacks {} frames per encoder step; {} subsamples \
+                     time by {} (pretrain ctc-gru, then fine-tune either)",
+                    hush_models::asr::ctc_gru::SUBSAMPLING,
+                    self.arch_name,
+                    self.arch()?.subsampling()
+                ),
+            ));
+        }
         self.bestrq
             .check()
             .map_err(|e| TrainError::option("BEST-RQ options", e.to_string()))?;
@@ -532,4 +543,24 @@ fn train_plain(
         });
     }
     Ok(model)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn bestrq_refuses_an_encoder_of_another_time_subsampling() {
+        assert!(PretrainConfig::new(Path::new("corpus"), "ctc-gru")
+            .check(None)
+            .is_ok());
+        let err = PretrainConfig::new(Path::new("corpus"), "ctc-gru-s2")
+            .check(None)
+            .unwrap_err()
+            .to_string();
+        assert!(
+            err.contains("--arch") && err.contains("ctc-gru-s2"),
+            "{err}"
+        );
+    }
 }

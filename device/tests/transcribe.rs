@@ -15,6 +15,7 @@ use hush_device::audio::{read_audio, resample, write_wav_i16, Audio};
 use hush_device::features::{FeatureConfig, FeatureKind};
 use hush_device::infer::{AsrRecognizer, Decoder};
 use hush_models::arch::{ArchConfig, IoShape};
+use hush_models::asr::decode::Lexicon;
 use hush_models::asr::{AsrArchConfig, Vocabulary};
 use hush_models::package::{write_asr_package, write_package, AsrCard, ModelCard};
 
@@ -72,9 +73,16 @@ fn transcribe_prints_one_json_line_per_file_as_the_library_decodes() {
     let model = dir.path().to_str().unwrap();
     let clip = clip();
     let asr = AsrRecognizer::load(dir.path()).unwrap();
+    let words = dir.path().join("lexicon.txt");
+    std::fs::write(&words, "yes\nno stop\n").unwrap();
+    let lexicon = Lexicon::from_text("yes no stop", asr.vocabulary()).unwrap();
     for (extra, decoder) in [
         (vec![], Decoder::Greedy),
         (vec!["--beam", "4"], Decoder::Beam(4)),
+        (
+            vec!["--lexicon", words.to_str().unwrap()],
+            Decoder::Lexicon(64, lexicon.clone()),
+        ),
     ] {
         let mut args = vec!["--model", model];
         args.extend(extra);
@@ -87,10 +95,42 @@ fn transcribe_prints_one_json_line_per_file_as_the_library_decodes() {
             .map(|l| serde_json::from_str(l).unwrap())
             .collect();
         assert_eq!(lines.len(), 2);
-        let expected = asr.transcribe_file(&clip, decoder).unwrap();
+        let expected = asr.transcribe_file(&clip, &decoder).unwrap();
         assert_eq!(lines[0]["file"], clip.display().to_string());
         assert_eq!(lines[0]["text"], expected.text);
         assert_eq!(lines[0], lines[1]);
+        if let Decoder::Lexicon(..) = decoder {
+            let text = expected.text;
+            assert!(
+                text.split_whitespace()
+                    .all(|w| ["yes", "no", "stop"].contains(&w)),
+                "{text:?}"
+            );
+        }
+    }
+    // A lexicon that is missing, or holds no words, is named.
+    let empty = dir.path().join("empty.txt");
+    std::fs::write(&empty, " 42 \n").unwrap();
+    for (bad, why) in [
+        (dir.path().join("missing.txt"), "cannot read it"),
+        (empty, "no words"),
+    ] {
+        let (ok, _, stderr) = transcribe(&[
+            "--model",
+            model,
+            "--lexicon",
+            bad.to_str().unwrap(),
+            clip.to_str().unwrap(),
+        ]);
+        assert!(!ok);
+        assert!(
+            stderr.contains("--lexicon") && stderr.contains(why),
+            "{stderr}"
+        );
+        assert!(
+            stderr.contains(bad.file_name().unwrap().to_str().unwrap()),
+            "{stderr}"
+        );
     }
 }
 

@@ -89,7 +89,7 @@ fn tiny_ctc_model_learns_and_the_device_path_agrees() {
         .fold(0.0f32, f32::max);
     eprintln!("tract vs burn on {}: max abs {diff:.2e}", clip.display());
     assert!(diff <= 1e-4, "{diff}");
-    let t = asr.transcribe_file(&clip, Decoder::Beam(4)).unwrap();
+    let t = asr.transcribe_file(&clip, &Decoder::Beam(4)).unwrap();
     assert!(t.file.ends_with("c8946917-0-0000.flac"));
     assert!(t
         .text

@@ -6,11 +6,12 @@
 //! `model.onnx` with the frame count left symbolic (one optimised plan for every length)
 //! and checks its input and `log_probs` output against `model.json`. Features are
 //! [`utterance_features`] — the function the host trainer uses, so both sides see the
-//! same numbers — and decoding is hush-models' (greedy, or prefix beam search).
+//! same numbers — and decoding is hush-models' (greedy, prefix beam search, or prefix beam
+//! search over the words of a lexicon).
 
 use std::path::Path;
 
-use hush_models::asr::decode::{beam_search, greedy};
+use hush_models::asr::decode::{beam_search, beam_search_lexicon, greedy, Lexicon};
 use hush_models::asr::Vocabulary;
 use hush_models::export::onnx::LOG_PROBS;
 use hush_models::package::{AsrCard, ONNX};
@@ -32,12 +33,15 @@ pub struct Transcription {
 }
 
 /// How to turn per-step log-probabilities into text.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Decoder {
     /// Best path.
     Greedy,
     /// Prefix beam search keeping this many prefixes.
     Beam(usize),
+    /// Prefix beam search keeping this many prefixes, spelling only the lexicon's words
+    /// (a small-vocabulary recogniser: commands of known words).
+    Lexicon(usize, Lexicon),
 }
 
 /// The features of a whole utterance, `frames × dim` row-major (the recogniser's input;
@@ -81,6 +85,11 @@ impl AsrRecognizer {
         &self.card
     }
 
+    /// The model's output symbols (what a [`Lexicon`] is spelled in).
+    pub fn vocabulary(&self) -> &Vocabulary {
+        &self.vocab
+    }
+
     /// The feature config the model was trained on.
     pub fn features(&self) -> &FeatureConfig {
         &self.features
@@ -109,7 +118,7 @@ impl AsrRecognizer {
         &self,
         audio: &Audio,
         origin: &Path,
-        decoder: Decoder,
+        decoder: &Decoder,
     ) -> Result<Transcription, InferError> {
         let expected = self.features.frame.sample_rate;
         if audio.sample_rate != expected {
@@ -129,7 +138,8 @@ impl AsrRecognizer {
         let v = self.vocab.len();
         let labels = match decoder {
             Decoder::Greedy => greedy(&lp, v),
-            Decoder::Beam(width) => beam_search(&lp, v, width),
+            Decoder::Beam(width) => beam_search(&lp, v, *width),
+            Decoder::Lexicon(width, lexicon) => beam_search_lexicon(&lp, v, *width, lexicon),
         };
         Ok(Transcription {
             file: origin.display().to_string(),
@@ -141,7 +151,7 @@ impl AsrRecognizer {
     pub fn transcribe_file(
         &self,
         path: &Path,
-        decoder: Decoder,
+        decoder: &Decoder,
     ) -> Result<Transcription, InferError> {
         let audio = read_audio(path)?;
         self.transcribe_audio(&audio, path, decoder)

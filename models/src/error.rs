@@ -114,6 +114,12 @@ pub enum ModelError {
         /// What is wrong and what was expected.
         reason: String,
     },
+    /// A lexicon (the words a small-vocabulary decoder may spell) is unusable.
+    #[error("lexicon: {reason}")]
+    BadLexicon {
+        /// What is wrong and what was expected.
+        reason: String,
+    },
 }
 
 impl ModelError {

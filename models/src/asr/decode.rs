@@ -101,8 +101,8 @@ impl Lexicon {
     /// case, `a`–`z` and apostrophes) over `vocab`, whose word separator is `" "`. Errors:
     /// no words, or a vocabulary without a space.
     pub fn from_text(text: &str, vocab: &Vocabulary) -> Result<Self, ModelError> {
-        let bad = |reason: &str| ModelError::BadBatch {
-            reason: format!("lexicon: {reason}"),
+        let bad = |reason: &str| ModelError::BadLexicon {
+            reason: reason.to_string(),
         };
         let space = vocab
             .symbols()

@@ -122,15 +122,9 @@ pub struct PretrainExperimentArgs {
     pub seed: u64,
 }
 
-/// Arguments of `hush-host experiment kws-generalization`.
+/// The runs of `experiment kws-generalization` and `asr-generalization`.
 #[derive(clap::Args)]
-pub struct KwsGeneralizationArgs {
-    /// Output folder (results.json, results.md, confusion.png, runs/).
-    #[arg(long)]
-    pub out: PathBuf,
-    /// Keyword corpus (Speech Commands layout with speakers.tsv, from `corpus synth`).
-    #[arg(long)]
-    pub data: PathBuf,
+pub struct HoldoutArgs {
     /// Groups to hold out, one run each: engines (espeak-ng, flite, festival) or
     /// donor:NAME (kal, slt, ked, awb, rms).
     #[arg(
@@ -142,6 +136,33 @@ pub struct KwsGeneralizationArgs {
     /// Skip the run on every engine (speaker-disjoint test).
     #[arg(long)]
     pub no_all_engines: bool,
+}
+
+impl HoldoutArgs {
+    /// Fills `holdouts` and `all_engines` of an experiment's config.
+    fn apply(&self, holdouts: &mut Vec<Holdout>, all_engines: &mut bool) -> anyhow::Result<()> {
+        *holdouts = self
+            .holdouts
+            .iter()
+            .map(|h| Holdout::parse(h))
+            .collect::<Result<_, _>>()?;
+        *all_engines = !self.no_all_engines;
+        Ok(())
+    }
+}
+
+/// Arguments of `hush-host experiment kws-generalization`.
+#[derive(clap::Args)]
+pub struct KwsGeneralizationArgs {
+    /// Output folder (results.json, results.md, confusion.png, runs/).
+    #[arg(long)]
+    pub out: PathBuf,
+    /// Keyword corpus (Speech Commands layout with speakers.tsv, from `corpus synth`).
+    #[arg(long)]
+    pub data: PathBuf,
+    /// Which voices to hold out.
+    #[command(flatten)]
+    pub runs: HoldoutArgs,
     /// The model and how every run trains it.
     #[command(flatten)]
     pub model: ModelArgs,
@@ -156,17 +177,9 @@ pub struct AsrGeneralizationArgs {
     /// ASR corpus (LibriSpeech layout with speakers.tsv, from `corpus synth --kind asr`).
     #[arg(long)]
     pub data: PathBuf,
-    /// Groups to hold out, one run each: engines (espeak-ng, flite, festival) or
-    /// donor:NAME (kal, slt, ked, awb, rms).
-    #[arg(
-        long,
-        value_delimiter = ',',
-        default_value = "espeak-ng,flite,festival"
-    )]
-    pub holdouts: Vec<String>,
-    /// Skip the run on every engine (speaker-disjoint test).
-    #[arg(long)]
-    pub no_all_engines: bool,
+    /// Which voices to hold out.
+    #[command(flatten)]
+    pub runs: HoldoutArgs,
     /// Beam width of the beam-search numbers.
     #[arg(long, default_value_t = 8)]
     pub beam: usize,
@@ -235,20 +248,11 @@ pub struct DpSgdArgs {
     pub seed: u64,
 }
 
-/// `--holdouts`, parsed.
-fn holdouts(names: &[String]) -> anyhow::Result<Vec<Holdout>> {
-    Ok(names
-        .iter()
-        .map(|h| Holdout::parse(h))
-        .collect::<Result<_, _>>()?)
-}
-
 /// Runs `experiment kws-generalization`.
 fn run_generalization(a: KwsGeneralizationArgs) -> anyhow::Result<()> {
     let train = a.model.kws_config(&a.data);
     let mut cfg = KwsGeneralizationConfig::new(train, &a.out);
-    cfg.holdouts = holdouts(&a.holdouts)?;
-    cfg.all_engines = !a.no_all_engines;
+    a.runs.apply(&mut cfg.holdouts, &mut cfg.all_engines)?;
     let mut progress = epoch_line(cfg.train.epochs);
     let results = run_logged(
         "hush-host experiment kws-generalization",
@@ -270,8 +274,7 @@ fn run_asr_generalization_cmd(a: AsrGeneralizationArgs) -> anyhow::Result<()> {
     announce_device(a.model.device);
     let train = a.model.asr_config(&a.data, a.beam)?;
     let mut cfg = AsrGeneralizationConfig::new(train, &a.out);
-    cfg.holdouts = holdouts(&a.holdouts)?;
-    cfg.all_engines = !a.no_all_engines;
+    a.runs.apply(&mut cfg.holdouts, &mut cfg.all_engines)?;
     let mut progress = asr_epoch_line(cfg.train.epochs);
     run_logged(
         "hush-host experiment asr-generalization",

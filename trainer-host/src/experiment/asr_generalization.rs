@@ -23,7 +23,7 @@ use hush_models::asr::vocab::Vocabulary;
 use hush_models::package::AsrSplitMetrics;
 use serde::{Deserialize, Serialize};
 
-use super::holdout::{engine_counts, speaker_count, split_out, Holdout};
+use super::holdout::{engine_counts, plan, speaker_count, split_out, Holdout, PlannedRun};
 use super::{fmt_opt, write_results_and_plot, ExperimentError};
 use crate::corpus::synth::read_speakers;
 use crate::plot::Series;
@@ -109,11 +109,7 @@ pub fn run_asr_generalization(
     log: &mut dyn FnMut(&str),
     progress: &mut dyn FnMut(&AsrEpochReport),
 ) -> Result<AsrGeneralizationResults, ExperimentError> {
-    if cfg.holdouts.is_empty() && !cfg.all_engines {
-        return Err(ExperimentError::Config(
-            "nothing to run: no --holdouts and the all-engines run is off".into(),
-        ));
-    }
+    let runs = plan(&cfg.holdouts, cfg.all_engines)?;
     if cfg.train.init.is_some() {
         // A package or encoder trained on every engine would leak the held-out voices.
         return Err(ExperimentError::Config(
@@ -147,34 +143,26 @@ pub fn run_asr_generalization(
         engines,
         runs: Vec::new(),
     };
-    let mut plan: Vec<Option<&Holdout>> = Vec::new();
-    if cfg.all_engines {
-        plan.push(None);
-    }
-    plan.extend(cfg.holdouts.iter().map(Some));
-    for holdout in plan {
-        let (setting, slug, split) = match holdout {
-            None => (
-                "all engines (speaker-disjoint test)".to_string(),
-                "all".to_string(),
-                None,
-            ),
-            Some(h) => {
-                let [train, validation, test] = split_out(
-                    [&data.train, &data.validation, &data.test],
-                    &speakers,
-                    h,
-                    |u: &Utterance| &u.speaker,
-                );
-                let split = AsrData {
-                    train,
-                    validation,
-                    test,
-                    noises: data.noises.clone(),
-                };
-                (h.name(), h.slug(), Some(split))
+    for PlannedRun {
+        setting,
+        slug,
+        holdout,
+    } in runs
+    {
+        let split = holdout.map(|h| {
+            let [train, validation, test] = split_out(
+                [&data.train, &data.validation, &data.test],
+                &speakers,
+                h,
+                |u: &Utterance| &u.speaker,
+            );
+            AsrData {
+                train,
+                validation,
+                test,
+                noises: data.noises.clone(),
             }
-        };
+        });
         let run_data = split.as_ref().unwrap_or(&data);
         if run_data.test.is_empty() || run_data.train.is_empty() || run_data.validation.is_empty() {
             return Err(ExperimentError::Config(format!(

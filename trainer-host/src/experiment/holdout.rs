@@ -73,6 +73,43 @@ impl Holdout {
     }
 }
 
+/// One run of a generalization experiment.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PlannedRun<'a> {
+    /// `all engines (speaker-disjoint test)` or the held-out group's name.
+    pub setting: String,
+    /// The run's folder under `runs/`: `all` or the group's slug.
+    pub slug: String,
+    /// The held-out group (None: every engine, tested on the speaker-disjoint test split).
+    pub holdout: Option<&'a Holdout>,
+}
+
+/// The runs of a generalization experiment: the all-engines run first when `all_engines`,
+/// then one per holdout; an error when that is nothing.
+pub fn plan(
+    holdouts: &[Holdout],
+    all_engines: bool,
+) -> Result<Vec<PlannedRun<'_>>, ExperimentError> {
+    if holdouts.is_empty() && !all_engines {
+        return Err(ExperimentError::Config(
+            "nothing to run: no --holdouts and the all-engines run is off".into(),
+        ));
+    }
+    let all = all_engines.then(|| PlannedRun {
+        setting: "all engines (speaker-disjoint test)".into(),
+        slug: "all".into(),
+        holdout: None,
+    });
+    Ok(all
+        .into_iter()
+        .chain(holdouts.iter().map(|h| PlannedRun {
+            setting: h.name(),
+            slug: h.slug(),
+            holdout: Some(h),
+        }))
+        .collect())
+}
+
 /// The data of a run holding `holdout` out of a corpus split `[train, validation, test]`
 /// by speaker: the training and validation examples of every other speaker, and every
 /// example of the group's speakers (all three splits, in that order) as the test set.
@@ -113,7 +150,7 @@ pub fn engine_counts(speakers: &BTreeMap<String, SpeakerVoice>) -> BTreeMap<Stri
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
 
     fn voice(engine: &str, voice: &str) -> SpeakerVoice {
@@ -123,7 +160,8 @@ mod tests {
         }
     }
 
-    fn speakers() -> BTreeMap<String, SpeakerVoice> {
+    /// Four speakers: espeak-ng, flite slt, festival slt, festival ked.
+    pub(crate) fn speakers() -> BTreeMap<String, SpeakerVoice> {
         [
             ("a".to_string(), voice("espeak-ng", "en-us+m1")),
             ("b".to_string(), voice("flite", "slt")),
@@ -161,6 +199,27 @@ mod tests {
         assert_eq!((tr, te), (vec!["z"], vec![]));
         assert_eq!(speaker_count(&["a", "b", "a"], |s: &&str| *s), 2);
         assert_eq!(engine_counts(&speakers)["festival"], 2);
+    }
+
+    #[test]
+    fn the_plan_puts_every_engine_first_and_refuses_nothing() {
+        let holdouts = Holdout::engines();
+        let runs = plan(&holdouts, true).unwrap();
+        let slugs: Vec<&str> = runs.iter().map(|r| r.slug.as_str()).collect();
+        assert_eq!(
+            slugs,
+            [
+                "all",
+                "without-espeak-ng",
+                "without-flite",
+                "without-festival"
+            ]
+        );
+        assert_eq!(runs[0].holdout, None);
+        assert_eq!(runs[2].holdout, Some(&holdouts[1]));
+        assert_eq!(plan(&holdouts[..1], false).unwrap().len(), 1);
+        let err = plan(&[], false).unwrap_err().to_string();
+        assert!(err.contains("nothing to run"), "{err}");
     }
 
     #[test]

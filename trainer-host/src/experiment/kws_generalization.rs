@@ -29,7 +29,7 @@ use hush_models::package::SplitMetrics;
 use serde::{Deserialize, Serialize};
 
 pub use super::holdout::Holdout;
-use super::holdout::{engine_counts, speaker_count, split_out};
+use super::holdout::{engine_counts, plan, speaker_count, split_out, PlannedRun};
 use super::ExperimentError;
 use crate::corpus::synth::{read_speakers, SpeakerVoice};
 use crate::plot::{heatmaps, Heatmap};
@@ -135,11 +135,7 @@ pub fn run_kws_generalization(
     log: &mut dyn FnMut(&str),
     progress: &mut dyn FnMut(&EpochReport),
 ) -> Result<KwsGeneralizationResults, ExperimentError> {
-    if cfg.holdouts.is_empty() && !cfg.all_engines {
-        return Err(ExperimentError::Config(
-            "nothing to run: no --holdouts and the all-engines run is off".into(),
-        ));
-    }
+    let runs = plan(&cfg.holdouts, cfg.all_engines)?;
     let train_err = |run: &str| {
         let run = run.to_string();
         move |source| ExperimentError::Train { run, source }
@@ -165,20 +161,13 @@ pub fn run_kws_generalization(
         engines,
         runs: Vec::new(),
     };
-    let mut plan: Vec<Option<&Holdout>> = Vec::new();
-    if cfg.all_engines {
-        plan.push(None);
-    }
-    plan.extend(cfg.holdouts.iter().map(Some));
-    for holdout in plan {
-        let (setting, slug, split) = match holdout {
-            None => (
-                "all engines (speaker-disjoint test)".to_string(),
-                "all".to_string(),
-                None,
-            ),
-            Some(h) => (h.name(), h.slug(), Some(holdout_split(&data, &speakers, h))),
-        };
+    for PlannedRun {
+        setting,
+        slug,
+        holdout,
+    } in runs
+    {
+        let split = holdout.map(|h| holdout_split(&data, &speakers, h));
         let run_data = split.as_ref().unwrap_or(&data);
         if run_data.test.is_empty() || run_data.train.is_empty() {
             return Err(ExperimentError::Config(format!(
@@ -384,26 +373,9 @@ mod tests {
         }
     }
 
-    fn voice(engine: &str, voice: &str) -> SpeakerVoice {
-        SpeakerVoice {
-            engine: engine.to_string(),
-            voice: voice.to_string(),
-        }
-    }
-
     #[test]
     fn holdout_moves_every_clip_of_the_group_to_test() {
-        let speakers: BTreeMap<String, SpeakerVoice> = [
-            ("a".to_string(), voice("espeak-ng", "en-us+m1")),
-            ("b".to_string(), voice("flite", "slt")),
-            (
-                "c".to_string(),
-                voice("festival", "voice_cmu_us_slt_arctic_hts"),
-            ),
-            ("d".to_string(), voice("festival", "voice_ked_diphone")),
-        ]
-        .into_iter()
-        .collect();
+        let speakers = crate::experiment::holdout::tests::speakers();
         let data = KwsData {
             train: vec![clip("a", 0), clip("b", 1), clip("c", 2)],
             validation: vec![clip("d", 0), clip("a", 1)],
@@ -415,9 +387,7 @@ mod tests {
         assert_eq!(names(&split.train), ["a", "b"]);
         assert_eq!(names(&split.validation), ["a"]);
         assert_eq!(names(&split.test), ["c", "d", "c"]);
-        let split = holdout_split(&data, &speakers, &Holdout::Donor("slt".into()));
-        assert_eq!(names(&split.train), ["a"]);
-        assert_eq!(names(&split.test), ["b", "c", "b", "c"]);
+        assert!(split.noises.is_empty());
     }
 
     #[test]

@@ -44,10 +44,24 @@ pub enum Decoder {
     Lexicon(usize, Lexicon),
 }
 
-/// The features of a whole utterance, `frames × dim` row-major (the recogniser's input;
-/// the host trains on the same function's output).
+/// Silence appended to every utterance before its features, in seconds. A causal
+/// recogniser spells a letter a little after it hears it, so an utterance that ends right
+/// after its last sound would lose its last letters ("tonigh"); on the bundled corpus
+/// this tail took greedy WER from 0.337 to 0.318 with the same model.
+pub const TAIL_SILENCE_S: f32 = 0.3;
+
+/// The features of a whole utterance followed by [`TAIL_SILENCE_S`] of silence,
+/// `frames × dim` row-major (the recogniser's input; the host trains on the same
+/// function's output). Errors: no samples, or a bad sample or option.
 pub fn utterance_features(cfg: &FeatureConfig, samples: &[f32]) -> Result<Vec<f32>, FeatureError> {
-    Ok(compute(cfg, samples)?.data)
+    if samples.is_empty() {
+        return Err(FeatureError::EmptyInput);
+    }
+    let tail = (TAIL_SILENCE_S * cfg.frame.sample_rate as f32) as usize;
+    let mut padded = Vec::with_capacity(samples.len() + tail);
+    padded.extend_from_slice(samples);
+    padded.resize(samples.len() + tail, 0.0);
+    Ok(compute(cfg, &padded)?.data)
 }
 
 /// A loaded speech recogniser.
@@ -190,4 +204,26 @@ fn load_plan(path: &Path, bins: usize, vocab: usize) -> Result<Plan, InferError>
         )));
     }
     model.into_runnable().map_err(|e| onnx(format!("{e:#}")))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::features::FeatureKind;
+
+    #[test]
+    fn utterance_features_end_in_the_tail_silence() {
+        let cfg = FeatureConfig::kaldi(FeatureKind::Fbank);
+        let sr = cfg.frame.sample_rate as usize;
+        let tone: Vec<f32> = (0..sr / 2).map(|i| (i as f32 * 0.1).sin() * 0.3).collect();
+        let with_tail = utterance_features(&cfg, &tone).unwrap();
+        let mut padded = tone.clone();
+        padded.resize(sr / 2 + (TAIL_SILENCE_S * sr as f32) as usize, 0.0);
+        assert_eq!(with_tail, compute(&cfg, &padded).unwrap().data);
+        assert!(with_tail.len() > compute(&cfg, &tone).unwrap().data.len());
+        assert!(matches!(
+            utterance_features(&cfg, &[]),
+            Err(FeatureError::EmptyInput)
+        ));
+    }
 }

@@ -250,7 +250,7 @@ pub struct DpSgdArgs {
 
 /// Runs `experiment kws-generalization`.
 fn run_generalization(a: KwsGeneralizationArgs) -> anyhow::Result<()> {
-    let train = a.model.kws_config(&a.data);
+    let train = a.model.kws_config(&a.data)?;
     let mut cfg = KwsGeneralizationConfig::new(train, &a.out);
     a.runs.apply(&mut cfg.holdouts, &mut cfg.all_engines)?;
     let mut progress = epoch_line(cfg.train.epochs);

@@ -355,7 +355,7 @@ fn teachers(
     model: &ModelArgs,
     out: &Path,
 ) -> anyhow::Result<()> {
-    let cfg = model.kws_config(private);
+    let cfg = model.kws_config(private)?;
     let (n, seed) = (ensemble.teachers, ensemble.partition_seed);
     let dirs = train_teachers_in_parallel(&cfg, n, seed, ensemble.jobs, out, &mut teacher_line)
         .with_context(|| format!("training teachers on {}", private.display()))?;
@@ -413,7 +413,7 @@ fn student(
     out: &Path,
 ) -> anyhow::Result<()> {
     let file = LabelFile::read(labels)?;
-    let cfg = model.kws_config(public);
+    let cfg = model.kws_config(public)?;
     let command = std::env::args().collect::<Vec<_>>().join(" ");
     let context = || format!("training the student on {}", public.display());
     let Some(confidence) = self_train else {

@@ -5,6 +5,7 @@
 use std::path::PathBuf;
 
 use anyhow::Context;
+use hush_device::features::CmvnOptions;
 use hush_host::train::asr::{train_asr, AsrEpochReport, AsrTrainConfig};
 use hush_host::train::{train_kws, train_kws_dp, Augment, DpConfig, KwsTrainConfig, NoiseTarget};
 use hush_models::compute::ComputeKind;
@@ -52,6 +53,22 @@ pub struct ModelArgs {
     /// Probability of synthetic room reverberation per example (0 = off).
     #[arg(long, default_value_t = 0.3)]
     pub reverb: f32,
+    /// Speed perturbation: factor uniform in [1 − S, 1 + S] (0 = off).
+    #[arg(long, default_value_t = 0.1)]
+    pub speed: f32,
+    /// KWS: weight each class's loss by the inverse of its share of the training clips,
+    /// so the catch-all `_unknown_` does not outweigh the keywords.
+    #[arg(long)]
+    pub balance_classes: bool,
+    /// KWS features: per-window mean (`mean`) or mean-and-variance (`mean-var`)
+    /// normalisation of every log-mel bin, which removes any fixed spectral tilt or
+    /// channel colour; travels with the model, so the device does the same.
+    #[arg(long, value_enum, default_value = "none")]
+    pub cmvn: CmvnArg,
+    /// ASR: probability that a training example is two utterances joined by a silence,
+    /// so utterance-initial words are learnt from their sound (0 = off).
+    #[arg(long, default_value_t = 0.0)]
+    pub concat: f32,
     /// Turn all augmentation off.
     #[arg(long)]
     pub no_augment: bool,
@@ -80,7 +97,10 @@ pub struct ModelArgs {
 
 impl ModelArgs {
     /// The KWS training config for the corpus `data`.
-    pub fn kws_config(&self, data: &std::path::Path) -> KwsTrainConfig {
+    pub fn kws_config(&self, data: &std::path::Path) -> anyhow::Result<KwsTrainConfig> {
+        if self.concat > 0.0 {
+            anyhow::bail!("--concat applies to --task asr only");
+        }
         let mut cfg = KwsTrainConfig::new(data, self.arch.as_deref().unwrap_or("ds-cnn-s"));
         if !self.keywords.is_empty() {
             cfg.keywords = self.keywords.clone();
@@ -92,11 +112,14 @@ impl ModelArgs {
         cfg.seed = self.seed;
         cfg.compute = self.device;
         cfg.set_fbank(self.frame_length_ms, self.frame_shift_ms, self.num_mel_bins);
+        cfg.features.cmvn = self.cmvn.options();
+        cfg.balance_classes = self.balance_classes;
         cfg.augment = if self.no_augment {
             Augment::none()
         } else {
             Augment {
                 mixup_alpha: self.mixup,
+                speed: self.speed,
                 vtlp: self.vtlp,
                 reverb_prob: self.reverb,
                 ..Augment::default()
@@ -104,7 +127,7 @@ impl ModelArgs {
         };
         cfg.augment.fit_masks(cfg.frames, cfg.features.dim());
         cfg.init_from = self.init_from.clone();
-        cfg
+        Ok(cfg)
     }
 
     /// The ASR training config for the corpus `data` (`--keywords` does not apply).
@@ -119,6 +142,9 @@ impl ModelArgs {
         if self.init_from.is_some() {
             anyhow::bail!("--init-from applies to --task kws only");
         }
+        if self.cmvn != CmvnArg::None || self.balance_classes {
+            anyhow::bail!("--cmvn and --balance-classes apply to --task kws only");
+        }
         let mut cfg = AsrTrainConfig::new(data, self.arch.as_deref().unwrap_or("ctc-gru"));
         cfg.epochs = self.epochs.unwrap_or(cfg.epochs);
         cfg.batch_size = self.batch_size.unwrap_or(cfg.batch_size);
@@ -127,6 +153,8 @@ impl ModelArgs {
         cfg.seed = self.seed;
         cfg.compute = self.device;
         cfg.beam = beam;
+        cfg.concat = self.concat;
+        cfg.augment.speed = self.speed;
         if self.no_augment {
             cfg.augment = Augment::none();
         }
@@ -134,6 +162,28 @@ impl ModelArgs {
             anyhow::bail!("--mixup applies to --task kws only (CTC targets do not mix)");
         }
         Ok(cfg)
+    }
+}
+
+/// `--cmvn`: the KWS features' per-window normalisation.
+#[derive(clap::ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
+pub enum CmvnArg {
+    /// No normalisation.
+    None,
+    /// Subtract each bin's mean over the window.
+    Mean,
+    /// Subtract each bin's mean and divide by its standard deviation.
+    MeanVar,
+}
+
+impl CmvnArg {
+    /// The feature option it stands for (utterance mode: the whole one-second window).
+    pub fn options(self) -> CmvnOptions {
+        match self {
+            Self::None => CmvnOptions::None,
+            Self::Mean => CmvnOptions::Utterance { norm_vars: false },
+            Self::MeanVar => CmvnOptions::Utterance { norm_vars: true },
+        }
     }
 }
 
@@ -368,7 +418,7 @@ pub fn run(args: TrainArgs) -> anyhow::Result<()> {
         print_asr_card(&report.card, &args.out);
         return Ok(());
     }
-    let cfg = args.model.kws_config(&args.data);
+    let cfg = args.model.kws_config(&args.data)?;
     let mut progress = epoch_line(cfg.epochs);
     if args.init.is_some() {
         anyhow::bail!("--init applies to --task asr only");

@@ -33,6 +33,7 @@ use hush_models::package::{
 use hush_models::pretrained::{load_encoder_into, read_encoder};
 use hush_models::step::{apply_grads, scalar};
 use rand::seq::SliceRandom;
+use rand::Rng;
 use rand::SeedableRng;
 use rand_chacha::ChaCha8Rng;
 use serde::{Deserialize, Serialize};
@@ -83,7 +84,16 @@ pub struct AsrTrainConfig {
     /// Keep the pretrained encoder fixed and train only the output layer (needs `init`).
     #[serde(default)]
     pub freeze_encoder: bool,
+    /// Probability that a training example is two utterances joined by a silence
+    /// ([`CONCAT_GAP_S`]), transcripts joined by a space: the second one's first word
+    /// follows a silence mid-sequence, so the model must hear it rather than guess an
+    /// utterance's first word from how sentences usually begin. 0 = off.
+    #[serde(default)]
+    pub concat: f32,
 }
+
+/// Silence between two joined training utterances ([`AsrTrainConfig::concat`]), seconds.
+pub const CONCAT_GAP_S: [f32; 2] = [0.1, 0.6];
 
 /// The ASR front-end's default, shared by CTC training and BEST-RQ pretraining so a
 /// pretrained encoder fits the recogniser: 80-bin Kaldi fbank (25/10 ms).
@@ -127,6 +137,7 @@ impl AsrTrainConfig {
             compute: ComputeKind::Cpu,
             init: None,
             freeze_encoder: false,
+            concat: 0.0,
         }
     }
 
@@ -249,6 +260,9 @@ impl AsrTrainConfig {
                 "--mixup",
                 "mixup does not apply to CTC training",
             ));
+        }
+        if !(0.0..=1.0).contains(&self.concat) {
+            return Err(TrainError::option("--concat", "a probability in [0, 1]"));
         }
         Ok(())
     }
@@ -416,6 +430,24 @@ fn features(cfg: &FeatureConfig, u: &Utterance, samples: &[f32]) -> Result<Vec<f
         path: u.path.clone(),
         source,
     })
+}
+
+/// Utterances `a` and `b` joined by a silence drawn from [`CONCAT_GAP_S`]: the samples,
+/// and the labels of `a`'s transcript, a space, and `b`'s.
+fn joined(
+    a: &Utterance,
+    b: &Utterance,
+    sample_rate: u32,
+    rng: &mut ChaCha8Rng,
+) -> (Vec<f32>, Vec<usize>) {
+    let gap = (rng.random_range(CONCAT_GAP_S[0]..=CONCAT_GAP_S[1]) * sample_rate as f32) as usize;
+    let mut samples = Vec::with_capacity(a.samples.len() + gap + b.samples.len());
+    samples.extend_from_slice(&a.samples);
+    samples.resize(a.samples.len() + gap, 0.0);
+    samples.extend_from_slice(&b.samples);
+    let space = Vocabulary::characters().encode(" ").unwrap_or_default();
+    let labels = [a.labels.as_slice(), &space, &b.labels].concat();
+    (samples, labels)
 }
 
 /// Pads utterances' features (each `frames × bins`) into one batch; padding frames hold
@@ -646,6 +678,11 @@ pub fn train_asr_dp_on(
     if dp.warm_start_public > 0.0 {
         return not_here("--warm-start-public");
     }
+    if cfg.concat > 0.0 {
+        // A joined example could hold two speakers' audio: one example would then carry
+        // two users' data, and per-example clipping would no longer bound one user.
+        return not_here("--concat");
+    }
     if dp.adaptive_clip_quantile.is_some() {
         return not_here("--adaptive-clip-quantile");
     }
@@ -840,15 +877,22 @@ impl Prepared {
         let mut labels = Vec::with_capacity(picked.len());
         for &j in picked {
             let u = &data.train[j];
-            let (front, back) = margin(u.samples.len());
+            let (samples, example_labels) = if cfg.concat > 0.0 && rng.random::<f32>() < cfg.concat
+            {
+                let k = self.usable[rng.random_range(0..self.usable.len())];
+                joined(u, &data.train[k], sr, rng)
+            } else {
+                (u.samples.clone(), u.labels.clone())
+            };
+            let (front, back) = margin(samples.len());
             let mut padded = vec![0.0f32; front];
-            padded.extend_from_slice(&u.samples);
-            padded.resize(front + u.samples.len() + back, 0.0);
+            padded.extend_from_slice(&samples);
+            padded.resize(front + samples.len() + back, 0.0);
             let wave = cfg.augment.waveform(&padded, &data.noises, sr, rng);
             let mut f = features(&cfg.features, u, &wave)?;
             cfg.augment.spec(&mut f, self.bins, mean, rng);
             feats.push(f);
-            labels.push(u.labels.clone());
+            labels.push(example_labels);
         }
         let n_labels: usize = labels.iter().map(Vec::len).sum();
         Ok((pad_batch(feats, labels, self.bins, mean), n_labels))
@@ -1052,5 +1096,46 @@ mod tests {
                 assert_eq!(model.subsampling, resolved.subsampling());
             }
         }
+    }
+
+    #[test]
+    fn joined_utterances_keep_both_transcripts_and_a_silence_between() {
+        let vocab = Vocabulary::characters();
+        let utt = |text: &str, n: usize, v: f32| Utterance {
+            path: PathBuf::from(format!("{text}.wav")),
+            speaker: "s".into(),
+            text: text.into(),
+            labels: vocab.encode(text).unwrap(),
+            samples: vec![v; n],
+        };
+        let (a, b) = (utt("call dad", 300, 0.5), utt("stop", 200, -0.5));
+        let mut rng = ChaCha8Rng::seed_from_u64(1);
+        for _ in 0..20 {
+            let (samples, labels) = joined(&a, &b, 1000, &mut rng);
+            assert_eq!(vocab.decode(&labels), "call dad stop");
+            let gap = samples.len() - 500;
+            assert!((100..=600).contains(&gap), "gap {gap} samples at 1 kHz");
+            assert!(samples[..300].iter().all(|&v| v == 0.5));
+            assert!(samples[300..300 + gap].iter().all(|&v| v == 0.0));
+            assert!(samples[300 + gap..].iter().all(|&v| v == -0.5));
+        }
+        // A probability outside [0, 1] is refused.
+        let mut cfg = AsrTrainConfig::new(Path::new("corpus"), "ctc-gru-small");
+        cfg.concat = 1.5;
+        assert!(cfg.check().unwrap_err().to_string().contains("--concat"));
+        // Under DP a joined example could hold two users' audio, so one example would no
+        // longer bound one user: refused before any data is read.
+        cfg.concat = 0.5;
+        let dp = super::super::dp::DpConfig::new(8.0, 1e-5, 1.0);
+        let err = train_asr_dp_on(
+            &cfg,
+            &dp,
+            &AsrData::default(),
+            Path::new("unused"),
+            "test",
+            &mut |_| {},
+        )
+        .unwrap_err();
+        assert!(err.to_string().contains("--concat"), "{err}");
     }
 }

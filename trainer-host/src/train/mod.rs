@@ -143,6 +143,10 @@ pub struct KwsTrainConfig {
     /// labels): more epochs of an earlier run, or fine-tuning.
     #[serde(default)]
     pub init_from: Option<PathBuf>,
+    /// Weight each class's loss by the inverse of its share of the training clips
+    /// ([`class_weights`]).
+    #[serde(default)]
+    pub balance_classes: bool,
 }
 
 impl KwsTrainConfig {
@@ -173,6 +177,7 @@ impl KwsTrainConfig {
             augment: Augment::default(),
             compute: ComputeKind::Cpu,
             init_from: None,
+            balance_classes: false,
         }
     }
 
@@ -382,6 +387,30 @@ fn features_of(clips: &[Clip], cfg: &FeatureConfig, frames: usize) -> Result<Pre
 }
 
 /// Per-bin mean and inverse standard deviation over the training features.
+/// Loss weights that give every class present in `classes` (each training clip's class,
+/// out of `k`) the same total weight: `w_c = N / (K' · n_c)` over the `K'` classes that
+/// occur, so the weights average 1 over the clips; an absent class gets 1.
+pub fn class_weights(classes: impl Iterator<Item = usize>, k: usize) -> Vec<f32> {
+    let mut counts = vec![0usize; k];
+    for c in classes {
+        if let Some(n) = counts.get_mut(c) {
+            *n += 1;
+        }
+    }
+    let total: usize = counts.iter().sum();
+    let present = counts.iter().filter(|&&n| n > 0).count().max(1);
+    counts
+        .iter()
+        .map(|&n| {
+            if n == 0 {
+                1.0
+            } else {
+                total as f32 / (present * n) as f32
+            }
+        })
+        .collect()
+}
+
 pub(crate) fn input_stats(feats: &[f32], bins: usize) -> (Vec<f32>, Vec<f32>) {
     let rows = (feats.len() / bins).max(1) as f64;
     let mut sum = vec![0f64; bins];
@@ -504,6 +533,11 @@ pub fn train_kws_on(
     let per = cfg.frames * bins;
     let k = io.classes;
     let mel_axis = augment::MelAxis::of(&cfg.features);
+    let weights = if cfg.balance_classes {
+        class_weights(data.train.iter().map(|c| c.class), k)
+    } else {
+        vec![1.0; k]
+    };
     for epoch in 1..=cfg.epochs {
         order.shuffle(&mut rng);
         let mut loss_sum = 0.0f64;
@@ -526,7 +560,7 @@ pub fn train_kws_on(
                 cfg.augment.warp(&mut f, mel_axis.as_ref(), &mut rng);
                 cfg.augment.spec(&mut f, bins, &mean, &mut rng);
                 feats.extend(f);
-                targets[i * k + clip.class] = 1.0;
+                targets[i * k + clip.class] = weights[clip.class];
             }
             cfg.augment.mixup(&mut feats, &mut targets, b, &mut rng);
             let batch = Batch {
@@ -615,4 +649,20 @@ pub fn train_kws_on(
         card,
         epochs: reports,
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn class_weights_give_every_present_class_the_same_total() {
+        // 6 clips of class 0, 2 of class 1, none of class 2.
+        let classes = [0, 0, 0, 0, 0, 0, 1, 1];
+        let w = class_weights(classes.iter().copied(), 3);
+        assert_eq!(w, vec![8.0 / 12.0, 8.0 / 4.0, 1.0]);
+        assert!((6.0 * w[0] - 2.0 * w[1]).abs() < 1e-6);
+        let mean: f32 = classes.iter().map(|&c| w[c]).sum::<f32>() / classes.len() as f32;
+        assert!((mean - 1.0).abs() < 1e-6);
+    }
 }

@@ -1,0 +1,37 @@
+//! `hush-host train` refuses options of the other task by name, before reading any data.
+
+use std::process::{Command, Output};
+
+fn train(args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_hush-host"))
+        .arg("train")
+        .args(["--data", "no-such-corpus", "--out", "no-such-model"])
+        .args(args)
+        .output()
+        .expect("hush-host runs")
+}
+
+#[test]
+fn options_of_the_other_task_are_refused_by_name() {
+    for (args, says) in [
+        (
+            &["--task", "kws", "--concat", "0.5"][..],
+            "--concat applies to --task asr only",
+        ),
+        (
+            &["--task", "asr", "--cmvn", "mean"][..],
+            "--cmvn and --balance-classes apply to --task kws only",
+        ),
+        (
+            &["--task", "asr", "--balance-classes"][..],
+            "--cmvn and --balance-classes apply to --task kws only",
+        ),
+        (&["--task", "asr", "--concat", "2"][..], "--concat"),
+    ] {
+        let out = train(args);
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(!out.status.success(), "{args:?} ran");
+        assert!(stderr.contains(says), "{args:?}: {stderr}");
+        assert!(!std::path::Path::new("no-such-model").exists());
+    }
+}

@@ -115,6 +115,7 @@ fn ctc_loss_refuses_impossible_batches() {
         labels: vec![v.encode("go").unwrap(), v.encode("on").unwrap()],
         frames: 40,
         bins: 20,
+        leading_blanks: Vec::new(),
     };
     let loss = ctc_loss(&model, &ok, &device).unwrap();
     let value: f32 = loss.into_data().try_to_vec::<f32>().unwrap()[0];

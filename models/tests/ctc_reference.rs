@@ -2,12 +2,17 @@
 //! negative log of the summed probability of every frame-level path that collapses to the
 //! labels, enumerated outright on small cases, in batches of unequal lengths; on
 //! utterance-sized cases, the forward algorithm in f64 (itself checked against the brute
-//! force). Also the gradient through log-softmax, against central finite differences.
+//! force). Also the gradient through log-softmax, against central finite differences; and
+//! hush's `ctc_loss` with leading blanks, against the forward algorithm over only the
+//! paths that stay blank until the speech begins.
 
 #![allow(clippy::unwrap_used)]
 
+mod common;
+
 use burn::nn::loss::CTCLossConfig;
 use burn::tensor::{Device, Int, Tensor, TensorData};
+use hush_models::asr::{ctc_loss, log_probs as model_log_probs, CtcBatch, Vocabulary, BLANK};
 
 /// `−log Σ_paths Π_t p(path_t)` over the paths of length `t` that collapse (merge repeats,
 /// drop blanks 0) to `labels`; `lp` is `t × v` log-probabilities.
@@ -289,4 +294,64 @@ fn burn_ctc_loss_equals_the_forward_algorithm_on_utterance_lengths() {
             got[i]
         );
     }
+}
+
+#[test]
+fn leading_blanks_count_only_the_paths_silent_until_the_speech() {
+    let device = Device::flex();
+    let model = common::tiny_ctc_at(20, 2).init(&device).unwrap();
+    let vocab = Vocabulary::characters();
+    let labels = vocab.encode("go on").unwrap();
+    let mut rng = Lcg(5);
+    let frames = 40;
+    let features: Vec<f32> = (0..frames * 20).map(|_| rng.next() as f32).collect();
+    let lp = model_log_probs(&model, &features, 20, &device).unwrap();
+    let v = 29;
+    let steps = lp.len() / v;
+    let loss_with = |lead: usize| -> f64 {
+        let batch = CtcBatch {
+            features: features.clone(),
+            lengths: vec![frames],
+            labels: vec![labels.clone()],
+            frames,
+            bins: 20,
+            leading_blanks: vec![lead],
+        };
+        let loss = ctc_loss(&model, &batch, &device).unwrap();
+        f64::from(loss.into_data().try_to_vec::<f32>().unwrap()[0])
+    };
+    let mut last = loss_with(0);
+    for lead in [0, 3, 8, 14] {
+        let rows: Vec<f64> = lp
+            .iter()
+            .enumerate()
+            .map(|(k, &x)| {
+                if k / v < lead && k % v != BLANK {
+                    f64::NEG_INFINITY
+                } else {
+                    f64::from(x)
+                }
+            })
+            .collect();
+        let want = forward_algorithm(&rows, steps, v, &labels) / labels.len() as f64;
+        let got = loss_with(lead);
+        assert!(
+            (got - want).abs() < 1e-4 * want,
+            "lead {lead}: {got} vs {want}"
+        );
+        // Fewer paths, never a smaller loss.
+        assert!(got >= last - 1e-6, "lead {lead}: {got} < {last}");
+        last = got;
+    }
+    // No room left for the labels after the leading blanks: refused by name.
+    let batch = CtcBatch {
+        features,
+        lengths: vec![frames],
+        labels: vec![labels],
+        frames,
+        bins: 20,
+        leading_blanks: vec![steps - 3],
+    };
+    let err = ctc_loss(&model, &batch, &device).unwrap_err().to_string();
+    assert!(err.contains("output steps"), "{err}");
 }

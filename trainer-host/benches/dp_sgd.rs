@@ -152,6 +152,7 @@ fn bench_ctc() -> f64 {
         labels: vec![vocab.encode(text).unwrap(); UTTERANCES],
         frames: FRAMES,
         bins: 80,
+        leading_blanks: Vec::new(),
     };
     let mut model = Some(cfg.init(&device).unwrap());
     let mut opt = AdamWConfig::new().init();

@@ -16,7 +16,11 @@ fn options_of_the_other_task_are_refused_by_name() {
     for (args, says) in [
         (
             &["--task", "kws", "--concat", "0.5"][..],
-            "--concat applies to --task asr only",
+            "--concat and --blank-before-speech apply to --task asr only",
+        ),
+        (
+            &["--task", "kws", "--blank-before-speech"][..],
+            "--concat and --blank-before-speech apply to --task asr only",
         ),
         (
             &["--task", "asr", "--cmvn", "mean"][..],

@@ -208,7 +208,16 @@ pub struct CtcBatch {
     pub frames: usize,
     /// Values per frame.
     pub bins: usize,
+    /// For each utterance, the output steps before its speech begins, which must all be
+    /// blank (empty: no constraint). A causal recogniser that may spell before it hears
+    /// learns to guess an utterance's first word from how sentences usually begin; this
+    /// takes that path away (see [`ctc_loss`]).
+    pub leading_blanks: Vec<usize>,
 }
+
+/// Log-probability added to every non-blank symbol of a step that must be blank: far
+/// below any real one, finite so that no sum over paths becomes NaN.
+const FORBIDDEN: f32 = -1.0e4;
 
 /// Steps of CTC output needed for `labels`: one per label plus one blank between each
 /// pair of equal neighbours.
@@ -234,6 +243,12 @@ impl CtcBatch {
                 self.bins
             ));
         }
+        if !self.leading_blanks.is_empty() && self.leading_blanks.len() != b {
+            return bad(format!(
+                "{b} utterances and {} leading-blank counts",
+                self.leading_blanks.len()
+            ));
+        }
         for (i, (&len, labels)) in self.lengths.iter().zip(&self.labels).enumerate() {
             if len == 0 || len > self.frames {
                 return bad(format!("utterance {i}: {len} frames of {}", self.frames));
@@ -246,7 +261,8 @@ impl CtcBatch {
                     "utterance {i}: label {l} is blank or outside 1..{vocab}"
                 ));
             }
-            let steps = output_steps_at(len, subsampling);
+            let lead = self.leading_blanks.get(i).copied().unwrap_or(0);
+            let steps = output_steps_at(len, subsampling).saturating_sub(lead);
             if ctc_min_steps(labels) > steps {
                 return bad(format!(
                     "utterance {i}: {} labels need ≥ {} output steps, {len} frames give {steps}",
@@ -275,7 +291,27 @@ pub fn ctc_loss(
         TensorData::new(batch.features.clone(), [b, batch.frames, batch.bins]),
         device,
     );
-    let log_probs = model.forward(x).swap_dims(0, 1); // [T', B, V]
+    let mut log_probs = model.forward(x).swap_dims(0, 1); // [T', B, V]
+    if batch.leading_blanks.iter().any(|&n| n > 0) {
+        // Paths that spell a label before the speech begins get (almost) no probability,
+        // so the loss charges `−log p(blank)` on those steps instead.
+        let [steps, _, _] = log_probs.dims();
+        let mut mask = vec![0f32; steps * b * vocab];
+        for (i, &n) in batch.leading_blanks.iter().enumerate() {
+            for t in 0..n.min(steps) {
+                for (s, m) in mask[(t * b + i) * vocab..(t * b + i + 1) * vocab]
+                    .iter_mut()
+                    .enumerate()
+                {
+                    if s != BLANK {
+                        *m = FORBIDDEN;
+                    }
+                }
+            }
+        }
+        log_probs =
+            log_probs + Tensor::<3>::from_data(TensorData::new(mask, [steps, b, vocab]), device);
+    }
     let max_len = batch.labels.iter().map(Vec::len).max().unwrap_or(1);
     let mut targets = vec![0i64; b * max_len];
     for (i, l) in batch.labels.iter().enumerate() {
@@ -322,6 +358,11 @@ pub fn ctc_clipped_sum(
             labels: vec![batch.labels[i].clone()],
             frames: n,
             bins: batch.bins,
+            leading_blanks: batch
+                .leading_blanks
+                .get(i)
+                .map(|&n| vec![n])
+                .unwrap_or_default(),
         };
         let loss = ctc_loss(model, &one, device)?;
         let value = crate::step::scalar(loss.clone())?;

@@ -69,6 +69,10 @@ pub struct ModelArgs {
     /// so utterance-initial words are learnt from their sound (0 = off).
     #[arg(long, default_value_t = 0.0)]
     pub concat: f32,
+    /// ASR: count only CTC paths that stay blank until each training utterance's speech
+    /// begins, so the model cannot spell a first word before hearing it.
+    #[arg(long)]
+    pub blank_before_speech: bool,
     /// Turn all augmentation off.
     #[arg(long)]
     pub no_augment: bool,
@@ -98,8 +102,8 @@ pub struct ModelArgs {
 impl ModelArgs {
     /// The KWS training config for the corpus `data`.
     pub fn kws_config(&self, data: &std::path::Path) -> anyhow::Result<KwsTrainConfig> {
-        if self.concat > 0.0 {
-            anyhow::bail!("--concat applies to --task asr only");
+        if self.concat > 0.0 || self.blank_before_speech {
+            anyhow::bail!("--concat and --blank-before-speech apply to --task asr only");
         }
         let mut cfg = KwsTrainConfig::new(data, self.arch.as_deref().unwrap_or("ds-cnn-s"));
         if !self.keywords.is_empty() {
@@ -154,6 +158,7 @@ impl ModelArgs {
         cfg.compute = self.device;
         cfg.beam = beam;
         cfg.concat = self.concat;
+        cfg.blank_before_speech = self.blank_before_speech;
         cfg.augment.speed = self.speed;
         if self.no_augment {
             cfg.augment = Augment::none();

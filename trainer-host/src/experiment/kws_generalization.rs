@@ -279,8 +279,9 @@ pub fn results_markdown(r: &KwsGeneralizationResults) -> String {
         "# Keyword spotting on voices never heard: leave-one-engine-out\n\n\
          Command: `{}`\n\n\
          Corpus `{}` (speakers per engine: {}). Architecture `{}`, {} × {} log-mel features \
-         ({} ms frames every {} ms), {} classes; at most {} epochs (patience {}), batch {}, \
-         AdamW lr {}, seed {}. Augmentation: {}.\n\n\
+         ({} ms frames every {} ms; normalisation {}), {} classes; at most {} epochs \
+         (patience {}), batch {}, AdamW lr {}, seed {}, class-balanced loss {}. \
+         Augmentation: {}.\n\n\
          | run | train clips (speakers) | test clips (speakers) | test accuracy | \
          balanced keyword accuracy | epochs (best) | seconds |\n|---|---|---|---|---|---|---|\n",
         r.command,
@@ -295,12 +296,14 @@ pub fn results_markdown(r: &KwsGeneralizationResults) -> String {
         t.features.dim(),
         t.features.frame.frame_length_ms,
         t.features.frame.frame_shift_ms,
+        serde_json::to_string(&t.features.cmvn).unwrap_or_default(),
         r.labels.len(),
         t.epochs,
         t.patience,
         t.batch_size,
         t.lr,
         t.seed,
+        if t.balance_classes { "on" } else { "off" },
         serde_json::to_string(&t.augment).unwrap_or_default(),
     );
     for run in &r.runs {

@@ -17,6 +17,7 @@ use burn::optim::{AdamWConfig, GradientsParams};
 use burn::tensor::{Device, Tensor, TensorData};
 use hush_device::audio::read_audio;
 use hush_device::dataset::{read_corpus, Layout, Split, Target};
+use hush_device::features::frame::Framing;
 use hush_device::features::{FeatureConfig, FeatureKind};
 use hush_device::infer::utterance_features;
 use hush_models::asr::ctc_gru::is_encoder_tensor;
@@ -90,6 +91,11 @@ pub struct AsrTrainConfig {
     /// utterance's first word from how sentences usually begin. 0 = off.
     #[serde(default)]
     pub concat: f32,
+    /// Let the CTC loss count only paths that are blank until each training utterance's
+    /// speech begins ([`speech_onset`], tracked through the augmentation): a causal model
+    /// then cannot spell a first word before hearing it.
+    #[serde(default)]
+    pub blank_before_speech: bool,
 }
 
 /// Silence between two joined training utterances ([`AsrTrainConfig::concat`]), seconds.
@@ -138,6 +144,7 @@ impl AsrTrainConfig {
             init: None,
             freeze_encoder: false,
             concat: 0.0,
+            blank_before_speech: false,
         }
     }
 
@@ -432,6 +439,25 @@ fn features(cfg: &FeatureConfig, u: &Utterance, samples: &[f32]) -> Result<Vec<f
     })
 }
 
+/// Level, relative to the loudest 10 ms of an utterance, above which speech has begun.
+const ONSET_DB: f32 = -20.0;
+
+/// The first sample of the first 10 ms window of `samples` within [`ONSET_DB`] of the
+/// loudest one: where the speech begins (0 for silence).
+pub fn speech_onset(samples: &[f32], sample_rate: u32) -> usize {
+    let w = (sample_rate as usize / 100).max(1);
+    let energy: Vec<f32> = samples
+        .chunks(w)
+        .map(|c| c.iter().map(|v| v * v).sum::<f32>() / c.len() as f32)
+        .collect();
+    let peak = energy.iter().copied().fold(0.0f32, f32::max);
+    if peak <= 0.0 {
+        return 0;
+    }
+    let level = peak * 10f32.powf(ONSET_DB / 10.0);
+    energy.iter().position(|&e| e >= level).unwrap_or(0) * w
+}
+
 /// Utterances `a` and `b` joined by a silence drawn from [`CONCAT_GAP_S`]: the samples,
 /// and the labels of `a`'s transcript, a space, and `b`'s.
 fn joined(
@@ -469,6 +495,7 @@ fn pad_batch(feats: Vec<Vec<f32>>, labels: Vec<Vec<usize>>, bins: usize, fill: &
         labels,
         frames,
         bins,
+        leading_blanks: Vec::new(),
     }
 }
 
@@ -873,8 +900,10 @@ impl Prepared {
                 shift + (n as f32 * cfg.augment.speed.max(0.0) * 1.2) as usize,
             )
         };
+        let framing = Framing::new(&cfg.features.frame);
         let mut feats = Vec::with_capacity(picked.len());
         let mut labels = Vec::with_capacity(picked.len());
+        let mut leading = Vec::with_capacity(picked.len());
         for &j in picked {
             let u = &data.train[j];
             let (samples, example_labels) = if cfg.concat > 0.0 && rng.random::<f32>() < cfg.concat
@@ -888,14 +917,27 @@ impl Prepared {
             let mut padded = vec![0.0f32; front];
             padded.extend_from_slice(&samples);
             padded.resize(front + samples.len() + back, 0.0);
-            let wave = cfg.augment.waveform(&padded, &data.noises, sr, rng);
+            let onset = front + speech_onset(&samples, sr);
+            let (wave, onset) =
+                cfg.augment
+                    .waveform_tracking(&padded, &data.noises, sr, onset, rng);
             let mut f = features(&cfg.features, u, &wave)?;
             cfg.augment.spec(&mut f, self.bins, mean, rng);
             feats.push(f);
             labels.push(example_labels);
+            // Frames that end before the onset hold no speech; the output steps built
+            // only from them (one fewer, for the convolutions' reach) must be blank.
+            let silent_frames = (onset + framing.shift).saturating_sub(framing.win) / framing.shift;
+            leading.push(if cfg.blank_before_speech {
+                (silent_frames / self.arch.subsampling()).saturating_sub(1)
+            } else {
+                0
+            });
         }
         let n_labels: usize = labels.iter().map(Vec::len).sum();
-        Ok((pad_batch(feats, labels, self.bins, mean), n_labels))
+        let mut batch = pad_batch(feats, labels, self.bins, mean);
+        batch.leading_blanks = leading;
+        Ok((batch, n_labels))
     }
 
     /// Scores `model` on the validation split, keeps its weights if best so far, reports
@@ -1137,5 +1179,30 @@ mod tests {
         )
         .unwrap_err();
         assert!(err.to_string().contains("--concat"), "{err}");
+    }
+
+    #[test]
+    fn speech_onset_finds_the_first_loud_window_and_survives_augmentation() {
+        let sr = 16_000u32;
+        let mut x = vec![0.0005f32; 4_800]; // 0.3 s of faint noise floor
+        x.extend((0..8_000).map(|i| 0.3 * (i as f32 * 0.05).sin()));
+        x.extend(vec![0.0005f32; 1_600]);
+        assert_eq!(speech_onset(&x, sr), 4_800);
+        assert_eq!(speech_onset(&vec![0.0; 1_000], sr), 0);
+        // The augmentation moves the onset with the speech: the tracked sample is where
+        // the loud part now begins (within a window's rounding).
+        let aug = Augment {
+            noise_prob: 0.0,
+            ..AsrTrainConfig::new(Path::new("corpus"), "ctc-gru").augment
+        };
+        let mut rng = ChaCha8Rng::seed_from_u64(3);
+        for _ in 0..10 {
+            let (y, at) = aug.waveform_tracking(&x, &[], sr, 4_800, &mut rng);
+            let found = speech_onset(&y, sr) as i64;
+            assert!(
+                (found - at as i64).abs() <= 160,
+                "tracked {at}, found {found}"
+            );
+        }
     }
 }

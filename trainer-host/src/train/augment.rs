@@ -99,9 +99,24 @@ impl Augment {
         sample_rate: u32,
         rng: &mut R,
     ) -> Vec<f32> {
+        self.waveform_tracking(clip, noises, sample_rate, 0, rng).0
+    }
+
+    /// [`Augment::waveform`], also saying where sample `mark` of `clip` went (speed and
+    /// shift move it; clamped to the clip).
+    pub fn waveform_tracking<R: Rng>(
+        &self,
+        clip: &[f32],
+        noises: &[Vec<f32>],
+        sample_rate: u32,
+        mark: usize,
+        rng: &mut R,
+    ) -> (Vec<f32>, usize) {
         let n = clip.len();
+        let mut at = mark as f64;
         let mut x = if self.speed > 0.0 {
             let f = 1.0 + rng.random_range(-self.speed..=self.speed);
+            at /= f64::from(f);
             resample_linear(clip, f)
         } else {
             clip.to_vec()
@@ -110,6 +125,7 @@ impl Augment {
         if self.shift_s > 0.0 {
             let max = (self.shift_s * sample_rate as f32) as i64;
             let s = rng.random_range(-max..=max);
+            at += s as f64;
             x = shift(&x, s);
         }
         if self.reverb_prob > 0.0 && rng.random::<f32>() < self.reverb_prob {
@@ -139,7 +155,7 @@ impl Augment {
             }
         }
         x.iter_mut().for_each(|v| *v = v.clamp(-1.0, 1.0));
-        x
+        (x, (at.max(0.0) as usize).min(n))
     }
 
     /// Vocal-tract-length perturbation of one example's features (`frames × bins`) on

@@ -328,3 +328,21 @@ fn cli_refuses_bad_dp_flags() {
     assert!(!o.status.success());
     assert!(!dir.path().join("m").exists());
 }
+
+#[test]
+fn class_weights_from_private_counts_are_refused_under_dp() {
+    // --balance-classes would weight the loss by the private clips' class counts, which no
+    // noise covers: refused before any training or ledger record.
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("model");
+    let mut dp = DpConfig::new(8.0, 1e-4, 1.0);
+    dp.ledger = dir.path().join("ledger.sqlite");
+    let mut cfg = small_kws_config(&data(), 3, 1);
+    cfg.balance_classes = true;
+    let mut epochs = 0;
+    let err = train_kws_dp(&cfg, &dp, &out, "test", &mut |_| epochs += 1).unwrap_err();
+    assert!(err.to_string().contains("--balance-classes"), "{err}");
+    assert_eq!(epochs, 0);
+    assert!(!out.exists());
+    assert!(!dp.ledger.exists());
+}

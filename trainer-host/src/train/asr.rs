@@ -923,16 +923,23 @@ impl Prepared {
                     .waveform_tracking(&padded, &data.noises, sr, onset, rng);
             let mut f = features(&cfg.features, u, &wave)?;
             cfg.augment.spec(&mut f, self.bins, mean, rng);
-            feats.push(f);
-            labels.push(example_labels);
             // Frames that end before the onset hold no speech; the output steps built
-            // only from them (one fewer, for the convolutions' reach) must be blank.
+            // only from them (one fewer, for the convolutions' reach) must be blank, as
+            // long as the transcript still fits in the steps after them.
             let silent_frames = (onset + framing.shift).saturating_sub(framing.win) / framing.shift;
+            let room = self
+                .arch
+                .output_steps(f.len() / self.bins)
+                .saturating_sub(ctc_min_steps(&example_labels));
             leading.push(if cfg.blank_before_speech {
-                (silent_frames / self.arch.subsampling()).saturating_sub(1)
+                (silent_frames / self.arch.subsampling())
+                    .saturating_sub(1)
+                    .min(room)
             } else {
                 0
             });
+            feats.push(f);
+            labels.push(example_labels);
         }
         let n_labels: usize = labels.iter().map(Vec::len).sum();
         let mut batch = pad_batch(feats, labels, self.bins, mean);

@@ -426,6 +426,14 @@ pub fn train_kws_dp(
 ) -> Result<DpTrainReport, TrainError> {
     cfg.check()?;
     dp.check()?;
+    if cfg.balance_classes {
+        // The weights would be the private data's class counts, which no noise covers.
+        return Err(TrainError::option(
+            "--balance-classes",
+            "not offered with --dp: class weights would come from the private clips' class \
+             counts, which DP-SGD does not protect",
+        ));
+    }
     let (labels, io, arch) = cfg.resolve_arch()?;
     let bins = io.bins;
     let plain = super::device(cfg.compute);

@@ -30,11 +30,12 @@ const KWS_12_BAR: f64 = 0.9;
 /// The same for kws-22 (chance: 1/22; it gets 412 of 440).
 const KWS_22_BAR: f64 = 0.85;
 /// Greedy word error rate the bundled recogniser must stay under on the 200 utterances of
-/// the bundled ASR corpus (20 speakers; it gets 0.168, the models before it 0.339, 0.384
-/// and 0.774).
-const ASR_WER_BAR: f64 = 0.25;
+/// the bundled ASR corpus (20 speakers): issue 4's target, 0.15 (it gets 0.105; the models
+/// before it 0.168, 0.339, 0.384 and 0.774).
+const ASR_WER_BAR: f64 = 0.15;
 /// The same with prefix beam search over the grammar's 91 words (`models/asr/lexicon.txt`),
-/// width 64, `transcribe --lexicon`'s default (it gets 0.053; the model before it 0.117).
+/// width 64, `transcribe --lexicon`'s default (it gets 0.048; the model before the
+/// first-word fix 0.117).
 const ASR_LEXICON_WER_BAR: f64 = 0.1;
 
 fn bundled_model(name: &str) -> PathBuf {

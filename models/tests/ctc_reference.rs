@@ -52,6 +52,13 @@ fn brute_force(lp: &[f64], t: usize, v: usize, labels: &[usize]) -> f64 {
     }
 }
 
+/// Utterance `i`'s first `len` rows of time-major `t × b × v` log-probabilities.
+fn utterance_rows(lp: &[f64], i: usize, len: usize, b: usize, v: usize) -> Vec<f64> {
+    (0..len)
+        .flat_map(|s| lp[(s * b + i) * v..(s * b + i + 1) * v].to_vec())
+        .collect()
+}
+
 struct Lcg(u64);
 impl Lcg {
     fn next(&mut self) -> f64 {
@@ -126,9 +133,7 @@ fn burn_ctc_loss_equals_brute_force() {
     let lp = log_probs(t, b, v, &mut Lcg(7));
     let got = burn_losses(&lp, t, v, &cases);
     for (i, (len, labels)) in cases.iter().enumerate() {
-        let mine: Vec<f64> = (0..*len)
-            .flat_map(|s| lp[(s * b + i) * v..(s * b + i + 1) * v].to_vec())
-            .collect();
+        let mine = utterance_rows(&lp, i, *len, b, v);
         let want = brute_force(&mine, *len, v, labels);
         // The forward algorithm (the long-utterance reference below) agrees too.
         let dp = forward_algorithm(&mine, *len, v, labels);
@@ -194,9 +199,7 @@ fn burn_ctc_gradient_equals_finite_differences() {
             .iter()
             .enumerate()
             .map(|(i, (len, labels))| {
-                let mine: Vec<f64> = (0..*len)
-                    .flat_map(|s| lp[(s * b + i) * v..(s * b + i + 1) * v].to_vec())
-                    .collect();
+                let mine = utterance_rows(&lp, i, *len, b, v);
                 brute_force(&mine, *len, v, labels)
             })
             .sum()
@@ -283,9 +286,7 @@ fn burn_ctc_loss_equals_the_forward_algorithm_on_utterance_lengths() {
     let lp = log_probs(t, b, v, &mut rng);
     let got = burn_losses(&lp, t, v, &cases);
     for (i, (len, labels)) in cases.iter().enumerate() {
-        let mine: Vec<f64> = (0..*len)
-            .flat_map(|s| lp[(s * b + i) * v..(s * b + i + 1) * v].to_vec())
-            .collect();
+        let mine = utterance_rows(&lp, i, *len, b, v);
         let want = forward_algorithm(&mine, *len, v, labels);
         assert!(
             (got[i] - want).abs() < 1e-3 * want.abs(),

@@ -100,3 +100,32 @@ fn tiny_ctc_model_learns_and_the_device_path_agrees() {
     let e = KwsClassifier::load(out.path()).unwrap_err().to_string();
     assert!(e.contains("`asr` model"), "{e}");
 }
+
+#[test]
+fn joined_utterances_and_blank_before_speech_train_and_are_recorded() {
+    // The first-word options, with the default augmentation (speed and shift move the
+    // tracked speech onset): training runs, the loss stays finite, the card says so.
+    let corpus = Path::new(env!("CARGO_MANIFEST_DIR")).join("../data/corpus/asr");
+    let data = tempfile::tempdir().unwrap();
+    slice_corpus(
+        &corpus,
+        data.path(),
+        &["30487587", "49da0ba1", "01fddb35", "c8946917"],
+        4,
+    );
+    let out = tempfile::tempdir().unwrap();
+    let mut cfg = AsrTrainConfig::new(data.path(), "ctc-gru-small");
+    cfg.features.mel.num_bins = 20;
+    cfg.epochs = 2;
+    cfg.batch_size = 4;
+    cfg.patience = 100;
+    cfg.beam = 2;
+    cfg.concat = 1.0;
+    cfg.blank_before_speech = true;
+    let report = train_asr(&cfg, out.path(), "test", &mut |_| {}).unwrap();
+    assert_eq!(report.epochs.len(), 2);
+    assert!(report.epochs.iter().all(|e| e.train_loss.is_finite()));
+    let options = &report.card.provenance.as_ref().unwrap().options;
+    assert_eq!(options["concat"], 1.0);
+    assert_eq!(options["blank_before_speech"], true);
+}

@@ -917,27 +917,25 @@ impl Prepared {
             let mut padded = vec![0.0f32; front];
             padded.extend_from_slice(&samples);
             padded.resize(front + samples.len() + back, 0.0);
-            let onset = front + speech_onset(&samples, sr);
-            let (wave, onset) =
-                cfg.augment
-                    .waveform_tracking(&padded, &data.noises, sr, onset, rng);
-            let mut f = features(&cfg.features, u, &wave)?;
-            cfg.augment.spec(&mut f, self.bins, mean, rng);
-            // Frames that end before the onset hold no speech; the output steps built
-            // only from them (one fewer, for the convolutions' reach) must be blank, as
-            // long as the transcript still fits in the steps after them.
-            let silent_frames = (onset + framing.shift).saturating_sub(framing.win) / framing.shift;
-            let room = self
-                .arch
-                .output_steps(f.len() / self.bins)
-                .saturating_sub(ctc_min_steps(&example_labels));
-            leading.push(if cfg.blank_before_speech {
-                (silent_frames / self.arch.subsampling())
-                    .saturating_sub(1)
-                    .min(room)
+            // Only a run that constrains the start needs to know where the speech begins.
+            let mark = if cfg.blank_before_speech {
+                front + speech_onset(&samples, sr)
             } else {
                 0
-            });
+            };
+            let (wave, onset) = cfg
+                .augment
+                .waveform_tracking(&padded, &data.noises, sr, mark, rng);
+            let mut f = features(&cfg.features, u, &wave)?;
+            cfg.augment.spec(&mut f, self.bins, mean, rng);
+            if cfg.blank_before_speech {
+                leading.push(self.silent_steps(
+                    onset,
+                    f.len() / self.bins,
+                    &example_labels,
+                    &framing,
+                ));
+            }
             feats.push(f);
             labels.push(example_labels);
         }
@@ -945,6 +943,26 @@ impl Prepared {
         let mut batch = pad_batch(feats, labels, self.bins, mean);
         batch.leading_blanks = leading;
         Ok((batch, n_labels))
+    }
+
+    /// Output steps that must be blank in an example of `frames` frames whose speech
+    /// begins at sample `onset`: those built only from frames that end before it (one
+    /// fewer, for the convolutions' reach), as long as `labels` still fit after them.
+    fn silent_steps(
+        &self,
+        onset: usize,
+        frames: usize,
+        labels: &[usize],
+        framing: &Framing,
+    ) -> usize {
+        let silent_frames = (onset + framing.shift).saturating_sub(framing.win) / framing.shift;
+        let room = self
+            .arch
+            .output_steps(frames)
+            .saturating_sub(ctc_min_steps(labels));
+        (silent_frames / self.arch.subsampling())
+            .saturating_sub(1)
+            .min(room)
     }
 
     /// Scores `model` on the validation split, keeps its weights if best so far, reports
@@ -1068,6 +1086,8 @@ impl Prepared {
             "beam": cfg.beam,
             "init": cfg.init,
             "freeze_encoder": cfg.freeze_encoder,
+            "concat": cfg.concat,
+            "blank_before_speech": cfg.blank_before_speech,
         });
         if let (Some(o), serde_json::Value::Object(e)) = (options.as_object_mut(), extra) {
             o.extend(e);

@@ -638,6 +638,7 @@ pub fn train_kws_on(
             "schedule": "warmup-cosine",
             "augment": cfg.augment,
             "init_from": cfg.init_from,
+            "balance_classes": cfg.balance_classes,
         }),
         epochs_run: reports.len(),
         best_epoch,

@@ -20,9 +20,10 @@ enum Command {
     /// Classify audio files (or directories, recursively) with a keyword-spotting model
     /// package: one JSON line per file.
     Classify(cli::classify::ClassifyArgs),
-    /// Spot keywords in a long recording, streamed through the model window by window:
-    /// one JSON line per detection.
-    Spot(cli::spot::SpotArgs),
+    /// Detect keywords in a recording or from a microphone, streamed through the model
+    /// window by window (posteriors smoothed, thresholded, refractory period): one JSON
+    /// line per detection.
+    Listen(cli::listen::ListenArgs),
     /// Transcribe audio files (or directories, recursively) with a speech-recognition
     /// model package: one JSON line per file, `{"file", "text"}`.
     Transcribe(cli::transcribe::TranscribeArgs),
@@ -45,7 +46,7 @@ fn main() -> anyhow::Result<()> {
     match cli.command {
         Command::Info(args) => cli::info::run(args),
         Command::Classify(args) => cli::classify::run(args),
-        Command::Spot(args) => cli::spot::run(args),
+        Command::Listen(args) => cli::listen::run(args),
         Command::Transcribe(args) => cli::transcribe::run(args),
         Command::Rehearse(args) => cli::rehearse::run(args),
         Command::Features(args) => cli::features::run(args),

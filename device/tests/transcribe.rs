@@ -7,8 +7,9 @@
 // Test helpers panic on failure, like the tests that call them.
 #![allow(clippy::unwrap_used)]
 
+mod common;
+
 use std::path::{Path, PathBuf};
-use std::process::Command;
 
 use burn::tensor::Device;
 use hush_device::audio::{read_audio, resample, write_wav_i16, Audio};
@@ -39,31 +40,8 @@ fn clip() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("../data/corpus/asr/c8946917/0/c8946917-0-0000.flac")
 }
 
-/// The `hush-device` binary as a command. Cross-built for ARM, this test runs under
-/// qemu-user, which cannot start a second ARM program by itself: `scripts/qemu-runner`
-/// tells the test its own path and target, and the binary is started through it too.
-fn hush_device() -> Command {
-    let bin = env!("CARGO_BIN_EXE_hush-device");
-    match (
-        std::env::var_os("HUSH_CROSS_RUNNER"),
-        std::env::var_os("HUSH_CROSS_TARGET"),
-    ) {
-        (Some(runner), Some(target)) => {
-            let mut c = Command::new(runner);
-            c.arg(target).arg(bin);
-            c
-        }
-        _ => Command::new(bin),
-    }
-}
-
 fn transcribe(args: &[&str]) -> (bool, String, String) {
-    let out = hush_device().arg("transcribe").args(args).output().unwrap();
-    (
-        out.status.success(),
-        String::from_utf8_lossy(&out.stdout).into_owned(),
-        String::from_utf8_lossy(&out.stderr).into_owned(),
-    )
+    common::run("transcribe", args)
 }
 
 #[test]

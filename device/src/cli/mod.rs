@@ -5,7 +5,7 @@ pub mod devices;
 pub mod features;
 pub mod info;
 pub mod join;
+pub mod listen;
 pub mod record;
 pub mod rehearse;
-pub mod spot;
 pub mod transcribe;

@@ -2,7 +2,8 @@
 //! `model.onnx`) in, class scores out. [`clip`] fits audio to the model's window and
 //! computes its features — the one definition the host trainer uses too, so training
 //! and inference see the same numbers. [`kws`] loads and runs keyword spotters;
-//! [`stream`] runs one over a stream of audio, window by window; [`asr`] loads and runs
+//! [`stream`] runs one over a stream of audio, window by window, and [`detect`] turns its
+//! windows into keyword detections; [`asr`] loads and runs
 //! CTC speech recognisers over whole utterances.
 //!
 //! It does not train (that is hush-models' step and the host's trainer) and does not
@@ -10,6 +11,7 @@
 
 pub mod asr;
 pub mod clip;
+pub mod detect;
 pub mod kws;
 pub mod stream;
 
@@ -24,6 +26,7 @@ pub(crate) type Plan = Arc<TypedRunnableModel>;
 
 pub use asr::{utterance_features, AsrRecognizer, Decoder, Transcription};
 pub use clip::{clip_features, clip_samples, fit_clip};
+pub use detect::{Detection, DetectorOptions, KeywordDetector};
 pub use kws::{card_features, Classification, KwsClassifier};
 pub use stream::{KwsStream, WindowVerdict};
 

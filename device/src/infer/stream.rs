@@ -38,6 +38,10 @@ pub struct WindowVerdict {
     pub label: String,
     /// Its probability.
     pub score: f32,
+    /// Every class's probability, in the model's label order (what a
+    /// [`KeywordDetector`](super::KeywordDetector) smooths; not printed).
+    #[serde(skip)]
+    pub probs: Vec<f32>,
 }
 
 /// A keyword spotter running over a stream of samples at the model's rate.
@@ -127,7 +131,7 @@ impl<'a> KwsStream<'a> {
                     }
                 };
                 let end = index * shift + win;
-                out.push(self.verdict(&probs, end as f64 / rate));
+                out.push(self.verdict(probs, end as f64 / rate));
             }
         }
         self.new = new;
@@ -152,8 +156,8 @@ impl<'a> KwsStream<'a> {
         self.clf.probs(&self.window, Path::new(&self.origin))
     }
 
-    fn verdict(&self, probs: &[f32], end_s: f64) -> WindowVerdict {
-        let (best, score) = super::kws::best_class(probs);
+    fn verdict(&self, probs: Vec<f32>, end_s: f64) -> WindowVerdict {
+        let (best, score) = super::kws::best_class(&probs);
         WindowVerdict {
             end_s,
             label: self
@@ -164,6 +168,7 @@ impl<'a> KwsStream<'a> {
                 .cloned()
                 .unwrap_or_default(),
             score,
+            probs,
         }
     }
 }

@@ -1,0 +1,284 @@
+//! `hush-device listen --model MODEL_DIR (--input FILE.wav | --mic)`: streaming keyword
+//! detection. Audio goes through the model window by window ([`KwsStream`]), as a
+//! microphone delivers it; window posteriors are smoothed, thresholded and held off for a
+//! refractory period ([`KeywordDetector`]); one JSON line per detection,
+//! `{"time_s","label","score"}`. `--windows` prints every window's verdict instead.
+
+use std::fs::File;
+use std::io::{BufReader, Write};
+use std::path::PathBuf;
+
+use anyhow::{ensure, Context};
+use hush_device::infer::{DetectorOptions, KeywordDetector, KwsClassifier, KwsStream};
+
+/// Arguments of `hush-device listen`.
+#[derive(clap::Args)]
+#[command(group(clap::ArgGroup::new("source").required(true).args(["input", "mic"])))]
+pub struct ListenArgs {
+    /// Model package directory (model.json, model.onnx).
+    #[arg(long)]
+    pub model: PathBuf,
+    /// A PCM or float WAV file at the model's sample rate (channels are averaged), read
+    /// in chunks as a microphone would deliver it; any length.
+    #[arg(long)]
+    pub input: Option<PathBuf>,
+    /// Listen to a microphone instead (needs the `mic` feature), resampled to the
+    /// model's rate; until `--seconds` have been heard or the process is interrupted.
+    #[arg(long)]
+    pub mic: bool,
+    /// With `--mic`: input device name (see `hush-device devices`); default: the host's
+    /// default input.
+    #[arg(long, requires = "mic")]
+    pub device: Option<String>,
+    /// With `--mic`: stop after this many seconds of audio.
+    #[arg(long, requires = "mic")]
+    pub seconds: Option<f64>,
+    /// Run the model every this many milliseconds of audio (rounded to whole frames).
+    #[arg(long, default_value_t = 100)]
+    pub hop_ms: u32,
+    /// Average each class's posterior over the windows of the last this many
+    /// milliseconds (at least one window).
+    #[arg(long, default_value_t = 300)]
+    pub smooth_ms: u32,
+    /// Detect a keyword when its smoothed posterior reaches this probability.
+    #[arg(long, default_value_t = 0.8)]
+    pub threshold: f32,
+    /// After a detection, report nothing for this many milliseconds.
+    #[arg(long, default_value_t = 1000)]
+    pub refractory_ms: u32,
+    /// Samples read and pushed at a time, in milliseconds (file input).
+    #[arg(long, default_value_t = 20)]
+    pub chunk_ms: u32,
+    /// Print every window's verdict (`{"end_s","label","score"}`, unsmoothed) instead of
+    /// detections.
+    #[arg(long)]
+    pub windows: bool,
+}
+
+/// The model, its stream and the detector, fed chunk by chunk.
+struct Listener<'a> {
+    stream: KwsStream<'a>,
+    detector: KeywordDetector,
+    windows_only: bool,
+    verdicts: Vec<hush_device::infer::WindowVerdict>,
+    pushed: u64,
+    windows: u64,
+    printed: u64,
+}
+
+impl<'a> Listener<'a> {
+    fn new(clf: &'a KwsClassifier, args: &ListenArgs) -> anyhow::Result<Self> {
+        let frame = &clf.features().frame;
+        let shift_ms = 1000.0 * frame.window_shift() as f64 / f64::from(frame.sample_rate);
+        ensure!(
+            args.hop_ms > 0,
+            "--hop-ms 0: expected a positive number of milliseconds"
+        );
+        let hop = ((f64::from(args.hop_ms) / shift_ms).round() as usize).max(1);
+        let hop_ms = hop as f64 * shift_ms;
+        let opts = DetectorOptions {
+            smooth_windows: ((f64::from(args.smooth_ms) / hop_ms).round() as usize).max(1),
+            threshold: args.threshold,
+            refractory_s: f64::from(args.refractory_ms) / 1000.0,
+        };
+        let detector = KeywordDetector::new(&clf.card().labels, opts)
+            .map_err(|e| anyhow::anyhow!("{}: {e}", args.model.display()))?;
+        Ok(Self {
+            stream: KwsStream::new(clf, hop)?,
+            detector,
+            windows_only: args.windows,
+            verdicts: Vec::new(),
+            pushed: 0,
+            windows: 0,
+            printed: 0,
+        })
+    }
+
+    /// Pushes mono samples; writes a line for each detection (or window) now due.
+    fn feed(&mut self, mono: &[f32], out: &mut impl Write) -> anyhow::Result<()> {
+        self.pushed += mono.len() as u64;
+        self.verdicts.clear();
+        self.stream.push(mono, &mut self.verdicts)?;
+        self.windows += self.verdicts.len() as u64;
+        for v in &self.verdicts {
+            let line = if self.windows_only {
+                serde_json::to_string(v)?
+            } else if let Some(d) = self.detector.push(v.end_s, &v.probs) {
+                serde_json::to_string(&d)?
+            } else {
+                continue;
+            };
+            self.printed += 1;
+            writeln!(out, "{line}")?;
+        }
+        out.flush()?;
+        Ok(())
+    }
+
+    fn summary(&self, rate: u32, args: &ListenArgs) -> String {
+        let what = if self.windows_only {
+            "window verdicts".to_string()
+        } else {
+            format!(
+                "detections (threshold {}, smoothing {} ms, refractory {} ms)",
+                args.threshold, args.smooth_ms, args.refractory_ms
+            )
+        };
+        format!(
+            "listen: {:.1} s of audio, {} windows, {} {what}",
+            self.pushed as f64 / f64::from(rate),
+            self.windows,
+            self.printed
+        )
+    }
+}
+
+/// Streams the file or the microphone through the spotter; prints detections, and a
+/// summary on stderr.
+pub fn run(args: ListenArgs) -> anyhow::Result<()> {
+    let clf = KwsClassifier::load(&args.model)
+        .with_context(|| format!("loading model {}", args.model.display()))?;
+    let rate = clf.features().frame.sample_rate;
+    let mut listener = Listener::new(&clf, &args)?;
+    let stdout = std::io::stdout();
+    let mut out = stdout.lock();
+    match &args.input {
+        Some(input) => listen_file(input, rate, args.chunk_ms, &mut listener, &mut out)?,
+        None => listen_mic(&args, rate, &mut listener, &mut out)?,
+    }
+    eprintln!("{}", listener.summary(rate, &args));
+    Ok(())
+}
+
+/// A WAV file, read `chunk_ms` at a time.
+fn listen_file(
+    input: &std::path::Path,
+    rate: u32,
+    chunk_ms: u32,
+    listener: &mut Listener,
+    out: &mut impl Write,
+) -> anyhow::Result<()> {
+    let file = File::open(input).with_context(|| format!("opening {}", input.display()))?;
+    let reader = hound::WavReader::new(BufReader::new(file))
+        .with_context(|| format!("{}: not a WAV file hound reads", input.display()))?;
+    let spec = reader.spec();
+    ensure!(
+        spec.sample_rate == rate && spec.channels > 0,
+        "{}: {} Hz, {} channel(s); the model's features need {} Hz (resample first, e.g. `sox IN -r {} OUT.wav`)",
+        input.display(),
+        spec.sample_rate,
+        spec.channels,
+        rate,
+        rate
+    );
+    let channels = usize::from(spec.channels);
+    let chunk = (rate as usize * chunk_ms.max(1) as usize / 1000).max(1) * channels;
+    let mut samples: Box<dyn Iterator<Item = hound::Result<f32>>> =
+        match (spec.sample_format, spec.bits_per_sample) {
+            (hound::SampleFormat::Float, 32) => Box::new(reader.into_samples::<f32>()),
+            (hound::SampleFormat::Int, bits @ 1..=32) => {
+                let scale = 1.0 / (1u64 << (bits - 1)) as f32;
+                Box::new(
+                    reader
+                        .into_samples::<i32>()
+                        .map(move |s| s.map(|v| v as f32 * scale)),
+                )
+            }
+            (format, bits) => anyhow::bail!(
+                "{}: {bits}-bit {format:?} WAV; expected PCM 8–32-bit or float 32-bit",
+                input.display()
+            ),
+        };
+    let (mut buf, mut mono) = (Vec::new(), Vec::new());
+    loop {
+        buf.clear();
+        for s in samples.by_ref().take(chunk) {
+            buf.push(s.with_context(|| format!("reading {}", input.display()))?);
+        }
+        if buf.is_empty() {
+            return Ok(());
+        }
+        mono.clear();
+        mono.extend(
+            buf.chunks(channels)
+                .map(|c| c.iter().sum::<f32>() / c.len() as f32),
+        );
+        listener.feed(&mono, out)?;
+    }
+}
+
+/// The microphone, until `--seconds` or an interruption.
+#[cfg(feature = "mic")]
+fn listen_mic(
+    args: &ListenArgs,
+    rate: u32,
+    listener: &mut Listener,
+    out: &mut impl Write,
+) -> anyhow::Result<()> {
+    use hush_device::audio::capture::{Capture, CaptureConfig};
+    use std::time::{Duration, Instant};
+
+    let wanted = match args.seconds {
+        Some(s) if s.is_finite() && s > 0.0 => Some((s * f64::from(rate)).round() as u64),
+        Some(s) => anyhow::bail!("--seconds {s}: expected a positive duration"),
+        None => None,
+    };
+    let mut mic = Capture::start(&CaptureConfig {
+        device: args.device.clone(),
+        target_rate: rate,
+    })?;
+    eprintln!(
+        "listening on {:?} ({} Hz native, {} ch){}",
+        mic.device(),
+        mic.native_rate(),
+        mic.channels(),
+        if wanted.is_some() {
+            ""
+        } else {
+            "; Ctrl-C to stop"
+        }
+    );
+    const STALL: Duration = Duration::from_secs(5);
+    let (mut buf, mut heard, mut last_sound) = (Vec::new(), 0u64, Instant::now());
+    while wanted.is_none_or(|w| heard < w) {
+        buf.clear();
+        if mic.read(&mut buf)? == 0 {
+            if last_sound.elapsed() > STALL {
+                anyhow::bail!(
+                    "input device {:?} delivered nothing for {:.0} s (after {:.1} s of audio)",
+                    mic.device(),
+                    STALL.as_secs_f64(),
+                    heard as f64 / f64::from(rate)
+                );
+            }
+            std::thread::sleep(Duration::from_millis(10));
+            continue;
+        }
+        last_sound = Instant::now();
+        if let Some(w) = wanted {
+            buf.truncate((w - heard) as usize);
+        }
+        heard += buf.len() as u64;
+        listener.feed(&buf, out)?;
+    }
+    eprintln!(
+        "microphone: {} samples lost to overruns, {} stream errors",
+        mic.overruns(),
+        mic.stream_errors()
+    );
+    Ok(())
+}
+
+/// Without `mic`, a named error.
+#[cfg(not(feature = "mic"))]
+fn listen_mic(
+    args: &ListenArgs,
+    _rate: u32,
+    _listener: &mut Listener,
+    _out: &mut impl Write,
+) -> anyhow::Result<()> {
+    anyhow::bail!(
+        "hush-device was built without the `mic` feature: cannot listen to {}; use --input FILE.wav",
+        args.device.as_deref().unwrap_or("the default input")
+    )
+}

@@ -106,7 +106,8 @@ fn each_keyword_is_detected_once_near_where_it_was_said() {
     }
 
     // Without smoothing or refractory period, a keyword in view for several windows is
-    // reported again and again.
+    // reported again and again (and a single stray window can raise another word: what
+    // the smoothing is for; the keywords said still come in order).
     let (ok, stdout, stderr) = listen(&[
         "--input",
         wav.to_str().unwrap(),
@@ -118,9 +119,20 @@ fn each_keyword_is_detected_once_near_where_it_was_said() {
     assert!(ok, "{stderr}");
     let raw = lines(&stdout);
     assert!(raw.len() > 3, "{stdout}");
-    let mut kinds: Vec<&str> = raw.iter().map(|d| d["label"].as_str().unwrap()).collect();
-    kinds.dedup();
-    assert_eq!(kinds, ["yes", "stop", "no"], "{stdout}");
+    let mut said: Vec<&str> = raw
+        .iter()
+        .map(|d| d["label"].as_str().unwrap())
+        .filter(|l| ["yes", "stop", "no"].contains(l))
+        .collect();
+    for word in ["yes", "stop", "no"] {
+        let n = said.iter().filter(|l| **l == word).count();
+        assert!(
+            n > 1,
+            "{word} reported {n} time(s) without smoothing: {stdout}"
+        );
+    }
+    said.dedup();
+    assert_eq!(said, ["yes", "stop", "no"], "{stdout}");
 }
 
 #[test]

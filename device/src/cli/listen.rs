@@ -38,7 +38,7 @@ pub struct ListenArgs {
     pub hop_ms: u32,
     /// Average each class's posterior over the windows of the last this many
     /// milliseconds (at least one window).
-    #[arg(long, default_value_t = 300)]
+    #[arg(long, default_value_t = 500)]
     pub smooth_ms: u32,
     /// Detect a keyword when its smoothed posterior reaches this probability.
     #[arg(long, default_value_t = 0.8)]

@@ -131,7 +131,7 @@ def main():
     ap.add_argument("--hush-device", default=os.path.join(REPO, "target/debug/hush-device"))
     ap.add_argument("--models", required=True, help="model package directories, comma-separated")
     ap.add_argument("--thresholds", default="0.6,0.8,0.9")
-    ap.add_argument("--smooth-ms", default="300", help="posterior smoothing spans, comma-separated")
+    ap.add_argument("--smooth-ms", default="500", help="posterior smoothing spans, comma-separated")
     ap.add_argument("--out", required=True)
     ap.add_argument("--seed", type=int, default=0)
     a = ap.parse_args()

@@ -1,4 +1,5 @@
-//! `hush-host train` refuses options of the other task by name, before reading any data.
+//! `hush-host train` refuses options of the other task, and values out of range, by name,
+//! before reading any data.
 
 use std::process::{Command, Output};
 
@@ -31,6 +32,8 @@ fn options_of_the_other_task_are_refused_by_name() {
             "--cmvn and --balance-classes apply to --task kws only",
         ),
         (&["--task", "asr", "--concat", "2"][..], "--concat"),
+        (&["--task", "kws", "--shift-s", "0.7"][..], "--shift-s 0.7"),
+        (&["--task", "asr", "--shift-s", "0.5"][..], "--shift-s 0.5"),
     ] {
         let out = train(args);
         let stderr = String::from_utf8_lossy(&out.stderr);

@@ -56,6 +56,11 @@ pub struct ModelArgs {
     /// Speed perturbation: factor uniform in [1 − S, 1 + S] (0 = off).
     #[arg(long, default_value_t = 0.1)]
     pub speed: f32,
+    /// Time shift: each example moved by up to this many seconds either way (0 = off;
+    /// default 0.1 s). Wider shifts teach a keyword spotter the off-centre windows a
+    /// stream shows it.
+    #[arg(long)]
+    pub shift_s: Option<f32>,
     /// KWS: weight each class's loss by the inverse of its share of the training clips,
     /// so the catch-all `_unknown_` does not outweigh the keywords.
     #[arg(long)]
@@ -121,12 +126,14 @@ impl ModelArgs {
         cfg.augment = if self.no_augment {
             Augment::none()
         } else {
+            let defaults = Augment::default();
             Augment {
                 mixup_alpha: self.mixup,
                 speed: self.speed,
                 vtlp: self.vtlp,
                 reverb_prob: self.reverb,
-                ..Augment::default()
+                shift_s: self.shift_s()?.unwrap_or(defaults.shift_s),
+                ..defaults
             }
         };
         cfg.augment.fit_masks(cfg.frames, cfg.features.dim());
@@ -160,6 +167,9 @@ impl ModelArgs {
         cfg.concat = self.concat;
         cfg.blank_before_speech = self.blank_before_speech;
         cfg.augment.speed = self.speed;
+        if let Some(shift) = self.shift_s()? {
+            cfg.augment.shift_s = shift;
+        }
         if self.no_augment {
             cfg.augment = Augment::none();
         }
@@ -167,6 +177,16 @@ impl ModelArgs {
             anyhow::bail!("--mixup applies to --task kws only (CTC targets do not mix)");
         }
         Ok(cfg)
+    }
+
+    /// `--shift-s`, checked: a finite shift of less than half a second, or none given.
+    fn shift_s(&self) -> anyhow::Result<Option<f32>> {
+        match self.shift_s {
+            Some(s) if !(s.is_finite() && (0.0..0.5).contains(&s)) => {
+                anyhow::bail!("--shift-s {s}: expected seconds in [0, 0.5)")
+            }
+            other => Ok(other),
+        }
     }
 }
 

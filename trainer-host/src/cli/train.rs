@@ -123,6 +123,7 @@ impl ModelArgs {
         cfg.set_fbank(self.frame_length_ms, self.frame_shift_ms, self.num_mel_bins);
         cfg.features.cmvn = self.cmvn.options();
         cfg.balance_classes = self.balance_classes;
+        let shift_s = self.shift_s()?;
         cfg.augment = if self.no_augment {
             Augment::none()
         } else {
@@ -132,7 +133,7 @@ impl ModelArgs {
                 speed: self.speed,
                 vtlp: self.vtlp,
                 reverb_prob: self.reverb,
-                shift_s: self.shift_s()?.unwrap_or(defaults.shift_s),
+                shift_s: shift_s.unwrap_or(defaults.shift_s),
                 ..defaults
             }
         };

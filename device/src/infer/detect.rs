@@ -79,7 +79,6 @@ pub struct KeywordDetector {
     /// The last `smooth_windows` posteriors, a ring of `classes`-long rows.
     history: Vec<f32>,
     next: usize,
-    filled: usize,
     last: Option<f64>,
 }
 
@@ -101,7 +100,6 @@ impl KeywordDetector {
             opts,
             history: vec![0.0; opts.smooth_windows * labels.len()],
             next: 0,
-            filled: 0,
             last: None,
         })
     }
@@ -119,7 +117,6 @@ impl KeywordDetector {
         let row = self.next * classes;
         self.history[row..row + classes].copy_from_slice(probs);
         self.next = (self.next + 1) % self.opts.smooth_windows;
-        self.filled = (self.filled + 1).min(self.opts.smooth_windows);
         let n = self.opts.smooth_windows as f32;
         let (best, score) = self
             .keywords
@@ -144,11 +141,6 @@ impl KeywordDetector {
             });
         }
         None
-    }
-
-    /// Windows seen so far, up to the smoothing length.
-    pub fn windows_in_view(&self) -> usize {
-        self.filled
     }
 }
 
@@ -217,7 +209,6 @@ mod tests {
             assert!(det.push(f64::from(t), &QUIET).is_none());
             assert!(det.push(f64::from(t), &[0.0, 0.0, 0.0, 1.0]).is_none());
         }
-        assert_eq!(det.windows_in_view(), 1);
     }
 
     #[test]

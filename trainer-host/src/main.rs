@@ -28,7 +28,7 @@ enum Command {
     Simulate(cli::simulate::SimulateArgs),
     /// Train a model centrally into a model package: `--task kws` (non-private or `--dp`) or
     /// `--task asr` (CTC speech recognition).
-    Train(cli::train::TrainArgs),
+    Train(Box<cli::train::TrainArgs>),
     /// Write a package's model from its weights: ONNX (rewrites `model.onnx`) or an NNEF
     /// archive (`--format nnef`).
     Export(cli::export::ExportArgs),
@@ -56,7 +56,7 @@ fn main() -> anyhow::Result<()> {
         Command::Demo(args) => cli::demo::run(args),
         Command::Corpus(cmd) => cli::corpus::run(cmd),
         Command::Privacy(cmd) => cli::privacy::run(cmd),
-        Command::Train(args) => cli::train::run(args),
+        Command::Train(args) => cli::train::run(*args),
         Command::Export(args) => cli::export::run(args),
         Command::Pretrain(args) => cli::pretrain::run(args),
         Command::Serve(args) => cli::serve::run(args),

@@ -1,5 +1,6 @@
 //! The corpus generator end to end: it runs the real TTS engines and sox, so the machine
-//! needs the packages `.ci/run` installs (espeak-ng, flite, festival + voices, sox).
+//! needs the packages `.ci/run` installs (espeak-ng, flite, festival + voices, sox, and
+//! PyPI's ttspico for the opt-in SVOX Pico engine).
 
 #![allow(clippy::unwrap_used)] // test helpers: a failure should stop the test
 
@@ -8,6 +9,7 @@ use std::path::Path;
 
 use hush_device::audio::read_audio;
 use hush_device::dataset::{read_corpus, Layout, Target};
+use hush_host::corpus::voices::Engine;
 use hush_host::corpus::{synthesize, CorpusKind, OutputFormat, SynthConfig};
 
 fn small_kws(out: &Path, seed: u64, jobs: usize) -> SynthConfig {
@@ -223,6 +225,52 @@ fn distinct_speakers_really_differ() {
 }
 
 #[test]
+fn pico_speaks_with_its_two_donors_when_asked() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("pico");
+    let mut cfg = small_kws(&out, 9, 2);
+    cfg.speakers = 2;
+    cfg.engines = vec![Engine::Pico];
+    assert_eq!(synthesize(&cfg, &|_, _| {}).unwrap().clips, 20);
+    let tsv = std::fs::read_to_string(out.join("speakers.tsv")).unwrap();
+    let voices: Vec<(&str, &str)> = tsv
+        .lines()
+        .skip(1)
+        .map(|l| {
+            let c: Vec<&str> = l.split('\t').collect();
+            (c[1], c[2])
+        })
+        .collect();
+    assert_eq!(voices, [("pico", "en-US_lh0"), ("pico", "en-GB_kh0")]);
+    let (_, examples) = read_corpus(&out).unwrap();
+    let mut profiles: BTreeMap<String, Vec<Vec<f64>>> = BTreeMap::new();
+    for e in examples
+        .iter()
+        .filter(|e| e.target != Target::Label("_silence_".into()))
+    {
+        let a = read_audio(&e.path).unwrap();
+        assert_eq!(a.samples.len(), 16_000, "{}", e.path.display());
+        let peak = a.samples.iter().fold(0f32, |m, s| m.max(s.abs()));
+        assert!(peak > 0.05, "{}: peak {peak}", e.path.display());
+        let p = voice_profile(&a.samples);
+        profiles.entry(e.speaker.clone()).or_default().push(p);
+    }
+    // The female US and the male British donor: their average spectra differ more than
+    // two halves of one speaker's words do.
+    let mean = |v: &[Vec<f64>]| -> Vec<f64> {
+        (0..v[0].len())
+            .map(|i| v.iter().map(|x| x[i]).sum::<f64>() / v.len() as f64)
+            .collect()
+    };
+    let dist =
+        |a: &[f64], b: &[f64]| -> f64 { a.iter().zip(b).map(|(x, y)| (x - y).powi(2)).sum() };
+    let [a, b]: [&Vec<Vec<f64>>; 2] = profiles.values().collect::<Vec<_>>().try_into().unwrap();
+    let within = dist(&mean(&a[..4]), &mean(&a[4..]));
+    let between = dist(&mean(a), &mean(b));
+    assert!(between > within, "between {between}, within {within}");
+}
+
+#[test]
 fn asr_corpus_has_transcripts_in_librispeech_layout() {
     let dir = tempfile::tempdir().unwrap();
     let out = dir.path().join("asr");
@@ -276,5 +324,31 @@ fn missing_tools_name_the_package_to_install() {
     ] {
         assert!(err.contains(package), "{err}");
     }
+    assert!(!dir.path().join("c").exists());
+
+    // Only the chosen engines' tools are asked for.
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_hush-host"))
+        .args(["corpus", "synth", "--engines", "pico", "--out"])
+        .arg(dir.path().join("c"))
+        .env("PATH", dir.path())
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("pip install ttspico"), "{err}");
+    assert!(!err.contains("espeak-ng"), "{err}");
+}
+
+#[test]
+fn unknown_engines_are_refused_by_name() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_hush-host"))
+        .args(["corpus", "synth", "--engines", "flite,mbrola", "--out"])
+        .arg(dir.path().join("c"))
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("`mbrola` is not an engine"), "{err}");
+    assert!(err.contains("espeak-ng, flite, festival, pico"), "{err}");
     assert!(!dir.path().join("c").exists());
 }

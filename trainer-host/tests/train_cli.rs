@@ -34,6 +34,18 @@ fn options_of_the_other_task_are_refused_by_name() {
         (&["--task", "asr", "--concat", "2"][..], "--concat"),
         (&["--task", "kws", "--shift-s", "0.7"][..], "--shift-s 0.7"),
         (&["--task", "asr", "--shift-s", "0.5"][..], "--shift-s 0.5"),
+        (
+            &["--task", "asr", "--time-masks", "2,10"][..],
+            "--time-masks and --freq-masks apply to --task kws only",
+        ),
+        (
+            &["--task", "kws", "--freq-masks", "2"][..],
+            "`2`: expected COUNT,WIDTH",
+        ),
+        (
+            &["--task", "kws", "--time-masks", "20,5"][..],
+            "COUNT at most 8",
+        ),
     ] {
         let out = train(args);
         let stderr = String::from_utf8_lossy(&out.stderr);

@@ -4,13 +4,14 @@ use std::path::PathBuf;
 
 use anyhow::Context;
 use hush_host::corpus::stats::corpus_stats;
+use hush_host::corpus::voices::Engine;
 use hush_host::corpus::{synthesize, CorpusKind, OutputFormat, SynthConfig};
 
 /// Subcommands of `hush-host corpus`.
 #[derive(clap::Subcommand)]
 pub enum CorpusCommand {
     /// Generate a reproducible multi-speaker corpus with free TTS engines (espeak-ng,
-    /// flite, festival) and sox: Speech Commands v2 layout for KWS, LibriSpeech layout
+    /// flite, festival; SVOX Pico on request) and sox: Speech Commands v2 layout for KWS, LibriSpeech layout
     /// for ASR. Same seed, same bytes.
     Synth(SynthArgs),
     /// Print clips per class and split, speakers and total duration of a corpus
@@ -55,6 +56,20 @@ pub struct SynthArgs {
     /// Clip file format.
     #[arg(long, value_enum, default_value = "wav")]
     pub format: OutputFormat,
+    /// Engines to draw speakers from, comma-separated: espeak-ng, flite, festival, pico
+    /// (SVOX Pico, opt-in: `pip install ttspico`) [default: espeak-ng,flite,festival].
+    #[arg(long, value_delimiter = ',', value_parser = parse_engine)]
+    pub engines: Vec<Engine>,
+}
+
+fn parse_engine(name: &str) -> Result<Engine, String> {
+    Engine::parse(name).ok_or_else(|| {
+        let known: Vec<&str> = Engine::ALL.iter().map(|e| e.name()).collect();
+        format!(
+            "`{name}` is not an engine; expected one of {}",
+            known.join(", ")
+        )
+    })
 }
 
 /// Arguments of `hush-host corpus stats`.
@@ -86,6 +101,9 @@ pub fn run(cmd: CorpusCommand) -> anyhow::Result<()> {
                 cfg.jobs = j;
             }
             cfg.format = a.format;
+            if !a.engines.is_empty() {
+                cfg.engines = a.engines;
+            }
             let start = std::time::Instant::now();
             let summary = synthesize(&cfg, &|done, total| {
                 eprint!("\rsynth: {done}/{total} speakers");

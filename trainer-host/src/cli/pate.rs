@@ -27,7 +27,7 @@ pub enum PateCommand {
     /// Train the student on the answered public clips with their aggregated labels.
     Student(StudentArgs),
     /// All three: teachers, labels, student.
-    Run(RunArgs),
+    Run(Box<RunArgs>),
 }
 
 /// Arguments of `pate train-teachers`.

@@ -61,6 +61,14 @@ pub struct ModelArgs {
     /// stream shows it.
     #[arg(long)]
     pub shift_s: Option<f32>,
+    /// KWS SpecAugment time masks: COUNT,WIDTH — how many, and the widest in frames of
+    /// the default 98-frame features (scaled to others) [default: 2,10].
+    #[arg(long, value_parser = parse_masks)]
+    pub time_masks: Option<(usize, usize)>,
+    /// KWS SpecAugment frequency masks: COUNT,WIDTH — how many, and the widest in bins of
+    /// the default 40-bin features (scaled to others) [default: 2,5].
+    #[arg(long, value_parser = parse_masks)]
+    pub freq_masks: Option<(usize, usize)>,
     /// KWS: weight each class's loss by the inverse of its share of the training clips,
     /// so the catch-all `_unknown_` does not outweigh the keywords.
     #[arg(long)]
@@ -134,6 +142,8 @@ impl ModelArgs {
                 vtlp: self.vtlp,
                 reverb_prob: self.reverb,
                 shift_s: shift_s.unwrap_or(defaults.shift_s),
+                time_masks: self.time_masks.unwrap_or(defaults.time_masks),
+                freq_masks: self.freq_masks.unwrap_or(defaults.freq_masks),
                 ..defaults
             }
         };
@@ -156,6 +166,9 @@ impl ModelArgs {
         }
         if self.cmvn != CmvnArg::None || self.balance_classes {
             anyhow::bail!("--cmvn and --balance-classes apply to --task kws only");
+        }
+        if self.time_masks.is_some() || self.freq_masks.is_some() {
+            anyhow::bail!("--time-masks and --freq-masks apply to --task kws only");
         }
         let mut cfg = AsrTrainConfig::new(data, self.arch.as_deref().unwrap_or("ctc-gru"));
         cfg.epochs = self.epochs.unwrap_or(cfg.epochs);
@@ -188,6 +201,19 @@ impl ModelArgs {
             }
             other => Ok(other),
         }
+    }
+}
+
+/// `--time-masks` / `--freq-masks`: `COUNT,WIDTH`, at most 8 masks.
+fn parse_masks(s: &str) -> Result<(usize, usize), String> {
+    let parsed = s
+        .split_once(',')
+        .and_then(|(n, w)| Some((n.trim().parse().ok()?, w.trim().parse().ok()?)));
+    match parsed {
+        Some((n, w)) if n <= 8 => Ok((n, w)),
+        _ => Err(format!(
+            "`{s}`: expected COUNT,WIDTH (two whole numbers, COUNT at most 8), e.g. 2,10"
+        )),
     }
 }
 
@@ -544,5 +570,48 @@ pub fn print_asr_card(card: &hush_models::package::AsrCard, out: &std::path::Pat
                 s.utterances, s.words, s.greedy_wer, s.greedy_cer
             );
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::Parser;
+
+    #[derive(Parser)]
+    struct Cli {
+        #[command(flatten)]
+        model: ModelArgs,
+    }
+
+    #[test]
+    fn spec_augment_masks_reach_the_config_scaled_to_the_features() {
+        let cli = Cli::parse_from([
+            "train",
+            "--time-masks",
+            "2,20",
+            "--freq-masks",
+            "3, 10",
+            "--frame-shift-ms",
+            "20",
+            "--num-mel-bins",
+            "20",
+        ]);
+        let cfg = cli
+            .model
+            .kws_config(std::path::Path::new("corpus"))
+            .unwrap();
+        // Widths are given for 98 frames × 40 bins: halved for 49 × 20.
+        assert_eq!(cfg.augment.time_masks, (2, 10));
+        assert_eq!(cfg.augment.freq_masks, (3, 5));
+        let defaults = Cli::parse_from(["train"])
+            .model
+            .kws_config(std::path::Path::new("c"));
+        let defaults = defaults.unwrap().augment;
+        assert_eq!(
+            (defaults.time_masks, defaults.freq_masks),
+            ((2, 10), (2, 5))
+        );
+        assert!(parse_masks("2,x").is_err() && parse_masks("9,1").is_err());
     }
 }

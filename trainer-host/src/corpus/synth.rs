@@ -92,6 +92,8 @@ pub struct SynthConfig {
     pub jobs: usize,
     /// File format of the clips.
     pub format: OutputFormat,
+    /// The engines speakers are drawn from ([`Engine::DEFAULT`] unless told otherwise).
+    pub engines: Vec<Engine>,
 }
 
 impl SynthConfig {
@@ -109,6 +111,7 @@ impl SynthConfig {
             seed: 0,
             jobs: std::thread::available_parallelism().map_or(1, |n| n.get()),
             format: OutputFormat::Wav,
+            engines: Engine::DEFAULT.to_vec(),
         }
     }
 }
@@ -179,11 +182,11 @@ pub fn synthesize(
     progress: &(dyn Fn(usize, usize) + Sync),
 ) -> Result<SynthSummary, SynthError> {
     check_config(cfg)?;
-    let missing = tools::missing();
+    let missing = tools::missing(&cfg.engines);
     if !missing.is_empty() {
         let list: Vec<String> = missing
             .iter()
-            .map(|r| format!("{} (apt-get install {})", r.what, r.package))
+            .map(|r| format!("{} ({})", r.what, r.install))
             .collect();
         return Err(SynthError::MissingTools(list.join(", ")));
     }
@@ -210,7 +213,7 @@ pub fn synthesize(
     let speakers: Vec<Speaker> = (0..cfg.speakers)
         .map(|i| {
             let mut rng = ChaCha8Rng::seed_from_u64(mix_seed(&[cfg.seed, 0x5E, i as u64]));
-            draw_speaker(i, &mut rng)
+            draw_speaker(i, &cfg.engines, &mut rng)
         })
         .collect();
     let mut seen = std::collections::HashSet::new();
@@ -312,6 +315,9 @@ fn check_config(cfg: &SynthConfig) -> Result<(), SynthError> {
     }
     if cfg.jobs == 0 {
         return bad("--jobs 0: expected at least 1".into());
+    }
+    if cfg.engines.is_empty() {
+        return bad("--engines is empty: expected at least one engine".into());
     }
     Ok(())
 }
@@ -530,6 +536,25 @@ fn render_tts(speaker: &Speaker, texts: &[&str], tmp: &Path) -> Result<Vec<PathB
                 Some(script.as_bytes()),
             )?;
         }
+        Engine::Pico => {
+            // One Python process per speaker; the texts arrive as `path<TAB>text` lines.
+            let language = speaker.voice.split('_').next().unwrap_or_default();
+            let mut lines = String::new();
+            for (text, path) in texts.iter().zip(&paths) {
+                lines.push_str(&format!(
+                    "{}\t{}\n",
+                    path.display(),
+                    text.replace(['\t', '\n'], " ")
+                ));
+            }
+            let mut cmd = Command::new("python3");
+            cmd.arg("-c")
+                .arg(PICO_SCRIPT)
+                .arg(language)
+                .arg(format!("{}", speaker.pitch))
+                .arg(format!("{}", (100.0 * speaker.speed).round()));
+            run_tool("pico", &speaker.voice, &mut cmd, Some(lines.as_bytes()))?;
+        }
     }
     for (text, path) in texts.iter().zip(&paths) {
         if !path.is_file() {
@@ -542,6 +567,23 @@ fn render_tts(speaker: &Speaker, texts: &[&str], tmp: &Path) -> Result<Vec<PathB
     }
     Ok(paths)
 }
+
+/// SVOX Pico through PyPI's `ttspico`: `python3 -c PICO_SCRIPT LANGUAGE PITCH% RATE%`,
+/// one `path<TAB>text` line per text on standard input, 16 kHz 16-bit WAV out.
+const PICO_SCRIPT: &str = r#"
+import sys, wave, ttspico
+engine = ttspico.TtsEngine(sys.argv[1])
+engine.pitch = int(float(sys.argv[2]))
+engine.rate = int(float(sys.argv[3]))
+for line in sys.stdin.read().splitlines():
+    path, text = line.split("\t", 1)
+    pcm = engine.speak(text) or b""
+    with wave.open(path, "wb") as w:
+        w.setnchannels(1)
+        w.setsampwidth(2)
+        w.setframerate(16000)
+        w.writeframes(pcm)
+"#;
 
 /// Runs a tool, feeding `stdin`, and returns its standard output.
 fn run_tool(
@@ -810,11 +852,27 @@ mod tests {
     use super::*;
 
     #[test]
+    fn default_engines_draw_the_bundled_corpus_speakers() {
+        // Pico is opt-in: without it, seed 2026 must still draw data/corpus/kws's speakers.
+        let bundled = Path::new(env!("CARGO_MANIFEST_DIR")).join("../data/corpus/kws/speakers.tsv");
+        let bundled = std::fs::read_to_string(bundled).unwrap();
+        let speakers: Vec<Speaker> = (0..40)
+            .map(|i| {
+                let mut rng = ChaCha8Rng::seed_from_u64(mix_seed(&[2026, 0x5E, i as u64]));
+                draw_speaker(i, &SynthConfig::new("x".into()).engines, &mut rng)
+            })
+            .collect();
+        assert_eq!(speakers_tsv(&speakers), bundled);
+    }
+
+    #[test]
     fn speakers_tsv_reads_back() {
         let dir = std::env::temp_dir().join(format!("hush-speakers-{}", std::process::id()));
         std::fs::create_dir_all(&dir).unwrap();
         let mut rng = ChaCha8Rng::seed_from_u64(1);
-        let speakers: Vec<Speaker> = (0..4).map(|i| draw_speaker(i, &mut rng)).collect();
+        let speakers: Vec<Speaker> = (0..4)
+            .map(|i| draw_speaker(i, &Engine::DEFAULT, &mut rng))
+            .collect();
         std::fs::write(dir.join("speakers.tsv"), speakers_tsv(&speakers)).unwrap();
         let read = read_speakers(&dir).unwrap();
         assert_eq!(read.len(), 4);

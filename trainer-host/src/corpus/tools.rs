@@ -1,67 +1,111 @@
 //! The external speech tools the generator runs, and the check that they are installed.
 
 use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
 
-/// A program or data file the generator needs, with the Debian package that provides it.
+use super::voices::Engine;
+
+/// A program or data file the generator needs, with the command that installs it.
 pub(crate) struct Requirement {
     pub what: &'static str,
-    pub package: &'static str,
+    pub install: &'static str,
+    /// The engine that needs it (None: every corpus).
+    engine: Option<Engine>,
     kind: Kind,
 }
 
 enum Kind {
     Program,
     Dir(&'static str),
+    /// A Python module `python3` can import.
+    PythonModule(&'static str),
 }
 
-/// Everything `corpus synth` needs on the machine.
+/// Everything `corpus synth` may need on the machine.
 pub(crate) const REQUIREMENTS: &[Requirement] = &[
     Requirement {
         what: "sox",
-        package: "sox",
+        install: "apt-get install sox",
+        engine: None,
         kind: Kind::Program,
     },
     Requirement {
         what: "espeak-ng",
-        package: "espeak-ng",
+        install: "apt-get install espeak-ng",
+        engine: Some(Engine::Espeak),
         kind: Kind::Program,
     },
     Requirement {
         what: "flite",
-        package: "flite",
+        install: "apt-get install flite",
+        engine: Some(Engine::Flite),
         kind: Kind::Program,
     },
     Requirement {
         what: "festival",
-        package: "festival",
+        install: "apt-get install festival",
+        engine: Some(Engine::Festival),
         kind: Kind::Program,
     },
     Requirement {
         what: "festival voice kal_diphone",
-        package: "festvox-kallpc16k",
+        install: "apt-get install festvox-kallpc16k",
+        engine: Some(Engine::Festival),
         kind: Kind::Dir("/usr/share/festival/voices/english/kal_diphone"),
     },
     Requirement {
         what: "festival voice ked_diphone",
-        package: "festvox-kdlpc16k",
+        install: "apt-get install festvox-kdlpc16k",
+        engine: Some(Engine::Festival),
         kind: Kind::Dir("/usr/share/festival/voices/english/ked_diphone"),
     },
     Requirement {
         what: "festival voice cmu_us_slt_arctic_hts",
-        package: "festvox-us-slt-hts",
+        install: "apt-get install festvox-us-slt-hts",
+        engine: Some(Engine::Festival),
         kind: Kind::Dir("/usr/share/festival/voices/us/cmu_us_slt_arctic_hts"),
+    },
+    Requirement {
+        what: "python3",
+        install: "apt-get install python3",
+        engine: Some(Engine::Pico),
+        kind: Kind::Program,
+    },
+    Requirement {
+        what: "Python module ttspico (SVOX Pico)",
+        install: "pip install ttspico",
+        engine: Some(Engine::Pico),
+        kind: Kind::PythonModule("ttspico"),
     },
 ];
 
-/// Returns the requirements that are missing on this machine.
-pub(crate) fn missing() -> Vec<&'static Requirement> {
-    REQUIREMENTS
-        .iter()
+/// Returns the requirements of a corpus drawn from `engines` that are missing on this
+/// machine.
+pub(crate) fn missing(engines: &[Engine]) -> Vec<&'static Requirement> {
+    required(engines)
         .filter(|r| match r.kind {
             Kind::Program => find_program(r.what).is_none(),
             Kind::Dir(d) => !Path::new(d).is_dir(),
+            Kind::PythonModule(m) => !python_imports(m),
         })
         .collect()
+}
+
+/// The requirements of a corpus drawn from `engines`.
+fn required(engines: &[Engine]) -> impl Iterator<Item = &'static Requirement> + '_ {
+    REQUIREMENTS
+        .iter()
+        .filter(|r| r.engine.is_none_or(|e| engines.contains(&e)))
+}
+
+fn python_imports(module: &str) -> bool {
+    Command::new("python3")
+        .args(["-c", &format!("import {module}")])
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .status()
+        .is_ok_and(|s| s.success())
 }
 
 fn find_program(name: &str) -> Option<PathBuf> {
@@ -69,4 +113,25 @@ fn find_program(name: &str) -> Option<PathBuf> {
     std::env::split_paths(&path)
         .map(|d| d.join(name))
         .find(|p| p.is_file())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn names(engines: &[Engine]) -> Vec<&'static str> {
+        required(engines).map(|r| r.what).collect()
+    }
+
+    #[test]
+    fn only_the_chosen_engines_are_required() {
+        assert_eq!(names(&[Engine::Espeak]), ["sox", "espeak-ng"]);
+        assert_eq!(
+            names(&[Engine::Pico]),
+            ["sox", "python3", "Python module ttspico (SVOX Pico)"]
+        );
+        let default = names(&Engine::DEFAULT);
+        assert_eq!(default.len(), 7);
+        assert!(!default.contains(&"python3"));
+    }
 }

@@ -6,7 +6,10 @@
 //! the closest to human speech we have, so every other speaker uses one; the rest come
 //! from espeak-ng's accents × variants. All engines are free software whose output may be
 //! redistributed (espeak-ng GPL-3 — its output is not covered; flite BSD-style; festival
-//! voices kal/ked and CMU ARCTIC slt under free licences).
+//! voices kal/ked and CMU ARCTIC slt under free licences; SVOX Pico Apache-2.0).
+//!
+//! SVOX Pico (two more recorded donors, through PyPI's `ttspico`) is opt-in
+//! ([`Engine::DEFAULT`] leaves it out), so a seed gives the same corpus as before it came.
 
 use rand::Rng;
 use rand_chacha::ChaCha8Rng;
@@ -20,6 +23,8 @@ pub enum Engine {
     Flite,
     /// festival (diphone and HTS voices from recorded donors).
     Festival,
+    /// SVOX Pico (HMM voices from two recorded donors; opt-in, needs `pip install ttspico`).
+    Pico,
 }
 
 impl Engine {
@@ -29,7 +34,24 @@ impl Engine {
             Engine::Espeak => "espeak-ng",
             Engine::Flite => "flite",
             Engine::Festival => "festival",
+            Engine::Pico => "pico",
         }
+    }
+
+    /// Every engine the generator knows.
+    pub const ALL: [Engine; 4] = [
+        Engine::Espeak,
+        Engine::Flite,
+        Engine::Festival,
+        Engine::Pico,
+    ];
+
+    /// The engines a corpus uses unless told otherwise.
+    pub const DEFAULT: [Engine; 3] = [Engine::Espeak, Engine::Flite, Engine::Festival];
+
+    /// The engine called `name` (as in `speakers.tsv`).
+    pub fn parse(name: &str) -> Option<Engine> {
+        Self::ALL.into_iter().find(|e| e.name() == name)
     }
 }
 
@@ -42,6 +64,13 @@ const DONORS: &[(Engine, &str, f32)] = &[
     (Engine::Flite, "awb", 110.0),
     (Engine::Festival, "voice_cmu_us_slt_arctic_hts", 0.0),
     (Engine::Flite, "rms", 100.0),
+];
+
+/// SVOX Pico's English voices, named `LANGUAGE_DONOR` after its files (`en-US_lh0_sg.bin`):
+/// a female US and a male British speaker. Pitch is Pico's percentage of the voice's own.
+const PICO_DONORS: &[(Engine, &str, f32)] = &[
+    (Engine::Pico, "en-US_lh0", 0.0),
+    (Engine::Pico, "en-GB_kh0", 0.0),
 ];
 
 const ESPEAK_ACCENTS: &[&str] = &[
@@ -68,7 +97,8 @@ pub struct Speaker {
     pub engine: Engine,
     /// The engine's voice (`en-us+f3`, `slt`, `voice_kal_diphone`).
     pub voice: String,
-    /// Pitch: espeak-ng `-p` (0–99), flite target F0 in Hz, festival sox shift in cents.
+    /// Pitch: espeak-ng `-p` (0–99), flite target F0 in Hz, festival sox shift in cents,
+    /// Pico percentage of the voice's own.
     pub pitch: f32,
     /// Speaking-rate factor (> 1 is faster); espeak-ng words per minute = 175 × speed.
     pub speed: f32,
@@ -83,17 +113,37 @@ impl Speaker {
     }
 }
 
-/// Draws speaker `index` of a corpus. Even indices use recorded-donor voices, odd ones
-/// espeak-ng; the rest is random from `rng`.
-pub fn draw_speaker(index: usize, rng: &mut ChaCha8Rng) -> Speaker {
+/// Draws speaker `index` of a corpus that uses `engines`. With espeak-ng and a donor
+/// engine, even indices use recorded-donor voices (in turn) and odd ones espeak-ng; with
+/// only one kind, every speaker is of that kind. The rest is random from `rng`. An empty
+/// `engines` means [`Engine::DEFAULT`].
+pub fn draw_speaker(index: usize, engines: &[Engine], rng: &mut ChaCha8Rng) -> Speaker {
+    let engines = if engines.is_empty() {
+        &Engine::DEFAULT[..]
+    } else {
+        engines
+    };
+    let donors: Vec<(Engine, &str, f32)> = DONORS
+        .iter()
+        .chain(PICO_DONORS)
+        .filter(|(e, _, _)| engines.contains(e))
+        .copied()
+        .collect();
+    let espeak = engines.contains(&Engine::Espeak);
+    let (use_donor, k) = match (espeak, donors.is_empty()) {
+        (true, false) => (index.is_multiple_of(2), index / 2),
+        (true, true) => (false, index),
+        (false, _) => (true, index),
+    };
     let id = format!("{:08x}", rng.random::<u32>());
     let speed = rng.random_range(0.85f32..1.18);
     let warp = rng.random_range(0.88f32..1.13);
     let f0_factor = rng.random_range(0.82f32..1.22);
-    if index.is_multiple_of(2) {
-        let (engine, voice, f0) = DONORS[(index / 2) % DONORS.len()];
+    if use_donor {
+        let (engine, voice, f0) = donors[k % donors.len()];
         let pitch = match engine {
             Engine::Flite => (f0 * f0_factor).round(),
+            Engine::Pico => (100.0 * f0_factor).round(),
             _ => (1200.0 * f0_factor.log2()).round(),
         };
         Speaker {
@@ -106,7 +156,6 @@ pub fn draw_speaker(index: usize, rng: &mut ChaCha8Rng) -> Speaker {
         }
     } else {
         // Walk accents × variants so that consecutive speakers differ in both.
-        let k = index / 2;
         let accent = ESPEAK_ACCENTS[k % ESPEAK_ACCENTS.len()];
         let variant = ESPEAK_VARIANTS[(k * 7 + k / ESPEAK_ACCENTS.len()) % ESPEAK_VARIANTS.len()];
         Speaker {
@@ -117,5 +166,47 @@ pub fn draw_speaker(index: usize, rng: &mut ChaCha8Rng) -> Speaker {
             speed,
             warp,
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use rand_chacha::rand_core::SeedableRng;
+
+    fn voices(engines: &[Engine], n: usize) -> Vec<(Engine, String)> {
+        let mut rng = ChaCha8Rng::seed_from_u64(3);
+        (0..n)
+            .map(|i| {
+                let s = draw_speaker(i, engines, &mut rng);
+                (s.engine, s.voice)
+            })
+            .collect()
+    }
+
+    #[test]
+    fn engines_choose_the_voices() {
+        let pico = voices(&[Engine::Pico], 4);
+        let names: Vec<&str> = pico.iter().map(|(_, v)| v.as_str()).collect();
+        assert_eq!(names, ["en-US_lh0", "en-GB_kh0", "en-US_lh0", "en-GB_kh0"]);
+        // espeak-ng and donors alternate; the donors are only the chosen engines'.
+        let mixed = voices(&[Engine::Espeak, Engine::Pico], 6);
+        let engines: Vec<Engine> = mixed.iter().map(|(e, _)| *e).collect();
+        assert_eq!(engines, [Engine::Pico, Engine::Espeak].repeat(3));
+        assert_eq!(mixed[2].1, "en-GB_kh0");
+        // espeak-ng alone walks its accents.
+        let espeak = voices(&[Engine::Espeak], 3);
+        assert!(espeak.iter().all(|(e, _)| *e == Engine::Espeak));
+        assert_eq!(espeak[1].1.split('+').next(), Some("en-gb"));
+        // Empty means the default engines: never Pico.
+        assert!(voices(&[], 40).iter().all(|(e, _)| *e != Engine::Pico));
+    }
+
+    #[test]
+    fn engine_names_parse_back() {
+        for e in Engine::ALL {
+            assert_eq!(Engine::parse(e.name()), Some(e));
+        }
+        assert_eq!(Engine::parse("mbrola"), None);
     }
 }

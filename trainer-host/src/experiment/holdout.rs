@@ -13,6 +13,7 @@ use serde::{Deserialize, Serialize};
 
 use super::ExperimentError;
 use crate::corpus::synth::SpeakerVoice;
+use crate::corpus::voices::Engine;
 
 /// A group of speakers held out of training and tested on.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -26,16 +27,14 @@ pub enum Holdout {
 }
 
 impl Holdout {
-    /// Parses `espeak-ng`, `flite`, `festival` (engines) or `donor:NAME`.
+    /// Parses an engine (`espeak-ng`, `flite`, `festival`, `pico`) or `donor:NAME`.
     pub fn parse(s: &str) -> Result<Self, ExperimentError> {
         match s.split_once(':') {
             Some(("donor", name)) if !name.is_empty() => Ok(Self::Donor(name.to_string())),
-            None if ["espeak-ng", "flite", "festival"].contains(&s) => {
-                Ok(Self::Engine(s.to_string()))
-            }
+            None if Engine::parse(s).is_some() => Ok(Self::Engine(s.to_string())),
             _ => Err(ExperimentError::Config(format!(
-                "--holdouts: `{s}` is neither an engine (espeak-ng, flite, festival) nor \
-                 donor:NAME"
+                "--holdouts: `{s}` is neither an engine (espeak-ng, flite, festival, pico) \
+                 nor donor:NAME"
             ))),
         }
     }

@@ -173,6 +173,18 @@ fn voice_profile(samples: &[f32]) -> Vec<f64> {
     acc.iter().map(|v| v / used.max(1) as f64).collect()
 }
 
+/// The mean of several voice profiles.
+fn mean(profiles: &[Vec<f64>]) -> Vec<f64> {
+    (0..profiles[0].len())
+        .map(|i| profiles.iter().map(|x| x[i]).sum::<f64>() / profiles.len() as f64)
+        .collect()
+}
+
+/// Squared distance between two voice profiles.
+fn dist(a: &[f64], b: &[f64]) -> f64 {
+    a.iter().zip(b).map(|(x, y)| (x - y).powi(2)).sum()
+}
+
 #[test]
 fn distinct_speakers_really_differ() {
     // Each speaker's voice profile from half its words identifies it among the others
@@ -195,13 +207,6 @@ fn distinct_speakers_really_differ() {
         let p = voice_profile(&read_audio(&e.path).unwrap().samples);
         profiles.entry(e.speaker.clone()).or_default()[half].push(p);
     }
-    let mean = |v: &Vec<Vec<f64>>| -> Vec<f64> {
-        (0..v[0].len())
-            .map(|i| v.iter().map(|x| x[i]).sum::<f64>() / v.len() as f64)
-            .collect()
-    };
-    let dist =
-        |a: &[f64], b: &[f64]| -> f64 { a.iter().zip(b).map(|(x, y)| (x - y).powi(2)).sum() };
     let speakers: Vec<&String> = profiles.keys().collect();
     let enrol: Vec<Vec<f64>> = speakers.iter().map(|s| mean(&profiles[*s][0])).collect();
     let mut correct = 0;
@@ -257,13 +262,6 @@ fn pico_speaks_with_its_two_donors_when_asked() {
     }
     // The female US and the male British donor: their average spectra differ more than
     // two halves of one speaker's words do.
-    let mean = |v: &[Vec<f64>]| -> Vec<f64> {
-        (0..v[0].len())
-            .map(|i| v.iter().map(|x| x[i]).sum::<f64>() / v.len() as f64)
-            .collect()
-    };
-    let dist =
-        |a: &[f64], b: &[f64]| -> f64 { a.iter().zip(b).map(|(x, y)| (x - y).powi(2)).sum() };
     let [a, b]: [&Vec<Vec<f64>>; 2] = profiles.values().collect::<Vec<_>>().try_into().unwrap();
     let within = dist(&mean(&a[..4]), &mean(&a[4..]));
     let between = dist(&mean(a), &mean(b));

@@ -11,8 +11,8 @@ use hush_host::corpus::{synthesize, CorpusKind, OutputFormat, SynthConfig};
 #[derive(clap::Subcommand)]
 pub enum CorpusCommand {
     /// Generate a reproducible multi-speaker corpus with free TTS engines (espeak-ng,
-    /// flite, festival; SVOX Pico on request) and sox: Speech Commands v2 layout for KWS, LibriSpeech layout
-    /// for ASR. Same seed, same bytes.
+    /// flite, festival; SVOX Pico on request) and sox: Speech Commands v2 layout for
+    /// KWS, LibriSpeech layout for ASR. Same seed, same bytes.
     Synth(SynthArgs),
     /// Print clips per class and split, speakers and total duration of a corpus
     /// (Speech Commands or LibriSpeech tree, or a .jsonl manifest).
@@ -64,10 +64,9 @@ pub struct SynthArgs {
 
 fn parse_engine(name: &str) -> Result<Engine, String> {
     Engine::parse(name).ok_or_else(|| {
-        let known: Vec<&str> = Engine::ALL.iter().map(|e| e.name()).collect();
         format!(
             "`{name}` is not an engine; expected one of {}",
-            known.join(", ")
+            Engine::all_names()
         )
     })
 }

@@ -49,6 +49,12 @@ impl Engine {
     /// The engines a corpus uses unless told otherwise.
     pub const DEFAULT: [Engine; 3] = [Engine::Espeak, Engine::Flite, Engine::Festival];
 
+    /// Every engine's name, comma-separated, for messages.
+    pub fn all_names() -> String {
+        let names: Vec<&str> = Self::ALL.iter().map(|e| e.name()).collect();
+        names.join(", ")
+    }
+
     /// The engine called `name` (as in `speakers.tsv`).
     pub fn parse(name: &str) -> Option<Engine> {
         Self::ALL.into_iter().find(|e| e.name() == name)

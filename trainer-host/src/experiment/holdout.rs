@@ -19,10 +19,11 @@ use crate::corpus::voices::Engine;
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case", tag = "kind", content = "name")]
 pub enum Holdout {
-    /// Every speaker of one engine (`espeak-ng`, `flite`, `festival`).
+    /// Every speaker of one engine (`espeak-ng`, `flite`, `festival`, `pico`).
     Engine(String),
     /// Every speaker whose voice is built from one recorded donor (`kal`, `slt`, `ked`,
-    /// `awb`, `rms`): the voice name contains the donor's name, whatever the engine.
+    /// `awb`, `rms`; Pico's `lh0`, `kh0`): the voice name contains the donor's name,
+    /// whatever the engine.
     Donor(String),
 }
 
@@ -33,8 +34,8 @@ impl Holdout {
             Some(("donor", name)) if !name.is_empty() => Ok(Self::Donor(name.to_string())),
             None if Engine::parse(s).is_some() => Ok(Self::Engine(s.to_string())),
             _ => Err(ExperimentError::Config(format!(
-                "--holdouts: `{s}` is neither an engine (espeak-ng, flite, festival, pico) \
-                 nor donor:NAME"
+                "--holdouts: `{s}` is neither an engine ({}) nor donor:NAME",
+                Engine::all_names()
             ))),
         }
     }

@@ -46,6 +46,22 @@ fn options_of_the_other_task_are_refused_by_name() {
             &["--task", "kws", "--time-masks", "20,5"][..],
             "COUNT at most 8",
         ),
+        (
+            &["--task", "kws", "--resynth", "1.5"][..],
+            "`1.5`: expected a probability in [0, 1]",
+        ),
+        (
+            &["--task", "asr", "--resynth-f0-hz", "300,100"][..],
+            "expected LO,HI in Hz",
+        ),
+        (
+            &["--task", "asr", "--high-freq-hz", "4000"][..],
+            "--high-freq-hz applies to --task kws only",
+        ),
+        (
+            &["--task", "kws", "--high-freq-hz", "9000"][..],
+            "at most Nyquist (8000) Hz",
+        ),
     ] {
         let out = train(args);
         let stderr = String::from_utf8_lossy(&out.stderr);

@@ -56,6 +56,15 @@ pub struct ModelArgs {
     /// Speed perturbation: factor uniform in [1 − S, 1 + S] (0 = off).
     #[arg(long, default_value_t = 0.1)]
     pub speed: f32,
+    /// LPC resynthesis: probability that an example is resynthesised, its spectral
+    /// envelope over a pulse-train excitation at a new pitch, so that pitch varies apart
+    /// from the formants (0 = off).
+    #[arg(long, default_value_t = 0.0, value_parser = parse_probability)]
+    pub resynth: f32,
+    /// The resynthesised examples' median pitch range, LO,HI in Hz (drawn
+    /// log-uniformly) [default: 80,320].
+    #[arg(long, value_parser = parse_f0_range)]
+    pub resynth_f0_hz: Option<[f32; 2]>,
     /// Time shift: each example moved by up to this many seconds either way (0 = off;
     /// default 0.1 s). Wider shifts teach a keyword spotter the off-centre windows a
     /// stream shows it.
@@ -99,6 +108,10 @@ pub struct ModelArgs {
     /// KWS features: log-mel bins (default 40).
     #[arg(long, default_value_t = 40)]
     pub num_mel_bins: usize,
+    /// KWS features: the mel filterbank's upper edge in Hz (default: Nyquist, 8000 Hz at
+    /// 16 kHz; Hello Edge's DS-CNN front end stops at 4000).
+    #[arg(long)]
+    pub high_freq_hz: Option<f32>,
     /// Seed.
     #[arg(long, default_value_t = 0)]
     pub seed: u64,
@@ -129,6 +142,9 @@ impl ModelArgs {
         cfg.seed = self.seed;
         cfg.compute = self.device;
         cfg.set_fbank(self.frame_length_ms, self.frame_shift_ms, self.num_mel_bins);
+        if let Some(hz) = self.high_freq_hz {
+            cfg.features.mel.high_freq = hz;
+        }
         cfg.features.cmvn = self.cmvn.options();
         cfg.balance_classes = self.balance_classes;
         let shift_s = self.shift_s()?;
@@ -138,6 +154,8 @@ impl ModelArgs {
             let defaults = Augment::default();
             Augment {
                 mixup_alpha: self.mixup,
+                resynth_prob: self.resynth,
+                resynth_f0_hz: self.resynth_f0_hz.unwrap_or(defaults.resynth_f0_hz),
                 speed: self.speed,
                 vtlp: self.vtlp,
                 reverb_prob: self.reverb,
@@ -170,6 +188,9 @@ impl ModelArgs {
         if self.time_masks.is_some() || self.freq_masks.is_some() {
             anyhow::bail!("--time-masks and --freq-masks apply to --task kws only");
         }
+        if self.high_freq_hz.is_some() {
+            anyhow::bail!("--high-freq-hz applies to --task kws only");
+        }
         let mut cfg = AsrTrainConfig::new(data, self.arch.as_deref().unwrap_or("ctc-gru"));
         cfg.epochs = self.epochs.unwrap_or(cfg.epochs);
         cfg.batch_size = self.batch_size.unwrap_or(cfg.batch_size);
@@ -181,6 +202,10 @@ impl ModelArgs {
         cfg.concat = self.concat;
         cfg.blank_before_speech = self.blank_before_speech;
         cfg.augment.speed = self.speed;
+        cfg.augment.resynth_prob = self.resynth;
+        if let Some(range) = self.resynth_f0_hz {
+            cfg.augment.resynth_f0_hz = range;
+        }
         if let Some(shift) = self.shift_s()? {
             cfg.augment.shift_s = shift;
         }
@@ -213,6 +238,29 @@ fn parse_masks(s: &str) -> Result<(usize, usize), String> {
         Some((n, w)) if n <= 8 => Ok((n, w)),
         _ => Err(format!(
             "`{s}`: expected COUNT,WIDTH (two whole numbers, COUNT at most 8), e.g. 2,10"
+        )),
+    }
+}
+
+/// `--resynth`: a probability.
+fn parse_probability(s: &str) -> Result<f32, String> {
+    match s.trim().parse::<f32>() {
+        Ok(p) if (0.0..=1.0).contains(&p) => Ok(p),
+        _ => Err(format!("`{s}`: expected a probability in [0, 1]")),
+    }
+}
+
+/// `--resynth-f0-hz`: `LO,HI` in Hz, within 40–1000 Hz, LO ≤ HI.
+fn parse_f0_range(s: &str) -> Result<[f32; 2], String> {
+    let parsed = s
+        .split_once(',')
+        .and_then(|(lo, hi)| Some([lo.trim().parse::<f32>().ok()?, hi.trim().parse().ok()?]));
+    match parsed {
+        Some([lo, hi]) if (40.0..=1000.0).contains(&lo) && (lo..=1000.0).contains(&hi) => {
+            Ok([lo, hi])
+        }
+        _ => Err(format!(
+            "`{s}`: expected LO,HI in Hz with 40 <= LO <= HI <= 1000, e.g. 80,320"
         )),
     }
 }
@@ -613,5 +661,49 @@ mod tests {
             ((2, 10), (2, 5))
         );
         assert!(parse_masks("2,x").is_err() && parse_masks("9,1").is_err());
+    }
+
+    #[test]
+    fn resynthesis_options_reach_both_configs_and_bad_values_are_refused() {
+        let cli = Cli::parse_from(["train", "--resynth", "0.5", "--resynth-f0-hz", "100, 250"]);
+        let kws = cli.model.kws_config(std::path::Path::new("c")).unwrap();
+        assert_eq!(
+            (kws.augment.resynth_prob, kws.augment.resynth_f0_hz),
+            (0.5, [100.0, 250.0])
+        );
+        let asr = cli.model.asr_config(std::path::Path::new("c"), 4).unwrap();
+        assert_eq!(
+            (asr.augment.resynth_prob, asr.augment.resynth_f0_hz),
+            (0.5, [100.0, 250.0])
+        );
+        let off = Cli::parse_from(["train"])
+            .model
+            .kws_config(std::path::Path::new("c"));
+        assert_eq!(off.unwrap().augment.resynth_prob, 0.0);
+        for bad in [
+            ["--resynth", "1.5"],
+            ["--resynth", "x"],
+            ["--resynth-f0-hz", "300,100"],
+        ] {
+            assert!(
+                Cli::try_parse_from(["train", bad[0], bad[1]]).is_err(),
+                "{bad:?}"
+            );
+        }
+        assert!(parse_f0_range("20,100").is_err() && parse_f0_range("100").is_err());
+    }
+
+    #[test]
+    fn the_mel_upper_edge_reaches_the_features_and_is_kws_only() {
+        let cli = Cli::parse_from(["train", "--high-freq-hz", "4000"]);
+        let cfg = cli.model.kws_config(std::path::Path::new("c")).unwrap();
+        assert_eq!(cfg.features.mel.high_freq, 4000.0);
+        assert_eq!(cfg.features.mel.high_freq_hz(16_000), 4000.0);
+        let default = Cli::parse_from(["train"])
+            .model
+            .kws_config(std::path::Path::new("c"));
+        assert_eq!(default.unwrap().features.mel.high_freq_hz(16_000), 8000.0);
+        let asr = cli.model.asr_config(std::path::Path::new("c"), 4);
+        assert!(asr.unwrap_err().to_string().contains("--high-freq-hz"));
     }
 }

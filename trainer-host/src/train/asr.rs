@@ -138,6 +138,7 @@ impl AsrTrainConfig {
                 vtlp: 0.0,
                 reverb_prob: 0.0,
                 rt60_s: [0.0, 0.0],
+                ..Augment::none()
             },
             beam: 8,
             compute: ComputeKind::Cpu,

@@ -1,11 +1,12 @@
-//! Augmentation for cross-voice generalisation: on the waveform (speed, time shift,
-//! synthetic reverberation, gain, background noise), on the features (vocal-tract-length
+//! Augmentation for cross-voice generalisation: on the waveform (LPC resynthesis at a new
+//! pitch, speed, time shift, synthetic reverberation, gain, background noise), on the features (vocal-tract-length
 //! perturbation, SpecAugment time and frequency masks), and on the batch (mixup).
 //!
 //! Every transform keeps the example's length and is the identity at zero strength.
 
 use std::sync::Arc;
 
+use super::resynth::resynthesize;
 use hush_device::features::mel::{hz_to_mel, mel_to_hz};
 use hush_device::features::{FeatureConfig, FeatureKind, MelScale};
 use rand::Rng;
@@ -45,7 +46,17 @@ pub struct Augment {
     /// Reverberation time (RT60) range of the synthetic rooms, in seconds.
     #[serde(default)]
     pub rt60_s: [f32; 2],
+    /// Probability of LPC resynthesis at a new pitch ([`resynthesize`]): the clip's
+    /// envelope over a pulse-train excitation, pitch moved without the formants; 0 = off.
+    #[serde(default)]
+    pub resynth_prob: f32,
+    /// Range of the resynthesised clip's median pitch in Hz, drawn log-uniformly.
+    #[serde(default)]
+    pub resynth_f0_hz: [f32; 2],
 }
+
+/// The default range of [`Augment::resynth_f0_hz`]: low men to high women and children.
+pub const RESYNTH_F0_HZ: [f32; 2] = [80.0, 320.0];
 
 impl Default for Augment {
     fn default() -> Self {
@@ -61,6 +72,8 @@ impl Default for Augment {
             vtlp: 0.1,
             reverb_prob: 0.3,
             rt60_s: [0.1, 0.6],
+            resynth_prob: 0.0,
+            resynth_f0_hz: RESYNTH_F0_HZ,
         }
     }
 }
@@ -80,6 +93,8 @@ impl Augment {
             vtlp: 0.0,
             reverb_prob: 0.0,
             rt60_s: [0.0, 0.0],
+            resynth_prob: 0.0,
+            resynth_f0_hz: RESYNTH_F0_HZ,
         }
     }
 
@@ -114,6 +129,15 @@ impl Augment {
     ) -> (Vec<f32>, usize) {
         let n = clip.len();
         let mut at = mark as f64;
+        let resynthesised;
+        let clip = if self.resynth_prob > 0.0 && rng.random::<f32>() < self.resynth_prob {
+            let [lo, hi] = self.resynth_f0_hz.map(|f| f.max(1.0).ln());
+            let f0 = rng.random_range(lo..=hi.max(lo)).exp();
+            resynthesised = resynthesize(clip, sample_rate, f0, rng);
+            &resynthesised[..]
+        } else {
+            clip
+        };
         let mut x = if self.speed > 0.0 {
             let f = 1.0 + rng.random_range(-self.speed..=self.speed);
             at /= f64::from(f);
@@ -502,7 +526,7 @@ mod tests {
     }
 
     #[test]
-    fn speed_gain_and_reverb_alone_keep_length() {
+    fn speed_gain_reverb_and_resynthesis_alone_keep_length() {
         let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(6);
         let clip: Vec<f32> = (0..1600).map(|i| (i as f32 * 0.05).sin() * 0.3).collect();
         for aug in [
@@ -517,6 +541,10 @@ mod tests {
             Augment {
                 reverb_prob: 1.0,
                 rt60_s: [0.2, 0.4],
+                ..Augment::none()
+            },
+            Augment {
+                resynth_prob: 1.0,
                 ..Augment::none()
             },
         ] {

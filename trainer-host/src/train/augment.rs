@@ -353,7 +353,8 @@ pub fn reverberate(x: &[f32], rir: &[f32]) -> Vec<f32> {
     y
 }
 
-fn rms(x: &[f32]) -> f32 {
+/// Root mean square (0 for an empty signal).
+pub(super) fn rms(x: &[f32]) -> f32 {
     if x.is_empty() {
         return 0.0;
     }

@@ -7,8 +7,12 @@
 //! recorded voice the buzzy, pulse-excited source of a formant synthesiser. Both are
 //! differences between voices that the other augmentations cannot reach.
 
+use hush_device::features::config::WindowKind;
+use hush_device::features::window::window;
 use rand::Rng;
 use rand_distr::StandardNormal;
+
+use super::augment::rms;
 
 /// Linear-prediction order at 16 kHz (2 + kHz, the usual rule).
 const LPC_ORDER: usize = 18;
@@ -134,17 +138,15 @@ pub fn resynthesize<R: Rng>(
         .map(|i| x[i] - if i > 0 { PRE_EMPHASIS * x[i - 1] } else { 0.0 })
         .collect();
     let win = 5 * hop / 2;
-    let window: Vec<f32> = (0..win)
-        .map(|i| 0.5 - 0.5 * (2.0 * std::f32::consts::PI * i as f32 / win as f32).cos())
-        .collect();
-    let window_power: f32 = window.iter().map(|w| w * w).sum();
+    let hann = window(WindowKind::Hann, win, true);
+    let window_power: f32 = hann.iter().map(|w| w * w).sum();
 
     let mut y = vec![0f32; x.len()];
     let mut history = [0f32; LPC_ORDER];
     let mut phase = 0f32;
     for (t, &frame_f0) in f0.iter().enumerate() {
         let mut s = segment(&emphasised, t * hop + hop / 2, win);
-        s.iter_mut().zip(&window).for_each(|(v, w)| *v *= w);
+        s.iter_mut().zip(&hann).for_each(|(v, w)| *v *= w);
         let (a, error) = levinson(&autocorrelation(&s, LPC_ORDER));
         let gain = (error.max(0.0) / window_power).sqrt();
         let new_f0 = (frame_f0 * ratio).clamp(F0_RANGE_HZ[0] / 2.0, 2.0 * F0_RANGE_HZ[1]);
@@ -290,13 +292,6 @@ fn median5(x: &[f32]) -> Vec<f32> {
         .collect()
 }
 
-fn rms(x: &[f32]) -> f32 {
-    if x.is_empty() {
-        return 0.0;
-    }
-    (x.iter().map(|v| v * v).sum::<f32>() / x.len() as f32).sqrt()
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -338,13 +333,8 @@ mod tests {
         let emph: Vec<f32> = (1..mid.len())
             .map(|i| mid[i] - PRE_EMPHASIS * mid[i - 1])
             .collect();
-        let w: Vec<f32> = emph
-            .iter()
-            .enumerate()
-            .map(|(i, v)| {
-                v * (0.5 - 0.5 * (2.0 * std::f32::consts::PI * i as f32 / emph.len() as f32).cos())
-            })
-            .collect();
+        let hann = window(WindowKind::Hann, emph.len(), true);
+        let w: Vec<f32> = emph.iter().zip(&hann).map(|(v, h)| v * h).collect();
         let (a, _) = levinson(&autocorrelation(&w, 10));
         let envelope: Vec<f32> = (0..300)
             .map(|k| {

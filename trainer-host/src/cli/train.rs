@@ -65,6 +65,11 @@ pub struct ModelArgs {
     /// log-uniformly) [default: 80,320].
     #[arg(long, value_parser = parse_f0_range)]
     pub resynth_f0_hz: Option<[f32; 2]>,
+    /// Release bursts: probability that an example gets a short burst of high-passed
+    /// noise where its speech ends, as a released word-final stop sounds, so that a
+    /// bright ending alone does not decide the word (0 = off).
+    #[arg(long, default_value_t = 0.0, value_parser = parse_probability)]
+    pub release_bursts: f32,
     /// Time shift: each example moved by up to this many seconds either way (0 = off;
     /// default 0.1 s). Wider shifts teach a keyword spotter the off-centre windows a
     /// stream shows it.
@@ -156,6 +161,7 @@ impl ModelArgs {
                 mixup_alpha: self.mixup,
                 resynth_prob: self.resynth,
                 resynth_f0_hz: self.resynth_f0_hz.unwrap_or(defaults.resynth_f0_hz),
+                release_burst_prob: self.release_bursts,
                 speed: self.speed,
                 vtlp: self.vtlp,
                 reverb_prob: self.reverb,
@@ -203,6 +209,7 @@ impl ModelArgs {
         cfg.blank_before_speech = self.blank_before_speech;
         cfg.augment.speed = self.speed;
         cfg.augment.resynth_prob = self.resynth;
+        cfg.augment.release_burst_prob = self.release_bursts;
         if let Some(range) = self.resynth_f0_hz {
             cfg.augment.resynth_f0_hz = range;
         }
@@ -245,7 +252,7 @@ fn parse_pair<T: std::str::FromStr>(s: &str) -> Option<(T, T)> {
     Some((a.trim().parse().ok()?, b.trim().parse().ok()?))
 }
 
-/// `--resynth`: a probability.
+/// `--resynth`, `--release-bursts`: a probability.
 fn parse_probability(s: &str) -> Result<f32, String> {
     match s.trim().parse::<f32>() {
         Ok(p) if (0.0..=1.0).contains(&p) => Ok(p),
@@ -664,26 +671,43 @@ mod tests {
     }
 
     #[test]
-    fn resynthesis_options_reach_both_configs_and_bad_values_are_refused() {
-        let cli = Cli::parse_from(["train", "--resynth", "0.5", "--resynth-f0-hz", "100, 250"]);
-        let kws = cli.model.kws_config(std::path::Path::new("c")).unwrap();
-        assert_eq!(
-            (kws.augment.resynth_prob, kws.augment.resynth_f0_hz),
-            (0.5, [100.0, 250.0])
-        );
-        let asr = cli.model.asr_config(std::path::Path::new("c"), 4).unwrap();
-        assert_eq!(
-            (asr.augment.resynth_prob, asr.augment.resynth_f0_hz),
-            (0.5, [100.0, 250.0])
-        );
+    fn resynthesis_and_burst_options_reach_both_configs_and_bad_values_are_refused() {
+        let cli = Cli::parse_from([
+            "train",
+            "--resynth",
+            "0.5",
+            "--resynth-f0-hz",
+            "100, 250",
+            "--release-bursts",
+            "0.25",
+        ]);
+        let kws = cli
+            .model
+            .kws_config(std::path::Path::new("c"))
+            .unwrap()
+            .augment;
+        let asr = cli
+            .model
+            .asr_config(std::path::Path::new("c"), 4)
+            .unwrap()
+            .augment;
+        for a in [kws, asr] {
+            assert_eq!(
+                (a.resynth_prob, a.resynth_f0_hz, a.release_burst_prob),
+                (0.5, [100.0, 250.0], 0.25)
+            );
+        }
         let off = Cli::parse_from(["train"])
             .model
-            .kws_config(std::path::Path::new("c"));
-        assert_eq!(off.unwrap().augment.resynth_prob, 0.0);
+            .kws_config(std::path::Path::new("c"))
+            .unwrap()
+            .augment;
+        assert_eq!((off.resynth_prob, off.release_burst_prob), (0.0, 0.0));
         for bad in [
             ["--resynth", "1.5"],
             ["--resynth", "x"],
             ["--resynth-f0-hz", "300,100"],
+            ["--release-bursts", "-0.1"],
         ] {
             assert!(
                 Cli::try_parse_from(["train", bad[0], bad[1]]).is_err(),

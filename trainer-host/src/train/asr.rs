@@ -40,6 +40,7 @@ use rand_chacha::ChaCha8Rng;
 use serde::{Deserialize, Serialize};
 
 use super::schedule::WarmupCosine;
+use super::speech_bounds::speech_onset;
 use super::{check_common, input_stats, Augment, BestEpoch, TrainError};
 
 /// Everything `hush-host train --task asr` decides.
@@ -438,25 +439,6 @@ fn features(cfg: &FeatureConfig, u: &Utterance, samples: &[f32]) -> Result<Vec<f
         path: u.path.clone(),
         source,
     })
-}
-
-/// Level, relative to the loudest 10 ms of an utterance, above which speech has begun.
-const ONSET_DB: f32 = -20.0;
-
-/// The first sample of the first 10 ms window of `samples` within [`ONSET_DB`] of the
-/// loudest one: where the speech begins (0 for silence).
-pub fn speech_onset(samples: &[f32], sample_rate: u32) -> usize {
-    let w = (sample_rate as usize / 100).max(1);
-    let energy: Vec<f32> = samples
-        .chunks(w)
-        .map(|c| c.iter().map(|v| v * v).sum::<f32>() / c.len() as f32)
-        .collect();
-    let peak = energy.iter().copied().fold(0.0f32, f32::max);
-    if peak <= 0.0 {
-        return 0;
-    }
-    let level = peak * 10f32.powf(ONSET_DB / 10.0);
-    energy.iter().position(|&e| e >= level).unwrap_or(0) * w
 }
 
 /// Utterances `a` and `b` joined by a silence drawn from [`CONCAT_GAP_S`]: the samples,

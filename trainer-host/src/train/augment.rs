@@ -1,11 +1,12 @@
 //! Augmentation for cross-voice generalisation: on the waveform (LPC resynthesis at a new
-//! pitch, speed, time shift, synthetic reverberation, gain, background noise), on the features (vocal-tract-length
+//! pitch, release bursts at word ends, speed, time shift, synthetic reverberation, gain, background noise), on the features (vocal-tract-length
 //! perturbation, SpecAugment time and frequency masks), and on the batch (mixup).
 //!
 //! Every transform keeps the example's length and is the identity at zero strength.
 
 use std::sync::Arc;
 
+use super::burst::add_release_burst;
 use super::resynth::resynthesize;
 use hush_device::features::mel::{hz_to_mel, mel_to_hz};
 use hush_device::features::{FeatureConfig, FeatureKind, MelScale};
@@ -53,6 +54,10 @@ pub struct Augment {
     /// Range of the resynthesised clip's median pitch in Hz, drawn log-uniformly.
     #[serde(default)]
     pub resynth_f0_hz: [f32; 2],
+    /// Probability of a release burst at the end of the clip's speech
+    /// ([`add_release_burst`]): how a released word-final stop sounds; 0 = off.
+    #[serde(default)]
+    pub release_burst_prob: f32,
 }
 
 /// The default range of [`Augment::resynth_f0_hz`]: low men to high women and children.
@@ -74,6 +79,7 @@ impl Default for Augment {
             rt60_s: [0.1, 0.6],
             resynth_prob: 0.0,
             resynth_f0_hz: RESYNTH_F0_HZ,
+            release_burst_prob: 0.0,
         }
     }
 }
@@ -95,6 +101,7 @@ impl Augment {
             rt60_s: [0.0, 0.0],
             resynth_prob: 0.0,
             resynth_f0_hz: RESYNTH_F0_HZ,
+            release_burst_prob: 0.0,
         }
     }
 
@@ -135,6 +142,14 @@ impl Augment {
             let f0 = rng.random_range(lo..=hi.max(lo)).exp();
             resynthesised = resynthesize(clip, sample_rate, f0, rng);
             &resynthesised[..]
+        } else {
+            clip
+        };
+        let burst;
+        let clip = if self.release_burst_prob > 0.0 && rng.random::<f32>() < self.release_burst_prob
+        {
+            burst = add_release_burst(clip, sample_rate, rng);
+            &burst[..]
         } else {
             clip
         };
@@ -527,9 +542,10 @@ mod tests {
     }
 
     #[test]
-    fn speed_gain_reverb_and_resynthesis_alone_keep_length() {
+    fn speed_gain_reverb_resynthesis_and_bursts_alone_keep_length() {
         let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(6);
-        let clip: Vec<f32> = (0..1600).map(|i| (i as f32 * 0.05).sin() * 0.3).collect();
+        let mut clip: Vec<f32> = (0..1600).map(|i| (i as f32 * 0.05).sin() * 0.3).collect();
+        clip.resize(3200, 0.0); // silence after the speech, where a burst goes
         for aug in [
             Augment {
                 speed: 0.2,
@@ -546,6 +562,10 @@ mod tests {
             },
             Augment {
                 resynth_prob: 1.0,
+                ..Augment::none()
+            },
+            Augment {
+                release_burst_prob: 1.0,
                 ..Augment::none()
             },
         ] {

@@ -15,6 +15,7 @@
 
 pub mod asr;
 pub mod augment;
+pub mod burst;
 pub mod data;
 pub mod dp;
 pub(crate) mod dp_run;
@@ -22,6 +23,7 @@ pub mod metrics;
 pub mod pretrain;
 pub mod resynth;
 pub mod schedule;
+pub mod speech_bounds;
 
 use std::path::{Path, PathBuf};
 

@@ -30,6 +30,7 @@ use hush_host::train::data::load_kws;
 
 #[test]
 fn teachers_are_speaker_disjoint_resumable_and_vote_once_each() {
+    let _serial = common::one_training_at_a_time();
     let data = Path::new(env!("CARGO_MANIFEST_DIR")).join("../data/corpus/kws");
     let out = tempfile::tempdir().unwrap();
     let cfg = small_kws_config(&data, 2, 1);
@@ -173,6 +174,7 @@ fn copy_dir(src: &Path, dst: &Path) {
 
 #[test]
 fn pate_end_to_end_student_beats_chance_by_far_on_held_out_speakers() {
+    let _serial = common::one_training_at_a_time();
     // Private: 60 synthetic speakers (made once per target directory), three teachers of
     // 20 speakers each. Public: the bundled corpus — other speakers; its train and
     // validation clips are labelled, its 4 test speakers (60 clips) are held out from

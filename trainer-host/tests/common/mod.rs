@@ -104,3 +104,12 @@ pub fn cached_kws_corpus(name: &str, speakers: usize, seed: u64) -> PathBuf {
     hush_host::corpus::synthesize(&cfg, &|_, _| {}).unwrap();
     dir
 }
+
+/// burn's CPU backend draws initial weights and dropout masks from one process-wide
+/// generator, so two trainings at once in one test binary perturb each other's seeded
+/// numbers (PATE's end-to-end student once fell below its bar that way). A test that
+/// asserts on a trained model's numbers holds this guard while it trains.
+pub fn one_training_at_a_time() -> std::sync::MutexGuard<'static, ()> {
+    static LOCK: std::sync::Mutex<()> = std::sync::Mutex::new(());
+    LOCK.lock().unwrap_or_else(|e| e.into_inner())
+}

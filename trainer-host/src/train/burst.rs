@@ -4,10 +4,12 @@
 //!
 //! Voices differ in how they end a word: one releases a final /p/ or /t/ with a burst
 //! as bright as a fricative, another barely releases it. A keyword spotter that learnt
-//! only one kind of ending hears the other's as another word — `up` as `off`, `left` as
-//! `yes` (docs/results/kws-quality). Adding such bursts to the training clips of every
-//! word teaches it that a bright ending alone does not make the word. Spectral, pitch
-//! and speed augmentation cannot do this: the burst is a short event at a word's edge.
+//! only one kind of ending can hear the other's as another word (espeak-ng's `up` as
+//! `off` to a model that never heard espeak-ng). Bursts on the training clips of every
+//! word are meant to teach it that a bright ending alone does not make the word; spectral,
+//! pitch and speed augmentation cannot, the burst being a short event at a word's edge.
+//! Measured there (docs/results/kws-quality, "Where `left` goes wrong"): no gain, so it
+//! is off by default.
 
 use rand::Rng;
 use rand_distr::StandardNormal;

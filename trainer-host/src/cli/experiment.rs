@@ -125,8 +125,9 @@ pub struct PretrainExperimentArgs {
 /// The runs of `experiment kws-generalization` and `asr-generalization`.
 #[derive(clap::Args)]
 pub struct HoldoutArgs {
-    /// Groups to hold out, one run each: engines (espeak-ng, flite, festival, pico, piper)
-    /// or donor:NAME (kal, slt, ked, awb, rms; Pico's lh0, kh0; Piper's joe).
+    /// Groups to hold out, one run each: engines (espeak-ng, flite, festival, pico, piper,
+    /// kokoro) or donor:NAME (kal, slt, ked, awb, rms; Pico's lh0, kh0; Piper's joe;
+    /// Kokoro's jf_alpha, …).
     #[arg(
         long,
         value_delimiter = ',',

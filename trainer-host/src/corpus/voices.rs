@@ -105,72 +105,72 @@ const PIPER_DONORS: &[(Engine, &str, f32)] = &[(Engine::Piper, "en_US-joe-medium
 /// Kokoro-82M's English voices (`scripts/install-kokoro-voices` fetches their style vectors
 /// from npm's `kokoro-js`): 11 American women, 9 American men, 4 British women and 4
 /// British men, each trained on a different speaker, interleaved so that a small corpus
-/// hears both sexes and both accents. Pitch is a sox shift in cents, as festival's.
-const KOKORO_ENGLISH: &[(Engine, &str, f32)] = &[
-    (Engine::Kokoro, "af_heart", 0.0),
-    (Engine::Kokoro, "am_michael", 0.0),
-    (Engine::Kokoro, "bf_emma", 0.0),
-    (Engine::Kokoro, "bm_george", 0.0),
-    (Engine::Kokoro, "af_bella", 0.0),
-    (Engine::Kokoro, "am_fenrir", 0.0),
-    (Engine::Kokoro, "bf_isabella", 0.0),
-    (Engine::Kokoro, "bm_fable", 0.0),
-    (Engine::Kokoro, "af_nicole", 0.0),
-    (Engine::Kokoro, "am_puck", 0.0),
-    (Engine::Kokoro, "bf_alice", 0.0),
-    (Engine::Kokoro, "bm_lewis", 0.0),
-    (Engine::Kokoro, "af_aoede", 0.0),
-    (Engine::Kokoro, "am_echo", 0.0),
-    (Engine::Kokoro, "bf_lily", 0.0),
-    (Engine::Kokoro, "bm_daniel", 0.0),
-    (Engine::Kokoro, "af_kore", 0.0),
-    (Engine::Kokoro, "am_eric", 0.0),
-    (Engine::Kokoro, "af_sarah", 0.0),
-    (Engine::Kokoro, "am_liam", 0.0),
-    (Engine::Kokoro, "af_nova", 0.0),
-    (Engine::Kokoro, "am_onyx", 0.0),
-    (Engine::Kokoro, "af_sky", 0.0),
-    (Engine::Kokoro, "am_adam", 0.0),
-    (Engine::Kokoro, "af_alloy", 0.0),
-    (Engine::Kokoro, "am_santa", 0.0),
-    (Engine::Kokoro, "af_jessica", 0.0),
-    (Engine::Kokoro, "af_river", 0.0),
+/// hears both sexes and both accents.
+const KOKORO_ENGLISH: &[&str] = &[
+    "af_heart",
+    "am_michael",
+    "bf_emma",
+    "bm_george",
+    "af_bella",
+    "am_fenrir",
+    "bf_isabella",
+    "bm_fable",
+    "af_nicole",
+    "am_puck",
+    "bf_alice",
+    "bm_lewis",
+    "af_aoede",
+    "am_echo",
+    "bf_lily",
+    "bm_daniel",
+    "af_kore",
+    "am_eric",
+    "af_sarah",
+    "am_liam",
+    "af_nova",
+    "am_onyx",
+    "af_sky",
+    "am_adam",
+    "af_alloy",
+    "am_santa",
+    "af_jessica",
+    "af_river",
 ];
 
 /// Kokoro's five Japanese voices (four women, one man), speaking English through the US
 /// phonemes: English with a Japanese speaker's voice.
-const KOKORO_JAPANESE: &[(Engine, &str, f32)] = &[
-    (Engine::Kokoro, "jf_alpha", 0.0),
-    (Engine::Kokoro, "jf_gongitsune", 0.0),
-    (Engine::Kokoro, "jf_nezumi", 0.0),
-    (Engine::Kokoro, "jf_tebukuro", 0.0),
-    (Engine::Kokoro, "jm_kumo", 0.0),
+const KOKORO_JAPANESE: &[&str] = &[
+    "jf_alpha",
+    "jf_gongitsune",
+    "jf_nezumi",
+    "jf_tebukuro",
+    "jm_kumo",
 ];
 
 /// Kokoro's voices of its other languages (Spanish, French, Hindi, Italian, Brazilian
 /// Portuguese, Mandarin; `pm_santa` left out, a second Santa), speaking English through the
 /// US phonemes, interleaved so that a small corpus hears both sexes and most languages.
-const KOKORO_OTHER_LANGUAGES: &[(Engine, &str, f32)] = &[
-    (Engine::Kokoro, "ef_dora", 0.0),
-    (Engine::Kokoro, "em_alex", 0.0),
-    (Engine::Kokoro, "ff_siwis", 0.0),
-    (Engine::Kokoro, "hf_alpha", 0.0),
-    (Engine::Kokoro, "hm_omega", 0.0),
-    (Engine::Kokoro, "if_sara", 0.0),
-    (Engine::Kokoro, "im_nicola", 0.0),
-    (Engine::Kokoro, "pf_dora", 0.0),
-    (Engine::Kokoro, "pm_alex", 0.0),
-    (Engine::Kokoro, "zf_xiaobei", 0.0),
-    (Engine::Kokoro, "zm_yunjian", 0.0),
-    (Engine::Kokoro, "hf_beta", 0.0),
-    (Engine::Kokoro, "hm_psi", 0.0),
-    (Engine::Kokoro, "zf_xiaoni", 0.0),
-    (Engine::Kokoro, "zm_yunxi", 0.0),
-    (Engine::Kokoro, "zf_xiaoxiao", 0.0),
-    (Engine::Kokoro, "zm_yunxia", 0.0),
-    (Engine::Kokoro, "zf_xiaoyi", 0.0),
-    (Engine::Kokoro, "zm_yunyang", 0.0),
-    (Engine::Kokoro, "em_santa", 0.0),
+const KOKORO_OTHER_LANGUAGES: &[&str] = &[
+    "ef_dora",
+    "em_alex",
+    "ff_siwis",
+    "hf_alpha",
+    "hm_omega",
+    "if_sara",
+    "im_nicola",
+    "pf_dora",
+    "pm_alex",
+    "zf_xiaobei",
+    "zm_yunjian",
+    "hf_beta",
+    "hm_psi",
+    "zf_xiaoni",
+    "zm_yunxi",
+    "zf_xiaoxiao",
+    "zm_yunxia",
+    "zf_xiaoyi",
+    "zm_yunyang",
+    "em_santa",
 ];
 
 /// Which of Kokoro's voices a corpus speaks with (all from the same `kokoro-js` tarball;
@@ -191,7 +191,7 @@ impl KokoroVoices {
     pub const DEFAULT: [KokoroVoices; 1] = [KokoroVoices::English];
 
     /// The set's voices, in the order speakers take them.
-    fn donors(self) -> &'static [(Engine, &'static str, f32)] {
+    fn names(self) -> &'static [&'static str] {
         match self {
             KokoroVoices::English => KOKORO_ENGLISH,
             KokoroVoices::Japanese => KOKORO_JAPANESE,
@@ -261,13 +261,18 @@ pub fn draw_speaker(
     } else {
         kokoro
     };
+    // Kokoro's pitch is a sox shift in cents, as festival's.
+    let kokoro_donors = kokoro
+        .iter()
+        .flat_map(|set| set.names())
+        .map(|&voice| (Engine::Kokoro, voice, 0.0));
     let donors: Vec<(Engine, &str, f32)> = DONORS
         .iter()
         .chain(PICO_DONORS)
         .chain(PIPER_DONORS)
-        .chain(kokoro.iter().flat_map(|set| set.donors()))
-        .filter(|(e, _, _)| engines.contains(e))
         .copied()
+        .chain(kokoro_donors)
+        .filter(|(e, _, _)| engines.contains(e))
         .collect();
     let espeak = engines.contains(&Engine::Espeak);
     let (use_donor, k) = match (espeak, donors.is_empty()) {

@@ -192,7 +192,8 @@ pub struct Provenance {
     pub options: serde_json::Value,
     /// Epochs actually run (early stopping may cut the run short).
     pub epochs_run: usize,
-    /// The epoch whose weights were kept (best validation accuracy).
+    /// The epoch whose weights were kept (best validation accuracy); with weight
+    /// averaging (`--swa-epochs`) the last, the average of the epochs up to it.
     pub best_epoch: usize,
     /// hush version that trained it.
     pub hush_version: String,

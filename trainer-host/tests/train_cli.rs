@@ -55,6 +55,18 @@ fn options_of_the_other_task_are_refused_by_name() {
             "expected LO,HI in Hz",
         ),
         (
+            &["--task", "asr", "--swa-epochs", "5"][..],
+            "--swa-epochs applies to --task kws only",
+        ),
+        (
+            &["--task", "kws", "--epochs", "10", "--swa-epochs", "10"][..],
+            "fewer than --epochs (10)",
+        ),
+        (
+            &["--task", "kws", "--swa-epochs", "5", "--swa-lr-ratio", "0"][..],
+            "a number in (0, 1]",
+        ),
+        (
             &["--task", "asr", "--high-freq-hz", "4000"][..],
             "--high-freq-hz applies to --task kws only",
         ),

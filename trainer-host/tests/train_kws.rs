@@ -13,7 +13,7 @@ use hush_device::audio::read_audio;
 use hush_device::dataset::{read_corpus, KwsLabels, Split, Target};
 use hush_device::infer::{clip_features, KwsClassifier};
 use hush_host::demo::small_kws_config;
-use hush_host::train::train_kws;
+use hush_host::train::{train_kws, Augment, KwsTrainConfig};
 use hush_models::arch::IoShape;
 use hush_models::package::load_package;
 use hush_models::step::predict;
@@ -73,5 +73,55 @@ fn tiny_cnn_learns_and_tract_agrees_with_burn() {
     }
     eprintln!("tract vs burn on {n} test clips: same labels, max |Δp| = {max_diff:.2e}");
     assert!(n >= 40);
+    assert!(max_diff < 1e-4, "max prob difference {max_diff}");
+}
+
+/// Weight averaging (`--swa-epochs`) on a DS-CNN (batch norms): every epoch runs even with
+/// patience 1, the package holds the average of every step of the last two epochs, and
+/// that model still classifies (its batch norms re-estimated) and exports exactly.
+#[test]
+fn weight_averaging_keeps_the_mean_of_the_last_epochs() {
+    let data = Path::new(env!("CARGO_MANIFEST_DIR")).join("../data/corpus/kws");
+    let out = tempfile::tempdir().unwrap();
+    let mut cfg = KwsTrainConfig::new(&data, "ds-cnn-s");
+    cfg.set_fbank(40.0, 20.0, 20);
+    cfg.augment = Augment::none();
+    cfg.epochs = 14;
+    cfg.swa_epochs = 2;
+    cfg.patience = 1;
+    cfg.batch_size = 16;
+    cfg.balance_classes = true;
+    cfg.seed = 2;
+    let report = train_kws(&cfg, out.path(), "test", &mut |e| {
+        eprintln!("epoch {} val {:.3}", e.epoch, e.val_accuracy)
+    })
+    .unwrap();
+    let p = report.card.provenance.as_ref().unwrap();
+    assert_eq!(p.epochs_run, 14);
+    assert_eq!(
+        p.best_epoch, 14,
+        "the kept weights are the average ending at the last epoch"
+    );
+    let steps = p.data_summary["train"].div_ceil(16);
+    assert_eq!(p.options["swa"]["steps_averaged"], 2 * steps);
+    let test = &report.card.metrics.as_ref().unwrap().splits["test"];
+    eprintln!("averaged model: test accuracy {:.3}", test.accuracy);
+    assert!(test.accuracy > 0.4, "test accuracy {}", test.accuracy);
+
+    // The package (averaged weights, re-estimated statistics) runs the same on tract.
+    let clf = KwsClassifier::load(out.path()).unwrap();
+    let (_, model) = load_package(out.path(), &Device::flex()).unwrap();
+    let model = model.valid();
+    let (_, examples) = read_corpus(&data).unwrap();
+    let mut max_diff = 0f32;
+    for ex in examples.iter().filter(|e| e.split == Split::Test).take(20) {
+        let audio = read_audio(&ex.path).unwrap();
+        let tract = clf.classify_audio(&audio, &ex.path).unwrap();
+        let feats = clip_features(clf.features(), &audio.samples, cfg.frames).unwrap();
+        let burn = predict(&model, &feats, 1, cfg.frames, 20, &Device::flex()).unwrap();
+        for (i, l) in report.card.labels.iter().enumerate() {
+            max_diff = max_diff.max((tract.scores[l] - burn[0][i]).abs());
+        }
+    }
     assert!(max_diff < 1e-4, "max prob difference {max_diff}");
 }

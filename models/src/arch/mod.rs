@@ -214,27 +214,42 @@ impl KwsModel {
     /// influences another's output and the running statistics are no longer updated from
     /// the data, which is what per-example gradients (DP-SGD) need. Dropout is unaffected.
     pub fn with_batch_statistics(self, on: bool) -> Self {
-        fn set(mut b: BatchNorm, on: bool) -> BatchNorm {
+        self.map_batch_norms(&|mut b| {
             b.training = b.training.with_value(on);
             b
-        }
+        })
+    }
+
+    /// Sets every batch norm's running-statistics momentum: a training-mode forward pass
+    /// then moves each running statistic `momentum` of the way to the batch's. Stepping it
+    /// down as 1, 1/2, 1/3, … over a pass makes the running statistics the plain mean over
+    /// its batches (re-estimating them for averaged weights).
+    pub fn with_batch_norm_momentum(self, momentum: f64) -> Self {
+        self.map_batch_norms(&|mut b| {
+            b.momentum = momentum;
+            b
+        })
+    }
+
+    /// Applies `f` to every batch norm of the model.
+    fn map_batch_norms(self, f: &dyn Fn(BatchNorm) -> BatchNorm) -> Self {
         match self {
             Self::DsCnn(mut m) => {
-                m.bn1 = set(m.bn1, on);
+                m.bn1 = f(m.bn1);
                 m.blocks = m
                     .blocks
                     .into_iter()
                     .map(|mut blk| {
-                        blk.dw_bn = set(blk.dw_bn, on);
-                        blk.pw_bn = set(blk.pw_bn, on);
+                        blk.dw_bn = f(blk.dw_bn);
+                        blk.pw_bn = f(blk.pw_bn);
                         blk
                     })
                     .collect();
                 Self::DsCnn(m)
             }
             Self::BcResNet(mut m) => {
-                m.bn1 = set(m.bn1, on);
-                m.head_bn = set(m.head_bn, on);
+                m.bn1 = f(m.bn1);
+                m.head_bn = f(m.head_bn);
                 m.stages = m
                     .stages
                     .into_iter()
@@ -242,9 +257,9 @@ impl KwsModel {
                         stage
                             .into_iter()
                             .map(|mut blk| {
-                                blk.trans_bn = blk.trans_bn.map(|b| set(b, on));
-                                blk.freq_bn = set(blk.freq_bn, on);
-                                blk.time_bn = set(blk.time_bn, on);
+                                blk.trans_bn = blk.trans_bn.map(f);
+                                blk.freq_bn = f(blk.freq_bn);
+                                blk.time_bn = f(blk.time_bn);
                                 blk
                             })
                             .collect()

@@ -87,6 +87,14 @@ pub struct ModelArgs {
     /// so the catch-all `_unknown_` does not outweigh the keywords.
     #[arg(long)]
     pub balance_classes: bool,
+    /// KWS: stochastic weight averaging — hold the learning rate at --swa-lr-ratio × the
+    /// peak for the last N epochs and keep the mean of their weights (after every step),
+    /// batch norms re-estimated, in place of the best validation epoch (0 = off).
+    #[arg(long, default_value_t = 0)]
+    pub swa_epochs: usize,
+    /// KWS: the averaged epochs' learning rate as a fraction of the peak.
+    #[arg(long, default_value_t = 0.1)]
+    pub swa_lr_ratio: f64,
     /// KWS features: per-window mean (`mean`) or mean-and-variance (`mean-var`)
     /// normalisation of every log-mel bin, which removes any fixed spectral tilt or
     /// channel colour; travels with the model, so the device does the same.
@@ -152,6 +160,8 @@ impl ModelArgs {
         }
         cfg.features.cmvn = self.cmvn.options();
         cfg.balance_classes = self.balance_classes;
+        cfg.swa_epochs = self.swa_epochs;
+        cfg.swa_lr_ratio = self.swa_lr_ratio;
         let shift_s = self.shift_s()?;
         cfg.augment = if self.no_augment {
             Augment::none()
@@ -190,6 +200,9 @@ impl ModelArgs {
         }
         if self.cmvn != CmvnArg::None || self.balance_classes {
             anyhow::bail!("--cmvn and --balance-classes apply to --task kws only");
+        }
+        if self.swa_epochs > 0 {
+            anyhow::bail!("--swa-epochs applies to --task kws only");
         }
         if self.time_masks.is_some() || self.freq_masks.is_some() {
             anyhow::bail!("--time-masks and --freq-masks apply to --task kws only");

@@ -280,7 +280,7 @@ pub fn results_markdown(r: &KwsGeneralizationResults) -> String {
          Command: `{}`\n\n\
          Corpus `{}` (speakers per engine: {}). Architecture `{}`, {} × {} log-mel features \
          ({} ms frames every {} ms; normalisation {}), {} classes; at most {} epochs \
-         (patience {}), batch {}, AdamW lr {}, seed {}, class-balanced loss {}. \
+         (patience {}), batch {}, AdamW lr {}, seed {}, class-balanced loss {}{}. \
          Augmentation: {}.\n\n\
          | run | train clips (speakers) | test clips (speakers) | test accuracy | \
          balanced keyword accuracy | epochs (best) | seconds |\n|---|---|---|---|---|---|---|\n",
@@ -304,6 +304,14 @@ pub fn results_markdown(r: &KwsGeneralizationResults) -> String {
         t.lr,
         t.seed,
         if t.balance_classes { "on" } else { "off" },
+        if t.swa_epochs > 0 {
+            format!(
+                "; weights averaged over the last {} epochs at {} × lr (SWA)",
+                t.swa_epochs, t.swa_lr_ratio
+            )
+        } else {
+            String::new()
+        },
         serde_json::to_string(&t.augment).unwrap_or_default(),
     );
     for run in &r.runs {

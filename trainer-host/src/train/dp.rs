@@ -434,6 +434,15 @@ pub fn train_kws_dp(
              counts, which DP-SGD does not protect",
         ));
     }
+    if cfg.swa_epochs > 0 {
+        // Averaging DP-SGD's iterates is post-processing, but re-estimating the batch
+        // norms of the average reads the private clips outside DP-SGD's noise.
+        return Err(TrainError::option(
+            "--swa-epochs",
+            "not offered with --dp: re-estimating batch-norm statistics would read the \
+             private clips outside DP-SGD's noise",
+        ));
+    }
     let (labels, io, arch) = cfg.resolve_arch()?;
     let bins = io.bins;
     let plain = super::device(cfg.compute);

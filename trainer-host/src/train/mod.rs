@@ -8,13 +8,15 @@
 //! the function the device runs before inference.
 //!
 //! Modules: [`data`] (decoded clips and noises), [`augment`] (waveform, SpecAugment,
-//! mixup), [`metrics`] (accuracy, balanced keyword accuracy, confusion), [`schedule`],
+//! mixup), [`average`] (weight averaging over a run's last epochs: `--swa-epochs`),
+//! [`metrics`] (accuracy, balanced keyword accuracy, confusion), [`schedule`],
 //! [`dp`] (DP-SGD: `hush-host train --dp`), `dp_run` (the privacy side every central DP
 //! trainer shares), [`asr`] (CTC speech recognisers: `hush-host train --task asr`),
 //! [`pretrain`] (BEST-RQ pretraining of the ASR encoder: `hush-host pretrain`).
 
 pub mod asr;
 pub mod augment;
+pub mod average;
 pub mod burst;
 pub mod data;
 pub mod dp;
@@ -150,6 +152,19 @@ pub struct KwsTrainConfig {
     /// ([`class_weights`]).
     #[serde(default)]
     pub balance_classes: bool,
+    /// Stochastic weight averaging: hold the learning rate at `swa_lr_ratio` × peak for
+    /// the last this-many epochs and keep the mean of the weights after each of their
+    /// steps as the model, its batch-norm statistics re-estimated ([`average`]); 0 = off
+    /// (the best validation epoch is kept).
+    #[serde(default)]
+    pub swa_epochs: usize,
+    /// The held learning rate of the averaged epochs, as a fraction of the peak.
+    #[serde(default = "default_swa_lr_ratio")]
+    pub swa_lr_ratio: f64,
+}
+
+fn default_swa_lr_ratio() -> f64 {
+    0.1
 }
 
 impl KwsTrainConfig {
@@ -181,6 +196,8 @@ impl KwsTrainConfig {
             compute: ComputeKind::Cpu,
             init_from: None,
             balance_classes: false,
+            swa_epochs: 0,
+            swa_lr_ratio: default_swa_lr_ratio(),
         }
     }
 
@@ -225,6 +242,15 @@ impl KwsTrainConfig {
         }
         if self.frames == 0 {
             return Err(TrainError::option("frames", "at least 1"));
+        }
+        if self.swa_epochs >= self.epochs {
+            return Err(TrainError::option(
+                "--swa-epochs",
+                format!("fewer than --epochs ({})", self.epochs),
+            ));
+        }
+        if !(self.swa_lr_ratio > 0.0 && self.swa_lr_ratio <= 1.0) {
+            return Err(TrainError::option("--swa-lr-ratio", "a number in (0, 1]"));
         }
         Ok(())
     }
@@ -523,12 +549,17 @@ pub fn train_kws_on(
         .with_weight_decay(cfg.weight_decay)
         .init();
     let steps_per_epoch = data.train.len().div_ceil(cfg.batch_size);
+    // With weight averaging the cosine ends where the averaged epochs begin, at their
+    // held rate (the schedule stays at its floor after `total`).
+    let swa = cfg.swa_epochs > 0;
     let schedule = WarmupCosine {
         peak: cfg.lr,
         warmup: steps_per_epoch.min(50),
-        total: steps_per_epoch * cfg.epochs,
-        min_ratio: 0.01,
+        total: steps_per_epoch * (cfg.epochs - cfg.swa_epochs),
+        min_ratio: if swa { cfg.swa_lr_ratio } else { 0.01 },
     };
+    let first_averaged = cfg.epochs - cfg.swa_epochs + 1;
+    let mut average = average::WeightAverage::new();
     let mut rng = ChaCha8Rng::seed_from_u64(cfg.seed);
     let mut order: Vec<usize> = (0..data.train.len()).collect();
     let mut step = 0usize;
@@ -541,6 +572,20 @@ pub fn train_kws_on(
     } else {
         vec![1.0; k]
     };
+    // One training clip's features as a training step sees them: waveform augmentation,
+    // front-end, warping and SpecAugment.
+    let augmented = |clip: &Clip, rng: &mut ChaCha8Rng| -> Result<Vec<f32>, TrainError> {
+        let wave = cfg.augment.waveform(&clip.samples, &data.noises, sr, rng);
+        let mut f = clip_features(&cfg.features, &wave, cfg.frames).map_err(|source| {
+            TrainError::Features {
+                path: clip.path.clone(),
+                source,
+            }
+        })?;
+        cfg.augment.warp(&mut f, mel_axis.as_ref(), rng);
+        cfg.augment.spec(&mut f, bins, &mean, rng);
+        Ok(f)
+    };
     for epoch in 1..=cfg.epochs {
         order.shuffle(&mut rng);
         let mut loss_sum = 0.0f64;
@@ -551,18 +596,7 @@ pub fn train_kws_on(
             let mut targets = vec![0f32; b * k];
             for (i, &j) in chunk.iter().enumerate() {
                 let clip = &data.train[j];
-                let wave = cfg
-                    .augment
-                    .waveform(&clip.samples, &data.noises, sr, &mut rng);
-                let mut f = clip_features(&cfg.features, &wave, cfg.frames).map_err(|source| {
-                    TrainError::Features {
-                        path: clip.path.clone(),
-                        source,
-                    }
-                })?;
-                cfg.augment.warp(&mut f, mel_axis.as_ref(), &mut rng);
-                cfg.augment.spec(&mut f, bins, &mean, &mut rng);
-                feats.extend(f);
+                feats.extend(augmented(clip, &mut rng)?);
                 targets[i * k + clip.class] = weights[clip.class];
             }
             cfg.augment.mixup(&mut feats, &mut targets, b, &mut rng);
@@ -579,6 +613,9 @@ pub fn train_kws_on(
             model = apply_grads(&mut optimizer, lr, model, grads);
             loss_sum += f64::from(loss) * b as f64;
             step += 1;
+            if swa && epoch >= first_averaged {
+                average.add(model.named_tensors()?)?;
+            }
         }
         let stop = tracker.end_epoch(
             &model,
@@ -589,15 +626,40 @@ pub fn train_kws_on(
             (epoch, loss_sum / data.train.len() as f64, lr),
             progress,
         )?;
-        if stop {
+        // Early stopping would cut the averaged epochs short: with averaging every epoch runs.
+        if stop && !swa {
             break;
         }
     }
     let (best_epoch, tensors, reports) = tracker.finish()?;
-    let model = arch.init(&plain)?.load_tensors(
-        TensorSource::new(Path::new("<best epoch>"), tensors),
-        arch.name(),
-    )?;
+    let (kept_epoch, tensors, source) = match average.mean() {
+        Some(mean) => {
+            let averaged = arch.init(&device)?.load_tensors(
+                TensorSource::new(Path::new("<weight average>"), mean.to_vec()),
+                arch.name(),
+            )?;
+            // The statistics of the inputs training normalised: one augmented pass.
+            let rows = data
+                .train
+                .iter()
+                .map(|clip| augmented(clip, &mut rng))
+                .collect::<Result<Vec<_>, _>>()?
+                .concat();
+            let tensors = average::refresh_batch_norm(
+                averaged,
+                &rows,
+                (cfg.frames, bins),
+                128,
+                &device,
+                &mut rng,
+            )?;
+            (reports.len(), tensors, "<weight average>")
+        }
+        None => (best_epoch, tensors, "<best epoch>"),
+    };
+    let model = arch
+        .init(&plain)?
+        .load_tensors(TensorSource::new(Path::new(source), tensors), arch.name())?;
     let mut metrics = Metrics::default();
     for (name, p) in [
         ("train", &clean_train),
@@ -642,9 +704,16 @@ pub fn train_kws_on(
             "augment": cfg.augment,
             "init_from": cfg.init_from,
             "balance_classes": cfg.balance_classes,
+            "swa": swa.then(|| serde_json::json!({
+                "epochs": cfg.swa_epochs,
+                "lr_ratio": cfg.swa_lr_ratio,
+                "steps_averaged": average.count(),
+                "batch_norm": "re-estimated on one augmented pass over the training clips, in shuffled batches of 128",
+                "best_validation_epoch": best_epoch,
+            })),
         }),
         epochs_run: reports.len(),
-        best_epoch,
+        best_epoch: kept_epoch,
         hush_version: env!("CARGO_PKG_VERSION").to_string(),
     });
     card.metrics = Some(metrics);

@@ -330,7 +330,7 @@ fn cli_refuses_bad_dp_flags() {
 }
 
 #[test]
-fn class_weights_from_private_counts_are_refused_under_dp() {
+fn class_weights_and_weight_averaging_are_refused_under_dp() {
     // --balance-classes would weight the loss by the private clips' class counts, which no
     // noise covers: refused before any training or ledger record.
     let dir = tempfile::tempdir().unwrap();
@@ -342,6 +342,16 @@ fn class_weights_from_private_counts_are_refused_under_dp() {
     let mut epochs = 0;
     let err = train_kws_dp(&cfg, &dp, &out, "test", &mut |_| epochs += 1).unwrap_err();
     assert!(err.to_string().contains("--balance-classes"), "{err}");
+    assert_eq!(epochs, 0);
+    assert!(!out.exists());
+    assert!(!dp.ledger.exists());
+
+    // Weight averaging would re-estimate batch norms on the private clips outside the
+    // noise: refused the same way.
+    cfg.balance_classes = false;
+    cfg.swa_epochs = 1;
+    let err = train_kws_dp(&cfg, &dp, &out, "test", &mut |_| epochs += 1).unwrap_err();
+    assert!(err.to_string().contains("--swa-epochs"), "{err}");
     assert_eq!(epochs, 0);
     assert!(!out.exists());
     assert!(!dp.ledger.exists());

@@ -79,6 +79,11 @@ pub struct ModelArgs {
     /// the default 98-frame features (scaled to others) [default: 2,10].
     #[arg(long, value_parser = parse_masks)]
     pub time_masks: Option<(usize, usize)>,
+    /// KWS SpecAugment time warp: how far in frames of the default 98-frame features
+    /// (scaled to others) a random point of each example may move, the frames either side
+    /// stretched or squeezed to follow, so sounds' relative durations vary (0 = off).
+    #[arg(long, default_value_t = 0)]
+    pub time_warp: usize,
     /// KWS SpecAugment frequency masks: COUNT,WIDTH — how many, and the widest in bins of
     /// the default 40-bin features (scaled to others) [default: 2,5].
     #[arg(long, value_parser = parse_masks)]
@@ -177,6 +182,7 @@ impl ModelArgs {
                 reverb_prob: self.reverb,
                 shift_s: shift_s.unwrap_or(defaults.shift_s),
                 time_masks: self.time_masks.unwrap_or(defaults.time_masks),
+                time_warp: self.time_warp,
                 freq_masks: self.freq_masks.unwrap_or(defaults.freq_masks),
                 ..defaults
             }
@@ -204,8 +210,8 @@ impl ModelArgs {
         if self.swa_epochs > 0 {
             anyhow::bail!("--swa-epochs applies to --task kws only");
         }
-        if self.time_masks.is_some() || self.freq_masks.is_some() {
-            anyhow::bail!("--time-masks and --freq-masks apply to --task kws only");
+        if self.time_masks.is_some() || self.freq_masks.is_some() || self.time_warp > 0 {
+            anyhow::bail!("--time-masks, --time-warp and --freq-masks apply to --task kws only");
         }
         if self.high_freq_hz.is_some() {
             anyhow::bail!("--high-freq-hz applies to --task kws only");
@@ -660,6 +666,8 @@ mod tests {
             "2,20",
             "--freq-masks",
             "3, 10",
+            "--time-warp",
+            "8",
             "--frame-shift-ms",
             "20",
             "--num-mel-bins",
@@ -672,6 +680,7 @@ mod tests {
         // Widths are given for 98 frames × 40 bins: halved for 49 × 20.
         assert_eq!(cfg.augment.time_masks, (2, 10));
         assert_eq!(cfg.augment.freq_masks, (3, 5));
+        assert_eq!(cfg.augment.time_warp, 4);
         let defaults = Cli::parse_from(["train"])
             .model
             .kws_config(std::path::Path::new("c"));
@@ -680,6 +689,10 @@ mod tests {
             (defaults.time_masks, defaults.freq_masks),
             ((2, 10), (2, 5))
         );
+        assert_eq!(defaults.time_warp, 0);
+        let asr = Cli::parse_from(["train", "--time-warp", "8"]).model;
+        let err = asr.asr_config(std::path::Path::new("c"), 4).unwrap_err();
+        assert!(err.to_string().contains("--time-warp"), "{err}");
         assert!(parse_masks("2,x").is_err() && parse_masks("9,1").is_err());
     }
 

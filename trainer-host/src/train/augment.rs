@@ -1,7 +1,7 @@
 //! Augmentation for cross-voice generalisation: on the waveform (LPC resynthesis at a new
 //! pitch, release bursts at word ends, speed, time shift, synthetic reverberation, gain,
 //! background noise), on the features (vocal-tract-length perturbation, SpecAugment time
-//! and frequency masks), and on the batch (mixup).
+//! warp and time and frequency masks), and on the batch (mixup).
 //!
 //! Every transform keeps the example's length and is the identity at zero strength.
 
@@ -32,6 +32,11 @@ pub struct Augment {
     pub snr_db: [f32; 2],
     /// SpecAugment: number of time masks and their largest width (frames).
     pub time_masks: (usize, usize),
+    /// SpecAugment time warp ([`warp_time`]): the largest distance in frames a random
+    /// point of the example moves, the frames either side stretched or squeezed to
+    /// follow — sounds' durations change relative to each other; 0 = off.
+    #[serde(default)]
+    pub time_warp: usize,
     /// SpecAugment: number of frequency masks and their largest width (bins).
     pub freq_masks: (usize, usize),
     /// Mixup Beta(α, α); 0 = off.
@@ -73,6 +78,7 @@ impl Default for Augment {
             noise_prob: 0.8,
             snr_db: [5.0, 30.0],
             time_masks: (2, 10),
+            time_warp: 0,
             freq_masks: (2, 5),
             mixup_alpha: 0.0,
             vtlp: 0.1,
@@ -95,6 +101,7 @@ impl Augment {
             noise_prob: 0.0,
             snr_db: [0.0, 0.0],
             time_masks: (0, 0),
+            time_warp: 0,
             freq_masks: (0, 0),
             mixup_alpha: 0.0,
             vtlp: 0.0,
@@ -106,11 +113,13 @@ impl Augment {
         }
     }
 
-    /// Scales the widest SpecAugment masks, set for 98 frames × 40 bins (the defaults),
-    /// to `frames × bins`: a 10-frame mask hides a fifth of a 49-frame example.
+    /// Scales the widest SpecAugment masks and the time warp, set for 98 frames × 40 bins
+    /// (the defaults), to `frames × bins`: a 10-frame mask hides a fifth of a 49-frame
+    /// example.
     pub fn fit_masks(&mut self, frames: usize, bins: usize) {
         let scale = |w: usize, n: usize, of: usize| ((w * n) as f32 / of as f32).round() as usize;
         self.time_masks.1 = scale(self.time_masks.1, frames, 98);
+        self.time_warp = scale(self.time_warp, frames, 98);
         self.freq_masks.1 = scale(self.freq_masks.1, bins, 40);
     }
 
@@ -207,10 +216,16 @@ impl Augment {
         }
     }
 
-    /// SpecAugment on one example's features (`frames × bins`), masking with `fill`
-    /// (the per-bin mean, so masked values normalise to 0).
+    /// SpecAugment on one example's features (`frames × bins`): the time warp, then
+    /// masks filled with `fill` (the per-bin mean, so masked values normalise to 0).
     pub fn spec<R: Rng>(&self, feats: &mut [f32], bins: usize, fill: &[f32], rng: &mut R) {
         let frames = feats.len() / bins.max(1);
+        let w = self.time_warp;
+        if w > 0 && frames > 2 * w + 2 {
+            let from = rng.random_range(w + 1..frames - w - 1);
+            let to = rng.random_range(from - w..=from + w);
+            warp_time(feats, bins, from, to);
+        }
         let (nt, wt) = self.time_masks;
         for _ in 0..nt {
             let w = rng.random_range(0..=wt.min(frames));
@@ -254,6 +269,39 @@ impl Augment {
             for k in 0..td {
                 targets[i * td + k] = lam * t0[i * td + k] + (1.0 - lam) * t0[j * td + k];
             }
+        }
+    }
+}
+
+/// SpecAugment's time warp (Park et al. 2019) of one example's features (`frames ×
+/// bins`): frame `from` moves to `to` (both strictly inside), the frames before it
+/// stretched or squeezed linearly to fill `0..=to` and those after to fill
+/// `to..frames`, each output frame interpolated between its two nearest source frames.
+/// The first and last frames stay; `from == to` is the identity.
+pub fn warp_time(feats: &mut [f32], bins: usize, from: usize, to: usize) {
+    let frames = feats.len() / bins.max(1);
+    if from == to
+        || frames < 3
+        || !(1..frames - 1).contains(&from)
+        || !(1..frames - 1).contains(&to)
+    {
+        return;
+    }
+    let src = feats.to_vec();
+    let last = (frames - 1) as f64;
+    let (from, to) = (from as f64, to as f64);
+    for t in 0..frames {
+        let t_out = t as f64;
+        let s = if t_out <= to {
+            t_out * from / to
+        } else {
+            from + (t_out - to) * (last - from) / (last - to)
+        };
+        let i = (s.floor() as usize).min(frames - 1);
+        let j = (i + 1).min(frames - 1);
+        let a = (s - i as f64) as f32;
+        for b in 0..bins {
+            feats[t * bins + b] = (1.0 - a) * src[i * bins + b] + a * src[j * bins + b];
         }
     }
 }
@@ -429,11 +477,85 @@ mod tests {
 
     #[test]
     fn masks_scale_with_the_feature_shape() {
-        let mut aug = Augment::default();
+        let mut aug = Augment {
+            time_warp: 8,
+            ..Augment::default()
+        };
         aug.fit_masks(98, 40);
         assert_eq!((aug.time_masks, aug.freq_masks), ((2, 10), (2, 5)));
+        assert_eq!(aug.time_warp, 8);
         aug.fit_masks(49, 20);
         assert_eq!((aug.time_masks, aug.freq_masks), ((2, 5), (2, 3)));
+        assert_eq!(aug.time_warp, 4);
+    }
+
+    #[test]
+    fn time_warp_moves_a_frame_and_keeps_the_ends() {
+        // Two bins per frame: the frame's index, and a click at frame 10 of 30.
+        let bins = 2;
+        let frames = 30;
+        let ramp: Vec<f32> = (0..frames)
+            .flat_map(|t| [t as f32, if t == 10 { 1.0 } else { 0.0 }])
+            .collect();
+        let mut same = ramp.clone();
+        warp_time(&mut same, bins, 10, 10);
+        assert_eq!(same, ramp);
+        for to in [5usize, 16] {
+            let mut f = ramp.clone();
+            warp_time(&mut f, bins, 10, to);
+            let index: Vec<f32> = f.iter().step_by(2).copied().collect();
+            let click: Vec<f32> = f.iter().skip(1).step_by(2).copied().collect();
+            // Output frame `to` reads source frame 10; the ends stay; time runs forward.
+            assert!((index[to] - 10.0).abs() < 1e-5, "{index:?}");
+            assert_eq!((index[0], index[frames - 1]), (0.0, 29.0));
+            assert!(index.windows(2).all(|w| w[1] > w[0]), "{index:?}");
+            // The click moved from frame 10 to frame `to`, at full height.
+            let peak = (0..frames).max_by(|&a, &b| click[a].total_cmp(&click[b]));
+            assert_eq!((peak, click[to]), (Some(to), 1.0));
+        }
+        // A warp to or from the edge, or out of range, leaves the features alone.
+        for (from, to) in [(0, 5), (10, 29), (10, 40)] {
+            let mut f = ramp.clone();
+            warp_time(&mut f, bins, from, to);
+            assert_eq!(f, ramp);
+        }
+    }
+
+    #[test]
+    fn spec_augment_time_warp_draws_only_when_on() {
+        // Off, the warp draws nothing: the masks fall where they fell before it existed.
+        let feats: Vec<f32> = (0..49 * 4).map(|i| i as f32).collect();
+        let fill = [0.0f32; 4];
+        let masks = Augment {
+            time_masks: (1, 5),
+            ..Augment::none()
+        };
+        let (mut a, mut b) = (feats.clone(), feats.clone());
+        masks.spec(
+            &mut a,
+            4,
+            &fill,
+            &mut rand_chacha::ChaCha8Rng::seed_from_u64(5),
+        );
+        let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(5);
+        let w = rng.random_range(0..=5usize);
+        let t0 = rng.random_range(0..=49 - w);
+        b[t0 * 4..(t0 + w) * 4].fill(0.0);
+        assert_eq!(a, b);
+        // On, frames move but the first and last stay, and nothing is masked.
+        let warp = Augment {
+            time_warp: 6,
+            ..Augment::none()
+        };
+        let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(6);
+        let mut moved = 0;
+        for _ in 0..20 {
+            let mut f = feats.clone();
+            warp.spec(&mut f, 4, &fill, &mut rng);
+            assert_eq!((&f[..4], &f[48 * 4..]), (&feats[..4], &feats[48 * 4..]));
+            moved += usize::from(f != feats);
+        }
+        assert!(moved >= 15, "only {moved} of 20 warped");
     }
 
     #[test]

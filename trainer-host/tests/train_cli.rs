@@ -36,7 +36,11 @@ fn options_of_the_other_task_are_refused_by_name() {
         (&["--task", "asr", "--shift-s", "0.5"][..], "--shift-s 0.5"),
         (
             &["--task", "asr", "--time-masks", "2,10"][..],
-            "--time-masks and --freq-masks apply to --task kws only",
+            "--time-masks, --time-warp and --freq-masks apply to --task kws only",
+        ),
+        (
+            &["--task", "asr", "--time-warp", "8"][..],
+            "--time-masks, --time-warp and --freq-masks apply to --task kws only",
         ),
         (
             &["--task", "kws", "--freq-masks", "2"][..],

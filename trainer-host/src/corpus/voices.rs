@@ -459,6 +459,16 @@ mod tests {
     }
 
     #[test]
+    fn rhvoice_sets_read_the_letters_of_their_language() {
+        use super::super::cyrillic::{letters, Letters};
+        assert!(RHVOICE_ENGLISH.iter().all(|v| letters(v) == Letters::Latin));
+        // A Cyrillic voice handed Latin letters would not speak the word.
+        assert!(RHVOICE_CYRILLIC
+            .iter()
+            .all(|v| letters(v) != Letters::Latin));
+    }
+
+    #[test]
     fn engine_names_parse_back() {
         for e in Engine::ALL {
             assert_eq!(Engine::parse(e.name()), Some(e));

@@ -14,6 +14,7 @@ mod tools;
 pub mod voices;
 
 pub use synth::{synthesize, CorpusKind, OutputFormat, SynthConfig, SynthError, SynthSummary};
+pub use tools::missing_tools;
 
 /// Mixes seed words into one 64-bit seed (SplitMix64 finaliser), so that every clip gets
 /// its own random stream whatever order the parallel jobs run in.

@@ -190,14 +190,6 @@ pub fn synthesize(
     progress: &(dyn Fn(usize, usize) + Sync),
 ) -> Result<SynthSummary, SynthError> {
     check_config(cfg)?;
-    let missing = tools::missing(&cfg.engines);
-    if !missing.is_empty() {
-        let list: Vec<String> = missing
-            .iter()
-            .map(|r| format!("{} ({})", r.what, r.install))
-            .collect();
-        return Err(SynthError::MissingTools(list.join(", ")));
-    }
     if cfg.out.exists()
         && std::fs::read_dir(&cfg.out)
             .map_err(io_err(&cfg.out))?
@@ -205,6 +197,10 @@ pub fn synthesize(
             .is_some()
     {
         return Err(SynthError::OutExists(cfg.out.clone()));
+    }
+    let missing = tools::missing_tools(&cfg.engines);
+    if !missing.is_empty() {
+        return Err(SynthError::MissingTools(missing.join(", ")));
     }
     let staging = partial_path(&cfg.out);
     if staging.exists() {

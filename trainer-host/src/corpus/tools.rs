@@ -157,7 +157,7 @@ pub(crate) fn wine_program() -> Option<PathBuf> {
 
 /// Returns the requirements of a corpus drawn from `engines` that are missing on this
 /// machine.
-pub(crate) fn missing(engines: &[Engine]) -> Vec<&'static Requirement> {
+fn missing(engines: &[Engine]) -> Vec<&'static Requirement> {
     required(engines)
         .filter(|r| match r.kind {
             Kind::Program => find_program(r.what).is_none(),
@@ -174,6 +174,15 @@ pub(crate) fn missing(engines: &[Engine]) -> Vec<&'static Requirement> {
             .iter()
             .all(|f| rhvoice_dir().join(f).is_file()),
         })
+        .collect()
+}
+
+/// What a corpus drawn from `engines` needs that this machine lacks, each as
+/// `what (how to install it)`; empty when everything is there.
+pub fn missing_tools(engines: &[Engine]) -> Vec<String> {
+    missing(engines)
+        .iter()
+        .map(|r| format!("{} ({})", r.what, r.install))
         .collect()
 }
 

@@ -1,11 +1,13 @@
 //! Helpers shared by the integration tests (round server, ASR training and pretraining).
 #![allow(dead_code, clippy::unwrap_used)]
 
+use std::io::Write;
 use std::path::{Path, PathBuf};
 
 use burn::tensor::Device;
 use hush_device::features::{FeatureConfig, FeatureKind};
 use hush_device::protocol::{LayerDelta, TrainTask, Update, UpdateHeader, UPDATE_FORMAT_VERSION};
+use hush_host::corpus::voices::Engine;
 use hush_models::arch::{ArchConfig, IoShape, LeakCnnConfig};
 use hush_models::checkpoint::NamedTensor;
 use hush_models::package::{write_package, ModelCard};
@@ -80,16 +82,45 @@ pub fn slice_corpus(src: &Path, dst: &Path, speakers: &[&str], k: usize) {
     }
 }
 
+/// Whether this machine has what a corpus drawn from `engines` needs (sox, the TTS engines,
+/// their voices). When something is missing the calling test should return at once: this
+/// writes one line, `skipped: TEST: needs WHAT (HOW TO INSTALL)`, to standard error —
+/// unless `HUSH_REQUIRE_TOOLS=1` (`scripts/test`, and so CI), where a missing tool fails
+/// the test instead.
+pub fn has_tools(engines: &[Engine]) -> bool {
+    let missing = hush_host::corpus::missing_tools(engines);
+    if missing.is_empty() {
+        return true;
+    }
+    // libtest names each test's thread after the test.
+    let test = std::thread::current()
+        .name()
+        .unwrap_or("a test")
+        .to_string();
+    let what = missing.join(", ");
+    assert!(
+        std::env::var_os("HUSH_REQUIRE_TOOLS").is_none_or(|v| v != "1"),
+        "{test} needs {what}, and HUSH_REQUIRE_TOOLS=1 forbids skipping it"
+    );
+    // Straight to the stream: libtest keeps a passing test's `eprintln!` to itself.
+    let _ = writeln!(std::io::stderr(), "skipped: {test}: needs {what}");
+    false
+}
+
 /// A synthetic keyword corpus (the ten keywords, one take each, one unknown word and one
-/// silence clip per speaker, 2 s of each background noise) made once per target directory
-/// under `CARGO_TARGET_TMPDIR/corpora/<name>` and reused by later runs: the generator
-/// writes it whole or not at all, so a corpus found there is complete.
-pub fn cached_kws_corpus(name: &str, speakers: usize, seed: u64) -> PathBuf {
+/// silence clip per speaker, 2 s of each background noise, the default engines) made once
+/// per target directory under `CARGO_TARGET_TMPDIR/corpora/<name>` and reused by later
+/// runs: the generator writes it whole or not at all, so a corpus found there is
+/// complete. `None` (the test skips) where the engines are missing: see [`has_tools`].
+pub fn cached_kws_corpus(name: &str, speakers: usize, seed: u64) -> Option<PathBuf> {
     let dir = Path::new(env!("CARGO_TARGET_TMPDIR"))
         .join("corpora")
         .join(name);
     if dir.join("speakers.tsv").is_file() {
-        return dir;
+        return Some(dir);
+    }
+    if !has_tools(&Engine::DEFAULT) {
+        return None;
     }
     let mut cfg = hush_host::corpus::SynthConfig::new(dir.clone());
     cfg.speakers = speakers;
@@ -102,7 +133,7 @@ pub fn cached_kws_corpus(name: &str, speakers: usize, seed: u64) -> PathBuf {
     cfg.noise_seconds = 2.0;
     cfg.seed = seed;
     hush_host::corpus::synthesize(&cfg, &|_, _| {}).unwrap();
-    dir
+    Some(dir)
 }
 
 /// burn's CPU backend draws initial weights and dropout masks from one process-wide

@@ -2,15 +2,19 @@
 //!
 //! hush on the workstation: the round server, aggregation with central noise, privacy
 //! accounting and the ledger, central DP training, PATE, audits, and corpus tools.
+//!
+//! This crate is the `hush-host` binary and a facade: the code lives in the crates under
+//! `trainer-host/` (one per concern, layered so dependencies run one way), re-exported here
+//! under the module names the CLI, the integration tests and the benches use.
 
-pub mod accountant;
-pub mod audit;
-pub mod corpus;
-pub mod demo;
-pub mod experiment;
-pub mod fl;
-pub mod ledger;
-pub mod pate;
-pub mod plot;
-pub mod simulate;
-pub mod train;
+pub use hush_audit as audit;
+pub use hush_corpus as corpus;
+pub use hush_fl as fl;
+pub use hush_lab::demo;
+pub use hush_lab::experiment;
+pub use hush_lab::simulate;
+pub use hush_pate as pate;
+pub use hush_plot as plot;
+pub use hush_privacy::accountant;
+pub use hush_privacy::ledger;
+pub use hush_train as train;

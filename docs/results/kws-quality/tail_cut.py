@@ -4,7 +4,7 @@
 For each engine and word, takes up to --clips clips of that engine's speakers from a
 corpus (Speech Commands layout with speakers.tsv), silences everything from N ms before the
 end of the speech on (the end: the last 10 ms window within 20 dB of the loudest, as in
-trainer-host/src/train/speech_bounds.rs), and classifies the originals and each cut with
+trainer-host/train/src/speech_bounds.rs), and classifies the originals and each cut with
 `hush-device classify`. Prints, per model, engine, word and cut, how many clips got each
 label, and writes the same as JSON.
 

@@ -1,0 +1,911 @@
+//! The round state machine.
+//!
+//! - **Open.** A round opens at a check-in when none is open, training is not finished and
+//!   at least `rounds.min_devices` devices are registered. Its population is the devices
+//!   registered at that moment (later ones wait for the next round); its expected cohort
+//!   `C = q × population` is the divisor. It opens only if [`Ledger::authorize`] accepts its
+//!   release: user-level, Poisson-subsampled Gaussian with rate `q` and the **effective**
+//!   noise multiplier actually used (`z·C/M` with a noise cohort `M`, else `z`). Refused →
+//!   training is finished (`Assignment::Done`).
+//! - **Cohort.** Each eligible device that checks in gets one Bernoulli(q) draw from a
+//!   CSPRNG ([`PoissonSampler::include`]), recorded in the store, so repeated check-ins
+//!   never re-draw. Selected devices get `Assignment::Train` until they have reported.
+//! - **Close.** At the deadline, or as soon as every eligible device has checked in and
+//!   every selected device has reported (accepted or rejected).
+//! - **Release.** Fewer than `rounds.min_reports` accepted → abandoned: no release, no ε.
+//!   Otherwise privatize the sum ([`GaussianMechanism::privatize`]: noise, then divide by
+//!   `C`), **record the release in the ledger (durably)**, and only then step the server
+//!   optimizer and write and publish model `v{N+1}`. A failure after the record is
+//!   `release_failed` (ε counted) and stops training.
+//! - **Restart.** A round still open in the store when the host starts lost its in-memory
+//!   sum: it is marked abandoned (no release, no ε) and the next check-in opens a fresh
+//!   one. Tokens, draws and reports are in SQLite. The server optimizer's state is
+//!   written into each published model version ([`OPTIMIZER_STATE`]), so a restarted
+//!   host goes on with the same moments.
+
+use std::collections::HashSet;
+use std::path::{Path, PathBuf};
+
+use burn::tensor::Device;
+use hush_device::protocol::{
+    Assignment, CheckInRequest, LocalTraining, RegisterResponse, StatusReport, TrainTask, Update,
+    UpdateClip, UpdateLimits, UploadReceipt,
+};
+use hush_models::arch::is_trainable;
+use hush_models::checkpoint::{NamedTensor, TensorSource};
+use hush_models::dp::{ClipBounds, ExpectedCount, GaussianMechanism, NoiseSource, PoissonSampler};
+use hush_models::optim::{ServerOptimizer, ServerOptimizerConfig, ServerOptimizerState};
+use hush_models::package::{load_package, write_package, ModelCard, MODEL_JSON, ONNX, WEIGHTS};
+use rand::{Rng, SeedableRng};
+use rand_chacha::ChaCha20Rng;
+use serde::{Deserialize, Serialize};
+use sha2::{Digest, Sha256};
+use tracing::{info, warn};
+
+use super::aggregate::{check_norms, update_tensors, Aggregator, Rejection};
+use super::store::{FlStore, ReportRow, RoundOutcome, RoundRow, RoundState, SqliteFlStore};
+use super::{now_ms, FlConfig, FlError};
+use hush_privacy::accountant::{Adjacency, PrivacyUnit, SubsampledGaussian};
+use hush_privacy::ledger::sqlite::SqliteLedgerStore;
+use hush_privacy::ledger::{
+    totals, Authorization, Budget, Ledger, LedgerError, LedgerStore, Mechanism, Release,
+};
+
+/// File name of the SQLite database in the data directory.
+pub const DB_FILE: &str = "hush.sqlite";
+
+/// One line of the per-round log.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct RoundLog {
+    /// Round id.
+    pub round: u64,
+    /// Model version the cohort trained from.
+    pub model_version: u64,
+    /// State.
+    pub state: RoundState,
+    /// Why it was abandoned or failed.
+    pub reason: Option<String>,
+    /// Devices registered when it opened.
+    pub population: u64,
+    /// Expected cohort `q × population` (the divisor).
+    pub expected_cohort: f64,
+    /// Devices drawn into the cohort (realized cohort).
+    pub realized_cohort: u64,
+    /// Accepted reports.
+    pub reports_accepted: u64,
+    /// Rejected reports.
+    pub reports_rejected: u64,
+    /// Model version published from it.
+    pub released_version: Option<u64>,
+    /// User-level ε spent after this round, by RDP.
+    pub epsilon_rdp: Option<f64>,
+    /// User-level ε spent after this round, by PLD.
+    pub epsilon_pld: Option<f64>,
+}
+
+struct OpenRound {
+    row: RoundRow,
+    authorization: Option<Authorization>,
+    mechanism: Option<GaussianMechanism>,
+    agg: Aggregator,
+    checked_in: u64,
+    selected: u64,
+    reported: HashSet<u64>,
+    rejected: u64,
+}
+
+/// The round server's state: store, ledger, current model, the open round.
+pub struct RoundManager {
+    cfg: FlConfig,
+    store: Box<dyn FlStore>,
+    ledger: Ledger<SqliteLedgerStore>,
+    models_dir: PathBuf,
+    card: ModelCard,
+    weights: Vec<NamedTensor>,
+    layout: Vec<(String, Vec<usize>)>,
+    bounds: ClipBounds,
+    limits: UpdateLimits,
+    optimizer: ServerOptimizer,
+    noise: NoiseSource,
+    sampler: PoissonSampler,
+    tokens: ChaCha20Rng,
+    model_version: u64,
+    model_dir: PathBuf,
+    open: Option<OpenRound>,
+    next_round: u64,
+    released: u64,
+    finished: Option<String>,
+    epsilon: (Option<f64>, Option<f64>),
+    rejected_total: u64,
+}
+
+/// SHA-256 hex of a token (what the store keeps).
+pub fn token_hash(token: &str) -> String {
+    Sha256::digest(token.as_bytes())
+        .iter()
+        .map(|b| format!("{b:02x}"))
+        .collect()
+}
+
+fn copy_package(from: &Path, to: &Path) -> Result<(), FlError> {
+    std::fs::create_dir_all(to).map_err(FlError::io(to))?;
+    for f in [MODEL_JSON, WEIGHTS, ONNX, "model.nnef.tgz"] {
+        let src = from.join(f);
+        if f == "model.nnef.tgz" && !src.exists() {
+            continue;
+        }
+        std::fs::copy(&src, to.join(f)).map_err(FlError::io(&src))?;
+    }
+    Ok(())
+}
+
+impl RoundManager {
+    /// Opens the data directory (creating the store, the ledger and `models/v0` on first
+    /// start) and recovers from a previous run.
+    pub fn open(cfg: FlConfig) -> Result<Self, FlError> {
+        cfg.validate()?;
+        let data = cfg.server.data_dir.clone();
+        let models_dir = data.join("models");
+        std::fs::create_dir_all(&models_dir).map_err(FlError::io(&models_dir))?;
+        let db = data.join(DB_FILE);
+        let mut store = SqliteFlStore::open(&db)?;
+        let ledger_store = SqliteLedgerStore::open(&db)?;
+        let budget = Budget::new(
+            cfg.budget.epsilon,
+            cfg.budget.delta,
+            cfg.budget.accountant,
+            Adjacency::AddRemove,
+            PrivacyUnit::User,
+        )
+        .map_err(|e| FlError::config("budget", &e.to_string()))?;
+        let ledger = Ledger::new(ledger_store, budget);
+
+        // Recovery: an open round's sum died with the previous process.
+        for r in store.rounds()? {
+            if r.state == RoundState::Open {
+                warn!(
+                    round = r.id,
+                    "round was open when the host stopped; abandoning it"
+                );
+                store.close_round(
+                    r.id,
+                    &RoundOutcome {
+                        state: RoundState::Abandoned,
+                        reason: Some(
+                            "host restarted mid-round: its partial sum was lost; no release, no \
+                             epsilon spent"
+                                .into(),
+                        ),
+                        released_version: None,
+                        selected: r.selected,
+                        accepted: r.accepted,
+                        rejected: r.rejected,
+                        epsilon_rdp: None,
+                        epsilon_pld: None,
+                    },
+                )?;
+            }
+        }
+
+        let (model_version, model_dir) = match store.latest_model_version()? {
+            Some(v) => v,
+            None => {
+                let init = &cfg.server.initial_model;
+                load_package(init, &Device::flex())
+                    .map_err(|e| FlError::config("server.initial_model", &e.to_string()))?;
+                let v0 = models_dir.join("v0");
+                copy_package(init, &v0)?;
+                store.add_model_version(0, None, &v0)?;
+                info!(path = %v0.display(), "initial model published as v0");
+                (0, v0)
+            }
+        };
+        let (card, model) = load_package(&model_dir, &Device::flex())?;
+        let weights = model.named_tensors()?;
+        let layout: Vec<(String, Vec<usize>)> = weights
+            .iter()
+            .filter(|t| is_trainable(&t.name))
+            .map(|t| (t.name.clone(), t.shape.clone()))
+            .collect();
+        let counts: Vec<(String, usize)> = layout
+            .iter()
+            .map(|(n, s)| (n.clone(), s.iter().product()))
+            .collect();
+        let bounds = ClipBounds::new(cfg.dp.clipping, cfg.dp.clip, &counts)?;
+        let mut limits = UpdateLimits::for_layout(layout.clone());
+        if let Some(b) = cfg.server.max_upload_bytes {
+            limits.max_bytes = b;
+        }
+        let optimizer =
+            read_optimizer_state(&model_dir.join(OPTIMIZER_STATE), cfg.optimizer.resolve()?)?;
+        let q = cfg.rounds.sampling_rate;
+        let (noise, sampler, tokens) = match cfg.seed {
+            Some(s) => (
+                NoiseSource::from_seed(s),
+                PoissonSampler::from_seed(q, s ^ 0x5eed_c0de)?,
+                ChaCha20Rng::from_os_rng(),
+            ),
+            None => (
+                NoiseSource::from_os(),
+                PoissonSampler::from_os(q)?,
+                ChaCha20Rng::from_os_rng(),
+            ),
+        };
+        let rounds = store.rounds()?;
+        let released = rounds
+            .iter()
+            .filter(|r| matches!(r.state, RoundState::Released | RoundState::ReleaseFailed))
+            .count() as u64;
+        let next_round = rounds.last().map_or(1, |r| r.id + 1);
+        let rejected_total = store.rejected_total()?;
+        let mut m = Self {
+            cfg,
+            store: Box::new(store),
+            ledger,
+            models_dir,
+            card,
+            weights,
+            layout,
+            bounds,
+            limits,
+            optimizer,
+            noise,
+            sampler,
+            tokens,
+            model_version,
+            model_dir,
+            open: None,
+            next_round,
+            released,
+            finished: None,
+            epsilon: (None, None),
+            rejected_total,
+        };
+        m.refresh_epsilon()?;
+        if let Some(failed) = rounds.iter().find(|r| r.state == RoundState::ReleaseFailed) {
+            m.finished = Some(format!(
+                "round {} was recorded in the ledger but its model could not be published; \
+                 fix the data directory before training further",
+                failed.id
+            ));
+        } else if m.released >= m.cfg.rounds.rounds {
+            m.finished = Some(format!("all {} rounds are done", m.cfg.rounds.rounds));
+        }
+        Ok(m)
+    }
+
+    fn refresh_epsilon(&mut self) -> Result<(), FlError> {
+        if !self.cfg.dp.enabled {
+            self.epsilon = (None, None);
+            return Ok(());
+        }
+        let records = self.ledger.store().records()?;
+        let t = totals(
+            &records,
+            Adjacency::AddRemove,
+            PrivacyUnit::User,
+            self.cfg.budget.delta,
+        );
+        self.epsilon = (t.rdp.map(|r| r.epsilon), t.pld.map(|r| r.epsilon));
+        Ok(())
+    }
+
+    /// What the upload decoder expects (layout and byte limit).
+    pub fn limits(&self) -> &UpdateLimits {
+        &self.limits
+    }
+
+    /// The data directory's model versions folder.
+    pub fn models_dir(&self) -> &Path {
+        &self.models_dir
+    }
+
+    /// Latest published model version and its package directory.
+    pub fn latest_model(&self) -> (u64, PathBuf) {
+        (self.model_version, self.model_dir.clone())
+    }
+
+    /// Whether training is over, and why.
+    pub fn finished(&self) -> Option<&str> {
+        self.finished.as_deref()
+    }
+
+    /// Registers a device: a fresh random token (returned once; only its hash is stored).
+    pub fn register(&mut self, label: &str) -> Result<RegisterResponse, FlError> {
+        let bytes: [u8; 32] = self.tokens.random();
+        let token: String = bytes.iter().map(|b| format!("{b:02x}")).collect();
+        let device_id = self.store.register_device(label, &token_hash(&token))?;
+        info!(device_id, label, "device registered");
+        Ok(RegisterResponse { device_id, token })
+    }
+
+    /// The device holding `token`, if any.
+    pub fn authenticate(&self, token: &str) -> Result<Option<u64>, FlError> {
+        self.store.device_by_token_hash(&token_hash(token))
+    }
+
+    fn try_open_round(&mut self) -> Result<(), FlError> {
+        if self.open.is_some() || self.finished.is_some() {
+            return Ok(());
+        }
+        let (population, max_device_id) = self.store.devices()?;
+        if population < self.cfg.rounds.min_devices {
+            return Ok(());
+        }
+        let q = self.cfg.rounds.sampling_rate;
+        let id = self.next_round;
+        let expected = ExpectedCount::poisson(q, population as usize)?;
+        let (mechanism, authorization) = if self.cfg.dp.enabled {
+            let mut mech = GaussianMechanism::new(
+                self.cfg.dp.noise_multiplier,
+                self.bounds.sensitivity(),
+                expected,
+                self.cfg.dp.noise_kind(),
+            )?;
+            if let Some(m) = self.cfg.dp.noise_cohort_size {
+                mech = match mech.with_noise_cohort(m) {
+                    Ok(m) => m,
+                    Err(e) => {
+                        self.finished = Some(format!("dp.noise_cohort_size: {e}"));
+                        return Ok(());
+                    }
+                };
+            }
+            // The multiplier actually used against the sensitivity: z·C/M with a noise cohort.
+            let z_eff = mech.noise_std_on_sum() / mech.sensitivity;
+            let release = Release {
+                mechanism: Mechanism::FederatedAveraging,
+                event: SubsampledGaussian::poisson(q, z_eff, 1)
+                    .map_err(|e| FlError::config("dp.noise_multiplier", &e.to_string()))?,
+                unit: PrivacyUnit::User,
+                adjacency: Adjacency::AddRemove,
+                population: Some(population),
+                delta: self.cfg.budget.delta,
+                released: format!("federated round {id}: model v{}", self.model_version + 1),
+                additional: Default::default(),
+            };
+            match self.ledger.authorize(&release) {
+                Ok(a) => (Some(mech), Some(a)),
+                Err(e @ LedgerError::BudgetExceeded { .. }) => {
+                    info!(round = id, "privacy budget exhausted: {e}");
+                    self.finished = Some(format!("privacy budget exhausted: {e}"));
+                    return Ok(());
+                }
+                Err(e) => return Err(e.into()),
+            }
+        } else {
+            (None, None)
+        };
+        let opened = now_ms();
+        let deadline = opened + (self.cfg.rounds.deadline_secs * 1000.0) as i64;
+        let row = RoundRow {
+            id,
+            model_version: self.model_version,
+            state: RoundState::Open,
+            opened_at_ms: opened,
+            deadline_ms: deadline,
+            population,
+            max_device_id,
+            expected_cohort: expected.get(),
+            closed_at_ms: None,
+            reason: None,
+            released_version: None,
+            selected: 0,
+            accepted: 0,
+            rejected: 0,
+            epsilon_rdp: None,
+            epsilon_pld: None,
+        };
+        self.store.insert_round(&row)?;
+        self.next_round = id + 1;
+        info!(
+            round = id,
+            population,
+            expected_cohort = expected.get(),
+            model_version = self.model_version,
+            "round opened"
+        );
+        self.open = Some(OpenRound {
+            row,
+            authorization,
+            mechanism,
+            agg: Aggregator::new(&self.layout),
+            checked_in: 0,
+            selected: 0,
+            reported: HashSet::new(),
+            rejected: 0,
+        });
+        Ok(())
+    }
+
+    fn train_task(&self, open: &OpenRound, device: u64) -> TrainTask {
+        TrainTask {
+            round: open.row.id,
+            model_version: open.row.model_version,
+            deadline_ms: u64::try_from(open.row.deadline_ms - now_ms()).unwrap_or(0),
+            local: LocalTraining {
+                epochs: self.cfg.local.epochs,
+                batch_size: self.cfg.local.batch_size,
+                lr: self.cfg.local.lr,
+                example_clip: self.cfg.local.example_clip,
+                seed: open.row.id.wrapping_mul(1_000_003).wrapping_add(device),
+            },
+            clip: UpdateClip {
+                bounds: self.bounds.bounds().to_vec(),
+                layers: self.bounds.layers().to_vec(),
+                normalize_layers: self.cfg.dp.normalize_layers,
+                local_noise_std: self.cfg.dp.local_noise_std,
+            },
+        }
+    }
+
+    fn wait(&self) -> Assignment {
+        Assignment::Wait {
+            retry_after_ms: self.cfg.rounds.retry_after_ms,
+        }
+    }
+
+    /// A device checks in: the round's one draw for it, and its assignment.
+    pub fn check_in(&mut self, device: u64, _req: &CheckInRequest) -> Result<Assignment, FlError> {
+        self.tick()?;
+        self.try_open_round()?;
+        if let Some(reason) = &self.finished {
+            if self.open.is_none() {
+                return Ok(Assignment::Done {
+                    reason: reason.clone(),
+                });
+            }
+        }
+        let Some(open) = self.open.as_ref() else {
+            return Ok(self.wait());
+        };
+        if device > open.row.max_device_id {
+            return Ok(self.wait());
+        }
+        let round = open.row.id;
+        let selected = match self.store.cohort_draw(round, device)? {
+            Some(s) => s,
+            None => {
+                let s = self.sampler.include();
+                self.store.record_draw(round, device, s)?;
+                if let Some(o) = self.open.as_mut() {
+                    o.checked_in += 1;
+                    if s {
+                        o.selected += 1;
+                    }
+                }
+                s
+            }
+        };
+        let assignment = match self.open.as_ref() {
+            Some(o) if selected && !o.reported.contains(&device) => {
+                Assignment::Train(self.train_task(o, device))
+            }
+            _ => self.wait(),
+        };
+        self.close_if_complete()?;
+        Ok(assignment)
+    }
+
+    fn close_if_complete(&mut self) -> Result<(), FlError> {
+        let complete = self.open.as_ref().is_some_and(|o| {
+            o.checked_in >= o.row.population && o.reported.len() as u64 >= o.selected
+        });
+        if complete {
+            self.close_round("every eligible device checked in and every selected one reported")?;
+        }
+        Ok(())
+    }
+
+    /// Closes the open round if its deadline has passed.
+    pub fn tick(&mut self) -> Result<(), FlError> {
+        if self
+            .open
+            .as_ref()
+            .is_some_and(|o| now_ms() >= o.row.deadline_ms)
+        {
+            self.close_round("deadline")?;
+        }
+        Ok(())
+    }
+
+    fn log_rejection(
+        &mut self,
+        device: u64,
+        round: u64,
+        bytes: u64,
+        rej: Rejection,
+    ) -> Result<Rejection, FlError> {
+        self.store.record_report(&ReportRow {
+            round,
+            device,
+            idempotency_key: None,
+            accepted: false,
+            reason: Some(format!("{}: {}", rej.code, rej.error)),
+            bytes,
+        })?;
+        self.rejected_total += 1;
+        warn!(
+            device,
+            round,
+            code = rej.code,
+            "upload rejected: {}",
+            rej.error
+        );
+        Ok(rej)
+    }
+
+    /// A decoded upload from `device` to the round in the path. `Ok(Err(_))` is a refusal
+    /// to send to the device; `Err(_)` is a host failure.
+    pub fn upload(
+        &mut self,
+        device: u64,
+        path_round: u64,
+        bytes: u64,
+        update: Update,
+    ) -> Result<Result<UploadReceipt, Rejection>, FlError> {
+        let h = &update.header;
+        let round = h.round;
+        if round != path_round {
+            return Ok(Err(Rejection::new(
+                400,
+                "round_mismatch",
+                format!("the path names round {path_round} but the update is for round {round}"),
+            )));
+        }
+        if h.device_id != device {
+            return Ok(Err(Rejection::new(
+                403,
+                "device_mismatch",
+                format!(
+                    "the update names device {} but the token belongs to device {device}",
+                    h.device_id
+                ),
+            )));
+        }
+        if self.store.accepted_key(&h.idempotency_key)?.is_some() {
+            return Ok(Ok(UploadReceipt {
+                round,
+                duplicate: true,
+            }));
+        }
+        self.tick()?;
+        let open_id = self.open.as_ref().map(|o| o.row.id);
+        if open_id != Some(round) {
+            let rej = if round < self.next_round && round > 0 {
+                Rejection::new(
+                    409,
+                    "round_closed",
+                    format!(
+                        "round {round} is closed; the upload came too late and was not counted"
+                    ),
+                )
+            } else {
+                Rejection::new(404, "unknown_round", format!("there is no round {round}"))
+            };
+            return self.log_rejection(device, round, bytes, rej).map(Err);
+        }
+        if self.store.cohort_draw(round, device)? != Some(true) {
+            let rej = Rejection::new(
+                403,
+                "not_in_cohort",
+                format!("device {device} was not drawn into round {round}'s cohort"),
+            );
+            return self.log_rejection(device, round, bytes, rej).map(Err);
+        }
+        let expected_version = self.open.as_ref().map_or(0, |o| o.row.model_version);
+        if h.model_version != expected_version {
+            let rej = Rejection::new(
+                409,
+                "stale_model",
+                format!(
+                    "the update starts from model v{} but round {round} trains v{expected_version}",
+                    h.model_version
+                ),
+            );
+            return self.log_rejection(device, round, bytes, rej).map(Err);
+        }
+        let key = h.idempotency_key.clone();
+        let mut tensors = update_tensors(update);
+        if let Err(rej) = check_norms(
+            &mut tensors,
+            &self.bounds,
+            self.cfg.dp.norm_tolerance,
+            self.cfg.dp.normalize_layers,
+        ) {
+            let rej = self.log_rejection(device, round, bytes, rej)?;
+            if let Some(o) = self.open.as_mut() {
+                o.rejected += 1;
+                o.reported.insert(device);
+            }
+            self.close_if_complete()?;
+            return Ok(Err(rej));
+        }
+        self.store.record_report(&ReportRow {
+            round,
+            device,
+            idempotency_key: Some(key),
+            accepted: true,
+            reason: None,
+            bytes,
+        })?;
+        if let Some(o) = self.open.as_mut() {
+            if let Err(rej) = o.agg.add(tensors) {
+                return Ok(Err(rej));
+            }
+            o.reported.insert(device);
+        }
+        info!(device, round, "update accepted");
+        self.close_if_complete()?;
+        Ok(Ok(UploadReceipt {
+            round,
+            duplicate: false,
+        }))
+    }
+
+    fn close_round(&mut self, why: &str) -> Result<(), FlError> {
+        let Some(open) = self.open.take() else {
+            return Ok(());
+        };
+        let id = open.row.id;
+        let accepted = open.agg.accepted();
+        let mut outcome = RoundOutcome {
+            state: RoundState::Abandoned,
+            reason: None,
+            released_version: None,
+            selected: open.selected,
+            accepted,
+            rejected: open.rejected,
+            epsilon_rdp: self.epsilon.0,
+            epsilon_pld: self.epsilon.1,
+        };
+        let min = self.cfg.rounds.min_reports;
+        if accepted < min {
+            outcome.reason = Some(format!(
+                "closed ({why}) with {accepted} accepted reports; rounds.min_reports is {min}: \
+                 abandoned, no release, no epsilon spent"
+            ));
+            info!(round = id, accepted, "round abandoned: too few reports");
+            return self.store.close_round(id, &outcome);
+        }
+        let mut mean = open.agg.into_sum();
+        let step = match &open.mechanism {
+            Some(mech) => mech
+                .privatize(&mut mean, &mut self.noise)
+                .map_err(FlError::from),
+            None => {
+                let n = accepted as f32;
+                mean.iter_mut()
+                    .flat_map(|t| t.data.iter_mut())
+                    .for_each(|v| *v /= n);
+                Ok(())
+            }
+        };
+        if let Err(e) = step {
+            outcome.reason = Some(format!("aggregation failed: {e}; no release"));
+            warn!(round = id, "round abandoned: {e}");
+            return self.store.close_round(id, &outcome);
+        }
+        let version = self.model_version + 1;
+        // Invariant 6: the release is durable in the ledger before the model exists.
+        if let Some(auth) = open.authorization {
+            if let Err(e) = self.ledger.record(auth) {
+                outcome.reason = Some(format!("the ledger refused the release: {e}"));
+                warn!(round = id, "round abandoned: ledger refused: {e}");
+                if matches!(e, LedgerError::BudgetExceeded { .. }) {
+                    self.finished = Some(format!("privacy budget exhausted: {e}"));
+                }
+                return self.store.close_round(id, &outcome);
+            }
+            self.refresh_epsilon()?;
+            outcome.epsilon_rdp = self.epsilon.0;
+            outcome.epsilon_pld = self.epsilon.1;
+        }
+        self.released += 1;
+        // The server optimizer steps only after the release is recorded, so a refused
+        // release leaves its state (saved with the next published model) untouched.
+        let mut trainable: Vec<NamedTensor> = self
+            .weights
+            .iter()
+            .filter(|t| is_trainable(&t.name))
+            .cloned()
+            .collect();
+        let stepped = self
+            .optimizer
+            .step(&mut trainable, &mean)
+            .map_err(FlError::from);
+        drop(mean);
+        match stepped.and_then(|()| self.publish(version, id, trainable)) {
+            Ok(dir) => {
+                outcome.state = RoundState::Released;
+                outcome.released_version = Some(version);
+                info!(
+                    round = id,
+                    version,
+                    accepted,
+                    epsilon_rdp = ?self.epsilon.0,
+                    epsilon_pld = ?self.epsilon.1,
+                    path = %dir.display(),
+                    "round released ({why})"
+                );
+            }
+            Err(e) => {
+                outcome.state = RoundState::ReleaseFailed;
+                outcome.reason = Some(format!(
+                    "recorded in the ledger but the model could not be published: {e}"
+                ));
+                warn!(round = id, "publishing model v{version} failed: {e}");
+                self.finished = Some(format!(
+                    "publishing model v{version} failed ({e}); training stopped"
+                ));
+            }
+        }
+        self.store.close_round(id, &outcome)?;
+        if self.finished.is_none() && self.released >= self.cfg.rounds.rounds {
+            self.finished = Some(format!("all {} rounds are done", self.cfg.rounds.rounds));
+        }
+        Ok(())
+    }
+
+    fn publish(
+        &mut self,
+        version: u64,
+        round: u64,
+        trainable: Vec<NamedTensor>,
+    ) -> Result<PathBuf, FlError> {
+        let mut all = self.weights.clone();
+        for t in trainable {
+            if let Some(slot) = all.iter_mut().find(|w| w.name == t.name) {
+                *slot = t;
+            }
+        }
+        let dir = self.models_dir.join(format!("v{version}"));
+        let tmp = self.models_dir.join(format!("v{version}.partial"));
+        if tmp.exists() {
+            std::fs::remove_dir_all(&tmp).map_err(FlError::io(&tmp))?;
+        }
+        let model = self.card.arch.init(&Device::flex())?.load_tensors(
+            TensorSource::new(&dir.join(WEIGHTS), all.clone()),
+            self.card.arch.name(),
+        )?;
+        let mut card = self.card.clone();
+        card.metrics = None;
+        write_package(&tmp, &card, &model)?;
+        write_optimizer_state(&tmp.join(OPTIMIZER_STATE), &self.optimizer)?;
+        std::fs::rename(&tmp, &dir).map_err(FlError::io(&dir))?;
+        self.store.add_model_version(version, Some(round), &dir)?;
+        // Only the newest state is ever read back; older ones are dead weight.
+        let stale = self.model_dir.join(OPTIMIZER_STATE);
+        if stale.exists() {
+            if let Err(e) = std::fs::remove_file(&stale) {
+                warn!(path = %stale.display(), "could not remove an old optimizer state: {e}");
+            }
+        }
+        self.weights = all;
+        self.model_version = version;
+        self.model_dir = dir.clone();
+        Ok(dir)
+    }
+
+    /// `GET /v1/status`.
+    pub fn status(&self) -> Result<StatusReport, FlError> {
+        let (devices, _) = self.store.devices()?;
+        Ok(StatusReport {
+            model_version: self.model_version,
+            open_round: self.open.as_ref().map(|o| o.row.id),
+            rounds_done: self.released,
+            rounds_planned: self.cfg.rounds.rounds,
+            devices,
+            reports_in_round: self.open.as_ref().map_or(0, |o| o.agg.accepted()),
+            reports_rejected: self.rejected_total,
+            epsilon_rdp: self.epsilon.0,
+            epsilon_pld: self.epsilon.1,
+            delta: self.cfg.budget.delta,
+            unit: PrivacyUnit::User.to_string(),
+            adjacency: "add/remove".into(),
+            epsilon_budget: self.cfg.budget.epsilon,
+            finished: self.finished.is_some() && self.open.is_none(),
+        })
+    }
+
+    /// The per-round log (closed rounds from the store; the open one live).
+    pub fn round_log(&self) -> Result<Vec<RoundLog>, FlError> {
+        Ok(self
+            .store
+            .rounds()?
+            .into_iter()
+            .map(|r| {
+                let live = self.open.as_ref().filter(|o| o.row.id == r.id);
+                RoundLog {
+                    round: r.id,
+                    model_version: r.model_version,
+                    state: r.state,
+                    reason: r.reason,
+                    population: r.population,
+                    expected_cohort: r.expected_cohort,
+                    realized_cohort: live.map_or(r.selected, |o| o.selected),
+                    reports_accepted: live.map_or(r.accepted, |o| o.agg.accepted()),
+                    reports_rejected: live.map_or(r.rejected, |o| o.rejected),
+                    released_version: r.released_version,
+                    epsilon_rdp: r.epsilon_rdp,
+                    epsilon_pld: r.epsilon_pld,
+                }
+            })
+            .collect())
+    }
+
+    /// The package file `file` of model `version`, if published (only the package's own
+    /// files are served).
+    pub fn model_file(&self, version: u64, file: &str) -> Option<PathBuf> {
+        if ![MODEL_JSON, WEIGHTS, ONNX].contains(&file) || version > self.model_version {
+            return None;
+        }
+        let p = self.models_dir.join(format!("v{version}")).join(file);
+        p.is_file().then_some(p)
+    }
+}
+
+/// File in a published model version holding the server optimizer's state after the step
+/// that made it (postcard; host-only, never served to devices).
+pub const OPTIMIZER_STATE: &str = "server-optimizer.postcard";
+
+/// [`ServerOptimizerState`] as stored: postcard cannot carry the config's tagged enum,
+/// so the config travels as its JSON text.
+#[derive(serde::Serialize, serde::Deserialize)]
+struct StoredOptimizerState {
+    config_json: String,
+    steps: u64,
+    m: Vec<Vec<f64>>,
+    v: Vec<Vec<f64>>,
+}
+
+fn write_optimizer_state(path: &Path, optimizer: &ServerOptimizer) -> Result<(), FlError> {
+    let state = optimizer.state();
+    let stored = StoredOptimizerState {
+        config_json: serde_json::to_string(&state.config)
+            .map_err(|e| FlError::Corrupt(format!("encoding the optimizer config: {e}")))?,
+        steps: state.steps,
+        m: state.m,
+        v: state.v,
+    };
+    let bytes = postcard::to_stdvec(&stored)
+        .map_err(|e| FlError::Corrupt(format!("encoding the optimizer state: {e}")))?;
+    std::fs::write(path, bytes).map_err(FlError::io(path))
+}
+
+/// The optimizer for `config`, resumed from `path` when the latest model version has a
+/// state (fresh otherwise: v0, or a model published before states were kept).
+fn read_optimizer_state(
+    path: &Path,
+    config: ServerOptimizerConfig,
+) -> Result<ServerOptimizer, FlError> {
+    if !path.exists() {
+        return Ok(ServerOptimizer::new(config)?);
+    }
+    let bytes = std::fs::read(path).map_err(FlError::io(path))?;
+    let corrupt = |e: String| {
+        FlError::Corrupt(format!(
+            "{}: the server optimizer state does not decode ({e}); delete it to restart \
+             the optimizer from zero",
+            path.display()
+        ))
+    };
+    let stored: StoredOptimizerState =
+        postcard::from_bytes(&bytes).map_err(|e| corrupt(e.to_string()))?;
+    let state = ServerOptimizerState {
+        config: serde_json::from_str(&stored.config_json).map_err(|e| corrupt(e.to_string()))?,
+        steps: stored.steps,
+        m: stored.m,
+        v: stored.v,
+    };
+    ServerOptimizer::resume(config, state).map_err(|e| {
+        FlError::config(
+            "optimizer",
+            &format!(
+                "{e} ({}); restore the previous [optimizer] settings, or delete that file to \
+                 restart the optimizer from zero",
+                path.display()
+            ),
+        )
+    })
+}

@@ -1,0 +1,559 @@
+//! Fleet simulation, `hush-host simulate`: a real round server on loopback and one real
+//! device client per training speaker, talking HTTP to it, each training on its own
+//! speaker's clips only.
+//!
+//! The corpus is split by speaker ([`hush_device::dataset::split_of_speaker`]): training
+//! speakers become devices; validation speakers are the *public* data the initial model's
+//! input normalisation is computed from (no private data touches the initial model); test
+//! speakers are held out and every published model version is scored on them. The
+//! privacy guarantee is the host's ledger (user level, RDP and PLD, as the simulation
+//! really ran) and, for a simulation with a noise cohort, the guarantee extrapolated to
+//! a deployment of `population` devices with cohorts of that size (Apple's pfl
+//! methodology; [`hush_privacy::accountant::federated`]).
+
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use burn::tensor::Device;
+use hush_device::client::{join, JoinConfig, JoinSummary};
+use hush_device::dataset::{read_corpus, split_of_speaker, KwsLabels, Split, Target};
+use hush_device::features::FeatureConfig;
+use hush_device::training::LocalData;
+use hush_models::arch::ArchConfig;
+use hush_models::package::{load_package, write_package, ModelCard, SplitMetrics};
+use hush_models::step::predict;
+use serde::Serialize;
+
+use hush_fl::{start_host, FlConfig, RoundLog};
+use hush_plot::{line_plot, Series};
+use hush_privacy::accountant::federated::FederatedPlan;
+use hush_privacy::accountant::{Accountant, EpsilonReport};
+use hush_train::metrics::{argmax, score};
+
+/// Everything a simulation needs: the host's configuration (rounds, sampling, noise,
+/// clipping, local recipe, server optimizer, budget) and the fleet around it.
+#[derive(Debug, Clone, Serialize)]
+pub struct SimulateConfig {
+    /// Keyword corpus (Speech Commands layout).
+    pub data: PathBuf,
+    /// Output folder: `results.json`, `accuracy.png`, `host/` (SQLite, model versions),
+    /// `devices/` (each device's state), `model/` (the final package).
+    pub out: PathBuf,
+    /// At most this many devices (training speakers, in name order); `None`: all.
+    pub devices: Option<usize>,
+    /// Keywords.
+    pub keywords: Vec<String>,
+    /// Features of the model.
+    pub features: FeatureConfig,
+    /// Frames per example.
+    pub frames: usize,
+    /// Architecture of the model.
+    pub arch: ArchConfig,
+    /// Seed of the initial weights.
+    pub init_seed: u64,
+    /// The host's configuration (its `server.initial_model`, `data_dir` and `listen` are
+    /// set by the simulation).
+    pub host: FlConfig,
+    /// Set the host's ε budget to the planned run's own ε (plus 1 %), so the ledger
+    /// refuses any round beyond the plan; otherwise `host.budget` is used as given.
+    pub budget_from_plan: bool,
+    /// Population the guarantee is extrapolated to (with cohorts of the noise cohort).
+    pub deployment_population: u64,
+    /// δ of the extrapolated guarantee.
+    pub deployment_delta: f64,
+}
+
+/// One published model version, scored on the held-out speakers.
+#[derive(Debug, Clone, Serialize)]
+pub struct RoundPoint {
+    /// Model version (0 = initial).
+    pub version: u64,
+    /// Test-speaker accuracy.
+    pub accuracy: f64,
+    /// Balanced accuracy over the keyword classes.
+    pub balanced_keyword_accuracy: f64,
+    /// Seconds since the host started.
+    pub elapsed_s: f64,
+}
+
+/// What a simulation did; written as `results.json`.
+#[derive(Debug, Clone, Serialize)]
+pub struct SimulateReport {
+    /// Settings.
+    pub config: SimulateConfig,
+    /// Devices that took part.
+    pub devices: usize,
+    /// Fewest and most clips on one device.
+    pub clips_per_device: (usize, usize),
+    /// Test-speaker accuracy of every published version.
+    pub curve: Vec<RoundPoint>,
+    /// The host's log of every round (cohort, reports, ε so far).
+    pub rounds: Vec<RoundLog>,
+    /// Final model's metrics on the test speakers.
+    pub test: SplitMetrics,
+    /// ε the host's ledger holds for this run, by RDP and PLD (user level).
+    pub ledger_epsilon: Vec<EpsilonReport>,
+    /// ε of the extrapolated deployment, by RDP and PLD (when a noise cohort is set).
+    pub deployment_epsilon: Vec<EpsilonReport>,
+    /// Uploads accepted / refused as the devices saw them.
+    pub uploads_accepted: u64,
+    /// Uploads refused.
+    pub uploads_refused: u64,
+    /// Wall time of the run.
+    pub seconds: f64,
+    /// The final model package.
+    pub model: PathBuf,
+}
+
+/// Why a simulation failed.
+#[derive(Debug, thiserror::Error)]
+pub enum SimulateError {
+    /// Reading the corpus failed.
+    #[error(transparent)]
+    Dataset(#[from] hush_device::dataset::DatasetError),
+    /// Local data could not be prepared.
+    #[error(transparent)]
+    Training(#[from] hush_device::training::TrainingError),
+    /// The model failed.
+    #[error(transparent)]
+    Model(#[from] hush_models::ModelError),
+    /// The host failed.
+    #[error(transparent)]
+    Host(#[from] hush_fl::FlError),
+    /// The accountant refused the plan.
+    #[error(transparent)]
+    Accountant(#[from] hush_privacy::accountant::AccountantError),
+    /// A device failed for a reason that is not a refused upload.
+    #[error("device {index}: {source}")]
+    Device {
+        /// Which device.
+        index: usize,
+        /// What failed.
+        source: hush_device::client::ClientError,
+    },
+    /// A file could not be written.
+    #[error("{path}: {reason}")]
+    Io {
+        /// The path.
+        path: PathBuf,
+        /// What failed.
+        reason: String,
+    },
+    /// The corpus cannot be simulated.
+    #[error("{0}")]
+    Unusable(String),
+}
+
+fn io_err(path: &Path, e: impl std::fmt::Display) -> SimulateError {
+    SimulateError::Io {
+        path: path.to_path_buf(),
+        reason: e.to_string(),
+    }
+}
+
+/// Speakers of each split, sorted.
+fn speakers(data: &Path) -> Result<[Vec<String>; 3], SimulateError> {
+    let (_, examples) = read_corpus(data)?;
+    let mut out: [Vec<String>; 3] = Default::default();
+    for e in examples {
+        if !matches!(e.target, Target::Label(_)) {
+            continue;
+        }
+        let i = match split_of_speaker(&e.speaker) {
+            Split::Train => 0,
+            Split::Validation => 1,
+            Split::Test => 2,
+        };
+        out[i].push(e.speaker);
+    }
+    for s in &mut out {
+        s.sort();
+        s.dedup();
+    }
+    Ok(out)
+}
+
+/// Clips of `speakers`, concatenated.
+fn pooled(
+    cfg: &SimulateConfig,
+    speakers: &[String],
+    labels: &[String],
+) -> Result<LocalData, SimulateError> {
+    let mut all: Option<LocalData> = None;
+    for s in speakers {
+        let d = LocalData::load(&cfg.data, Some(s), &cfg.features, cfg.frames, labels)?;
+        match &mut all {
+            None => all = Some(d),
+            Some(a) => {
+                a.features.extend(d.features);
+                a.classes.extend(d.classes);
+            }
+        }
+    }
+    all.ok_or_else(|| SimulateError::Unusable("no speakers in this split".into()))
+}
+
+/// Per-bin mean and inverse standard deviation.
+fn input_stats(data: &LocalData) -> (Vec<f32>, Vec<f32>) {
+    let bins = data.bins;
+    let mut sum = vec![0f64; bins];
+    let mut sq = vec![0f64; bins];
+    let rows = data.features.len() / bins.max(1);
+    for row in data.features.chunks(bins) {
+        for (i, &v) in row.iter().enumerate() {
+            sum[i] += f64::from(v);
+            sq[i] += f64::from(v) * f64::from(v);
+        }
+    }
+    let n = rows.max(1) as f64;
+    let mean: Vec<f32> = sum.iter().map(|s| (s / n) as f32).collect();
+    let scale = sum
+        .iter()
+        .zip(&sq)
+        .map(|(s, q)| {
+            let m = s / n;
+            (1.0 / (q / n - m * m).max(1e-6).sqrt()) as f32
+        })
+        .collect();
+    (mean, scale)
+}
+
+/// Scores the model package in `dir` on `test`.
+pub fn evaluate(
+    dir: &Path,
+    test: &LocalData,
+    labels: &[String],
+) -> Result<SplitMetrics, SimulateError> {
+    let device = Device::flex();
+    let (_, model) = load_package(dir, &device)?;
+    let per = test.frames * test.bins;
+    let mut predicted = Vec::with_capacity(test.len());
+    for chunk in test.features.chunks(64 * per) {
+        let probs = predict(
+            &model,
+            chunk,
+            chunk.len() / per,
+            test.frames,
+            test.bins,
+            &device,
+        )?;
+        predicted.extend(probs.iter().map(|p| argmax(p)));
+    }
+    Ok(score(&test.classes, &predicted, labels))
+}
+
+/// Runs the simulation; `progress` sees each published version as it is scored.
+pub fn simulate(
+    cfg: &SimulateConfig,
+    log: &mut dyn FnMut(&str),
+    progress: &mut dyn FnMut(&RoundPoint, u64),
+) -> Result<SimulateReport, SimulateError> {
+    let started = Instant::now();
+    let labels = KwsLabels::new(&cfg.keywords).classes;
+    let [mut train, public, test_speakers] = speakers(&cfg.data)?;
+    if let Some(n) = cfg.devices {
+        train.truncate(n);
+    }
+    if train.is_empty() || public.is_empty() || test_speakers.is_empty() {
+        return Err(SimulateError::Unusable(format!(
+            "{}: need training, validation (public) and test speakers; found {}, {}, {}",
+            cfg.data.display(),
+            train.len(),
+            public.len(),
+            test_speakers.len()
+        )));
+    }
+    log(&format!(
+        "{} devices (one per training speaker); {} public speakers for the input statistics; {} held-out test speakers",
+        train.len(),
+        public.len(),
+        test_speakers.len()
+    ));
+    let mut sizes = Vec::new();
+    for s in &train {
+        sizes.push(LocalData::load(&cfg.data, Some(s), &cfg.features, cfg.frames, &labels)?.len());
+    }
+    let clips_per_device = (
+        sizes.iter().copied().min().unwrap_or(0),
+        sizes.iter().copied().max().unwrap_or(0),
+    );
+    let public_data = pooled(cfg, &public, &labels)?;
+    let test = pooled(cfg, &test_speakers, &labels)?;
+
+    // The initial model: fresh weights, input statistics from public speakers only.
+    std::fs::create_dir_all(&cfg.out).map_err(|e| io_err(&cfg.out, e))?;
+    let initial = cfg.out.join("initial-model");
+    let device = Device::flex();
+    device.seed(cfg.init_seed);
+    let mut model = cfg.arch.init(&device)?;
+    let (mean, scale) = input_stats(&public_data);
+    model.set_input_norm(&mean, &scale)?;
+    let features_json = serde_json::to_value(&cfg.features).map_err(|e| io_err(&initial, e))?;
+    let card = ModelCard::new(cfg.arch.clone(), features_json, labels.clone(), &model)?;
+    write_package(&initial, &card, &model)?;
+
+    let host_dir = cfg.out.join("host");
+    if host_dir.exists() {
+        std::fs::remove_dir_all(&host_dir).map_err(|e| io_err(&host_dir, e))?;
+    }
+    let mut host_cfg = cfg.host.clone();
+    host_cfg.server.initial_model = initial.clone();
+    host_cfg.server.data_dir = host_dir;
+    host_cfg.server.listen = "127.0.0.1:0".into();
+    host_cfg.rounds.min_devices = train.len() as u64;
+    let rounds = host_cfg.rounds.rounds;
+    let expected = (host_cfg.rounds.sampling_rate * train.len() as f64)
+        .round()
+        .max(1.0) as u64;
+    let plan = if host_cfg.dp.enabled {
+        let noise_cohort = host_cfg
+            .dp
+            .noise_cohort_size
+            .map_or(expected, |m| m.round() as u64);
+        Some(FederatedPlan::new(
+            train.len() as u64,
+            expected,
+            noise_cohort,
+            host_cfg.dp.noise_multiplier,
+            rounds,
+        )?)
+    } else {
+        None
+    };
+    if let (true, Some(plan)) = (cfg.budget_from_plan, &plan) {
+        let own = plan.simulation_epsilon(host_cfg.budget.accountant, host_cfg.budget.delta)?;
+        host_cfg.budget.epsilon = own.epsilon * 1.01;
+        log(&format!(
+            "ledger budget: ε = {:.4} at δ = {} ({:?}; the planned run's own ε + 1 %)",
+            host_cfg.budget.epsilon, host_cfg.budget.delta, host_cfg.budget.accountant
+        ));
+    }
+    let host = start_host(host_cfg.clone())?;
+    log(&format!("host listening on {}", host.url()));
+
+    let stop = Arc::new(AtomicBool::new(false));
+    let mut threads = Vec::new();
+    for (i, speaker) in train.iter().enumerate() {
+        let mut jc = JoinConfig::new(
+            &host.url(),
+            cfg.data.clone(),
+            cfg.out.join("devices").join(format!("device-{i:03}")),
+        );
+        jc.speaker = Some(speaker.clone());
+        jc.label = format!("sim-{speaker}");
+        jc.max_backoff = Duration::from_secs(2);
+        let stop = stop.clone();
+        threads.push(std::thread::spawn(move || join(&jc, &stop, &mut |_| {})));
+    }
+
+    let mut curve = Vec::new();
+    let mut scored = None;
+    loop {
+        let finished = host.is_finished();
+        let (version, dir) = host.latest_model();
+        if scored != Some(version) {
+            let m = evaluate(&dir, &test, &labels)?;
+            let point = RoundPoint {
+                version,
+                accuracy: m.accuracy,
+                balanced_keyword_accuracy: m.balanced_keyword_accuracy,
+                elapsed_s: started.elapsed().as_secs_f64(),
+            };
+            progress(&point, rounds);
+            curve.push(point);
+            scored = Some(version);
+        }
+        if finished {
+            break;
+        }
+        if threads.iter().all(|t| t.is_finished()) {
+            // Every device stopped before the host finished: collect their errors below.
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    stop.store(true, Ordering::Relaxed);
+    let mut summaries: Vec<JoinSummary> = Vec::new();
+    for (index, t) in threads.into_iter().enumerate() {
+        match t.join() {
+            Ok(Ok(s)) => summaries.push(s),
+            Ok(Err(source)) => return Err(SimulateError::Device { index, source }),
+            Err(_) => {
+                return Err(SimulateError::Unusable(format!(
+                    "device {index}: its thread panicked"
+                )))
+            }
+        }
+    }
+    let round_log = host.round_log()?;
+    let status = host.status()?;
+    let (version, final_dir) = host.latest_model();
+    host.shutdown()?;
+    if curve.last().is_none_or(|p| p.version != version) {
+        let m = evaluate(&final_dir, &test, &labels)?;
+        curve.push(RoundPoint {
+            version,
+            accuracy: m.accuracy,
+            balanced_keyword_accuracy: m.balanced_keyword_accuracy,
+            elapsed_s: started.elapsed().as_secs_f64(),
+        });
+    }
+    let model_out = cfg.out.join("model");
+    copy_package(&final_dir, &model_out)?;
+    let test_metrics = evaluate(&model_out, &test, &labels)?;
+
+    let delta = host_cfg.budget.delta;
+    let mut ledger_epsilon = Vec::new();
+    for (accountant, eps) in [
+        (Accountant::Rdp, status.epsilon_rdp),
+        (Accountant::Pld, status.epsilon_pld),
+    ] {
+        if let Some(epsilon) = eps {
+            ledger_epsilon.push(EpsilonReport {
+                epsilon,
+                delta,
+                accountant,
+                adjacency: hush_privacy::accountant::Adjacency::AddRemove,
+                unit: hush_privacy::accountant::PrivacyUnit::User,
+                optimal_order: None,
+            });
+        }
+    }
+    let mut deployment_epsilon = Vec::new();
+    let released = round_log
+        .iter()
+        .filter(|r| r.released_version.is_some())
+        .count() as u64;
+    if let (Some(plan), Some(_)) = (plan, host_cfg.dp.noise_cohort_size) {
+        let plan = FederatedPlan {
+            rounds: released.max(1),
+            ..plan
+        };
+        for accountant in [Accountant::Rdp, Accountant::Pld] {
+            deployment_epsilon.push(plan.extrapolated_epsilon(
+                cfg.deployment_population,
+                accountant,
+                cfg.deployment_delta,
+            )?);
+        }
+    }
+    let report = SimulateReport {
+        config: cfg.clone(),
+        devices: train.len(),
+        clips_per_device,
+        curve,
+        rounds: round_log,
+        test: test_metrics,
+        ledger_epsilon,
+        deployment_epsilon,
+        uploads_accepted: summaries.iter().map(|s| s.uploads_accepted).sum(),
+        uploads_refused: summaries.iter().map(|s| s.uploads_refused).sum(),
+        seconds: started.elapsed().as_secs_f64(),
+        model: model_out,
+    };
+    let plot = cfg.out.join("accuracy.png");
+    let series = vec![
+        Series {
+            name: "accuracy".into(),
+            points: report
+                .curve
+                .iter()
+                .map(|p| (p.version as f64, p.accuracy))
+                .collect(),
+        },
+        Series {
+            name: "balanced keyword accuracy".into(),
+            points: report
+                .curve
+                .iter()
+                .map(|p| (p.version as f64, p.balanced_keyword_accuracy))
+                .collect(),
+        },
+    ];
+    let title = match report
+        .deployment_epsilon
+        .first()
+        .or(report.ledger_epsilon.first())
+    {
+        Some(e) => format!(
+            "federated KWS, held-out speakers (ε = {:.2}, δ = {:e})",
+            e.epsilon, e.delta
+        ),
+        None => "federated KWS, held-out speakers (not private)".to_string(),
+    };
+    line_plot(&plot, &title, "model version (round)", "accuracy", &series)
+        .map_err(|e| io_err(&plot, e))?;
+    let json = serde_json::to_vec_pretty(&report).map_err(|e| io_err(&cfg.out, e))?;
+    let path = cfg.out.join("results.json");
+    std::fs::write(&path, json).map_err(|e| io_err(&path, e))?;
+    Ok(report)
+}
+
+fn copy_package(from: &Path, to: &Path) -> Result<(), SimulateError> {
+    if to.exists() {
+        std::fs::remove_dir_all(to).map_err(|e| io_err(to, e))?;
+    }
+    std::fs::create_dir_all(to).map_err(|e| io_err(to, e))?;
+    let entries = std::fs::read_dir(from).map_err(|e| io_err(from, e))?;
+    for e in entries {
+        let e = e.map_err(|e| io_err(from, e))?;
+        if e.path().is_file() {
+            let dest = to.join(e.file_name());
+            std::fs::copy(e.path(), &dest).map_err(|err| io_err(&dest, err))?;
+        }
+    }
+    Ok(())
+}
+
+impl SimulateConfig {
+    /// The small keyword spotter of [`crate::demo::small_kws_config`] (20 Mel bins,
+    /// 49 frames, a 2-conv + 2-FC CNN with 33 K parameters) with the host's defaults
+    /// for a fleet simulation on the bundled corpus: Poisson cohorts of expected size 8
+    /// (q = 0.25 over 32 devices), flat clipping at 1.0, noise multiplier 2.0 calibrated for
+    /// a noise cohort of 1 000, FedAvg (server lr 1), five local epochs of SGD (lr 0.3, batch 8), 60
+    /// rounds; extrapolated to a deployment of 10⁶ devices at δ = 10⁻⁹.
+    pub fn small_kws(data: &Path, out: &Path) -> Self {
+        let kws = crate::demo::small_kws_config(data, 1, 1);
+        let arch = kws.arch.clone().unwrap_or_else(|| {
+            ArchConfig::LeakCnn(hush_models::arch::LeakCnnConfig::new(
+                hush_models::arch::IoShape {
+                    frames: kws.frames,
+                    bins: kws.features.dim(),
+                    classes: kws.keywords.len() + 2,
+                },
+            ))
+        });
+        let mut host = FlConfig::with_model(Path::new(""), Path::new(""));
+        host.rounds.rounds = 60;
+        host.rounds.sampling_rate = 0.25;
+        host.rounds.deadline_secs = 120.0;
+        host.rounds.retry_after_ms = 50;
+        host.dp.enabled = true;
+        host.dp.noise_multiplier = 2.0;
+        host.dp.noise_cohort_size = Some(1000.0);
+        host.dp.clip = 1.0;
+        host.local.epochs = 5;
+        host.local.batch_size = 8;
+        host.local.lr = 0.3;
+        host.optimizer.lr = Some(1.0);
+        host.budget.epsilon = 1e9;
+        host.budget.delta = 1e-5;
+        host.seed = Some(2026);
+        Self {
+            data: data.to_path_buf(),
+            out: out.to_path_buf(),
+            devices: None,
+            keywords: kws.keywords,
+            features: kws.features,
+            frames: kws.frames,
+            arch,
+            init_seed: 1,
+            host,
+            budget_from_plan: true,
+            deployment_population: 1_000_000,
+            deployment_delta: 1e-9,
+        }
+    }
+}

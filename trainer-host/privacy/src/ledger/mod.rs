@@ -1,0 +1,429 @@
+//! The privacy ledger: an append-only, durable record of every private release, and the budget
+//! check that refuses work before it starts.
+//!
+//! Each [`ReleaseRecord`] holds the mechanism, its parameters (sampling, rate, noise
+//! multiplier, steps), any cost beside that Gaussian event ([`AdditionalCost`]: RDP known at
+//! some orders only, δ spent outright), the unit of privacy, the adjacency, the population, δ, the release's own
+//! ε by both accountants (RDP and, where it applies, PLD), the time, and what was released.
+//! Storage sits behind [`LedgerStore`] ([`sqlite::SqliteLedgerStore`] today; a PostgreSQL store
+//! can implement the same trait for several host replicas).
+//!
+//! [`Ledger`] adds a configured [`Budget`]: [`Ledger::authorize`] composes the planned event
+//! with everything recorded (with the budget's accountant) and refuses it if the total would
+//! exceed the budget — before any work is done. [`Ledger::record`] re-checks and appends the
+//! release in a committed transaction before returning, so the record exists before the model
+//! is published (DESIGN.md invariant 6).
+//!
+//! ```
+//! use hush_privacy::accountant::{Accountant, Adjacency, PrivacyUnit, SubsampledGaussian};
+//! use hush_privacy::ledger::{Budget, Ledger, Mechanism, Release, sqlite::SqliteLedgerStore};
+//! let store = SqliteLedgerStore::open_in_memory()?;
+//! let budget = Budget::new(8.0, 1e-5, Accountant::Rdp, Adjacency::AddRemove, PrivacyUnit::Example)?;
+//! let mut ledger = Ledger::new(store, budget);
+//! let release = Release {
+//!     mechanism: Mechanism::DpSgd,
+//!     event: SubsampledGaussian::poisson(0.01, 1.1, 1_000)?,
+//!     unit: PrivacyUnit::Example,
+//!     adjacency: Adjacency::AddRemove,
+//!     population: Some(60_000),
+//!     delta: 1e-5,
+//!     released: "kws-v1 weights".into(),
+//!     additional: Default::default(),
+//! };
+//! let auth = ledger.authorize(&release)?;   // refused here if over budget
+//! let record = ledger.record(auth)?;        // durable before returning
+//! assert!(record.epsilon_rdp.is_some());
+//! # Ok::<(), Box<dyn std::error::Error>>(())
+//! ```
+
+pub mod sqlite;
+
+use serde::{Deserialize, Serialize};
+
+use crate::accountant::{
+    validate, Accountant, AccountantError, AdditionalCost, Adjacency, EpsilonReport,
+    PrivacyAccountant, PrivacyUnit, SubsampledGaussian,
+};
+
+/// Errors of the ledger.
+#[derive(Debug, thiserror::Error)]
+pub enum LedgerError {
+    /// The store failed.
+    #[error("ledger store {location}: {source}")]
+    Store {
+        /// Where (file path or operation).
+        location: String,
+        /// The underlying error.
+        #[source]
+        source: rusqlite::Error,
+    },
+    /// A stored row does not decode.
+    #[error("ledger row {id}: column {column} holds {value:?}, which is not valid")]
+    Corrupt {
+        /// Row id.
+        id: i64,
+        /// Column name.
+        column: &'static str,
+        /// Stored value.
+        value: String,
+    },
+    /// The planned release would exceed the budget.
+    #[error(
+        "budget exceeded: recorded releases spend epsilon {spent} and this release would bring \
+         it to {projected}, over the budget of {budget} (delta {delta}, accountant {accountant})"
+    )]
+    BudgetExceeded {
+        /// ε spent so far.
+        spent: f64,
+        /// ε after the planned release.
+        projected: f64,
+        /// Budget ε.
+        budget: f64,
+        /// Budget δ.
+        delta: f64,
+        /// Accountant used for the check.
+        accountant: Accountant,
+    },
+    /// The planned release does not match the budget's unit or adjacency.
+    #[error("release has {field} = {planned}, but the budget is for {field} = {budget}")]
+    Mismatch {
+        /// Which field.
+        field: &'static str,
+        /// Budget's value.
+        budget: String,
+        /// Release's value.
+        planned: String,
+    },
+    /// Accounting failed (bad parameters, unsupported combination).
+    #[error(transparent)]
+    Accountant(#[from] AccountantError),
+}
+
+/// What kind of training or query produced a release.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, clap::ValueEnum)]
+#[serde(rename_all = "snake_case")]
+pub enum Mechanism {
+    /// Central DP-SGD.
+    DpSgd,
+    /// Federated rounds with central noise.
+    FederatedAveraging,
+    /// PATE (GNMax, data-independent cost as a Gaussian).
+    Pate,
+}
+
+impl std::fmt::Display for Mechanism {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            Mechanism::DpSgd => "dp_sgd",
+            Mechanism::FederatedAveraging => "federated_averaging",
+            Mechanism::Pate => "pate",
+        })
+    }
+}
+
+/// A release to be made (or made): the event and its privacy context.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Release {
+    /// Mechanism kind.
+    pub mechanism: Mechanism,
+    /// The composed noisy steps.
+    pub event: SubsampledGaussian,
+    /// Unit of privacy.
+    pub unit: PrivacyUnit,
+    /// Adjacency.
+    pub adjacency: Adjacency,
+    /// Population the sample was drawn from, when known.
+    pub population: Option<u64>,
+    /// δ at which the record's own ε values are computed.
+    pub delta: f64,
+    /// What was released (model version, artifact, query answers).
+    pub released: String,
+    /// Cost beside `event` (none for most releases): RDP known only at some orders, δ
+    /// spent outright. Composed into every total and budget check with the event.
+    #[serde(default, skip_serializing_if = "AdditionalCost::is_none")]
+    pub additional: AdditionalCost,
+}
+
+impl Release {
+    /// Adds this release's whole cost (its event and its additional cost) to `acc`.
+    pub fn compose_into(&self, acc: &mut PrivacyAccountant) -> Result<(), AccountantError> {
+        acc.compose(self.event)?;
+        acc.compose_additional(self.additional.clone())
+    }
+
+    /// ε of this release alone with `accountant`, at its own δ.
+    pub fn epsilon(&self, accountant: Accountant) -> Result<EpsilonReport, AccountantError> {
+        let mut acc = PrivacyAccountant::new(accountant, self.adjacency, self.unit);
+        self.compose_into(&mut acc)?;
+        acc.epsilon(self.delta)
+    }
+}
+
+/// A stored release.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ReleaseRecord {
+    /// Row id, increasing.
+    pub id: i64,
+    /// Unix time in milliseconds when it was recorded.
+    pub recorded_at_ms: i64,
+    /// The release.
+    pub release: Release,
+    /// ε of this release alone by RDP (`None` if RDP cannot account for it).
+    pub epsilon_rdp: Option<f64>,
+    /// ε of this release alone by PLD (`None` if PLD cannot account for it).
+    pub epsilon_pld: Option<f64>,
+}
+
+/// Storage of release records: append and read back, nothing else (append-only).
+pub trait LedgerStore {
+    /// Appends a record durably (committed before returning) and returns it with its id and
+    /// time filled in.
+    fn append(
+        &mut self,
+        release: &Release,
+        epsilon_rdp: Option<f64>,
+        epsilon_pld: Option<f64>,
+    ) -> Result<ReleaseRecord, LedgerError>;
+
+    /// All records, in the order they were appended.
+    fn records(&self) -> Result<Vec<ReleaseRecord>, LedgerError>;
+}
+
+/// A privacy budget: total (ε, δ), how it is accounted, and what it protects.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+pub struct Budget {
+    /// Total ε allowed.
+    pub epsilon: f64,
+    /// δ of the budget.
+    pub delta: f64,
+    /// Accountant for the check.
+    pub accountant: Accountant,
+    /// Adjacency of the guarantee.
+    pub adjacency: Adjacency,
+    /// Unit of privacy.
+    pub unit: PrivacyUnit,
+}
+
+impl Budget {
+    /// A validated budget.
+    pub fn new(
+        epsilon: f64,
+        delta: f64,
+        accountant: Accountant,
+        adjacency: Adjacency,
+        unit: PrivacyUnit,
+    ) -> Result<Self, AccountantError> {
+        Ok(Self {
+            epsilon: validate::positive_finite("budget_epsilon", epsilon)?,
+            delta: validate::delta(delta)?,
+            accountant,
+            adjacency,
+            unit,
+        })
+    }
+}
+
+/// Permission to run one planned release, from [`Ledger::authorize`].
+#[derive(Debug, Clone, PartialEq)]
+pub struct Authorization {
+    release: Release,
+    /// ε of everything recorded plus this release, at the budget's δ.
+    pub projected: EpsilonReport,
+}
+
+/// Totals of a ledger under one accountant.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct LedgerTotals {
+    /// Number of records composed.
+    pub releases: usize,
+    /// Composed ε by RDP, when every record is RDP-accountable.
+    pub rdp: Option<EpsilonReport>,
+    /// Composed ε by PLD, when every record is PLD-accountable.
+    pub pld: Option<EpsilonReport>,
+}
+
+/// Composes `records` that match `adjacency` / `unit` with `accountant` at `delta`.
+pub fn compose_records(
+    records: &[ReleaseRecord],
+    accountant: Accountant,
+    adjacency: Adjacency,
+    unit: PrivacyUnit,
+    delta: f64,
+) -> Result<EpsilonReport, AccountantError> {
+    let mut acc = PrivacyAccountant::new(accountant, adjacency, unit);
+    for r in records {
+        r.release.compose_into(&mut acc)?;
+    }
+    acc.epsilon(delta)
+}
+
+/// Totals of `records` by both accountants (an accountant that cannot handle some record
+/// reports `None`).
+pub fn totals(
+    records: &[ReleaseRecord],
+    adjacency: Adjacency,
+    unit: PrivacyUnit,
+    delta: f64,
+) -> LedgerTotals {
+    LedgerTotals {
+        releases: records.len(),
+        rdp: compose_records(records, Accountant::Rdp, adjacency, unit, delta).ok(),
+        pld: compose_records(records, Accountant::Pld, adjacency, unit, delta).ok(),
+    }
+}
+
+/// A ledger with a budget.
+pub struct Ledger<S: LedgerStore> {
+    store: S,
+    budget: Budget,
+}
+
+impl<S: LedgerStore> Ledger<S> {
+    /// Wraps a store with a budget.
+    pub fn new(store: S, budget: Budget) -> Self {
+        Self { store, budget }
+    }
+
+    /// The budget.
+    pub fn budget(&self) -> Budget {
+        self.budget
+    }
+
+    /// The store.
+    pub fn store(&self) -> &S {
+        &self.store
+    }
+
+    /// ε spent so far under the budget's accountant and δ.
+    pub fn spent(&self) -> Result<EpsilonReport, LedgerError> {
+        let records = self.store.records()?;
+        Ok(compose_records(
+            &records,
+            self.budget.accountant,
+            self.budget.adjacency,
+            self.budget.unit,
+            self.budget.delta,
+        )?)
+    }
+
+    /// Checks a planned release against the budget before any work is done: composes it with
+    /// every recorded release and refuses if the total exceeds the budget's ε.
+    pub fn authorize(&self, planned: &Release) -> Result<Authorization, LedgerError> {
+        if planned.unit != self.budget.unit {
+            return Err(LedgerError::Mismatch {
+                field: "unit",
+                budget: self.budget.unit.to_string(),
+                planned: planned.unit.to_string(),
+            });
+        }
+        if planned.adjacency != self.budget.adjacency {
+            return Err(LedgerError::Mismatch {
+                field: "adjacency",
+                budget: self.budget.adjacency.to_string(),
+                planned: planned.adjacency.to_string(),
+            });
+        }
+        validate::delta(planned.delta)?;
+        planned.event.validated()?;
+        planned.additional.clone().validated()?;
+        let records = self.store.records()?;
+        let mut acc = PrivacyAccountant::new(
+            self.budget.accountant,
+            self.budget.adjacency,
+            self.budget.unit,
+        );
+        for r in &records {
+            r.release.compose_into(&mut acc)?;
+        }
+        let spent = acc.epsilon(self.budget.delta)?;
+        planned.compose_into(&mut acc)?;
+        let projected = acc.epsilon(self.budget.delta)?;
+        if projected.epsilon.is_nan() || projected.epsilon > self.budget.epsilon {
+            return Err(LedgerError::BudgetExceeded {
+                spent: spent.epsilon,
+                projected: projected.epsilon,
+                budget: self.budget.epsilon,
+                delta: self.budget.delta,
+                accountant: self.budget.accountant,
+            });
+        }
+        Ok(Authorization {
+            release: planned.clone(),
+            projected,
+        })
+    }
+
+    /// Records an authorised release durably. The budget is checked again (another release
+    /// may have been recorded since the authorisation).
+    pub fn record(&mut self, authorization: Authorization) -> Result<ReleaseRecord, LedgerError> {
+        let checked = self.authorize(&authorization.release)?;
+        let release = checked.release;
+        let eps = |a: Accountant| release.epsilon(a).ok().map(|r| r.epsilon);
+        let (rdp, pld) = (eps(Accountant::Rdp), eps(Accountant::Pld));
+        self.store.append(&release, rdp, pld)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::ledger::sqlite::SqliteLedgerStore;
+
+    fn release(additional: AdditionalCost) -> Result<Release, AccountantError> {
+        Ok(Release {
+            mechanism: Mechanism::Pate,
+            event: SubsampledGaussian::poisson(1.0, 20.0, 50)?,
+            unit: PrivacyUnit::User,
+            adjacency: Adjacency::AddRemove,
+            population: Some(100),
+            delta: 1e-5,
+            released: "labels".into(),
+            additional,
+        })
+    }
+
+    /// A release's additional cost counts against the budget: a release that fits by its
+    /// Gaussian event alone is refused once its RDP part or its δ spent outright is added,
+    /// and what is recorded is composed into the totals.
+    #[test]
+    fn the_budget_check_includes_the_additional_cost() -> Result<(), Box<dyn std::error::Error>> {
+        let plain = release(AdditionalCost::none())?;
+        let alone = plain.epsilon(Accountant::Rdp)?.epsilon;
+        let budget = Budget::new(
+            alone * 1.5,
+            1e-5,
+            Accountant::Rdp,
+            Adjacency::AddRemove,
+            PrivacyUnit::User,
+        )?;
+        let mut ledger = Ledger::new(SqliteLedgerStore::open_in_memory()?, budget);
+        ledger.authorize(&plain)?;
+        let orders = crate::accountant::rdp::default_orders();
+        let heavy: Vec<(f64, f64)> = orders.iter().map(|&o| (o, alone)).collect();
+        let costly = [
+            AdditionalCost::rdp_at_orders(heavy)?,
+            AdditionalCost::delta_spent(1e-5 - 1e-12)?,
+        ];
+        for c in costly {
+            let e = ledger.authorize(&release(c.clone())?).unwrap_err();
+            assert!(
+                matches!(
+                    e,
+                    LedgerError::BudgetExceeded { .. } | LedgerError::Accountant(_)
+                ),
+                "{c:?}: {e}"
+            );
+        }
+        let light = AdditionalCost::rdp_at_orders(vec![(8.0, 0.01)])?;
+        let auth = ledger.authorize(&release(light.clone())?)?;
+        let record = ledger.record(auth)?;
+        assert_eq!(record.release.additional, light);
+        assert_eq!(
+            record.epsilon_pld, None,
+            "PLD cannot compose an RDP-only cost"
+        );
+        let spent = ledger.spent()?.epsilon;
+        assert!(spent > alone && spent <= alone * 1.5, "{spent} vs {alone}");
+        Ok(())
+    }
+}

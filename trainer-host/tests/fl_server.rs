@@ -20,6 +20,8 @@ use hush_host::ledger::sqlite::SqliteLedgerStore;
 use hush_host::ledger::{LedgerStore, ReleaseRecord};
 use hush_models::arch::is_trainable;
 use hush_models::checkpoint::NamedTensor;
+use hush_models::export::nnef::{onnx_to_nnef, NNEF};
+use hush_models::export::{export_package, ExportFormat};
 use hush_models::package::load_package;
 
 mod common;
@@ -306,6 +308,35 @@ fn happy_path_releases_a_round_records_it_and_publishes_the_model() {
     assert!(records[0].recorded_at_ms <= published);
     // The next round trains the new version.
     assert_eq!(train_task(&host, &a.token).model_version, 1);
+    host.shutdown().unwrap();
+}
+
+#[test]
+fn published_versions_keep_the_nnef_archive_the_initial_model_has() {
+    let f = fixture();
+    export_package(&f.model, ExportFormat::Nnef, None).unwrap();
+    let host = start_host(config(&f, 1)).unwrap();
+    let a = register(&host, "a");
+    let before = trainable(&host);
+    let task = train_task(&host, &a.token);
+    let v = value_for_norm(&before, 0.5);
+    assert_eq!(
+        upload(&host, &a.token, &update(&before, &task, a.device_id, v)).status,
+        200
+    );
+    wait_until("model v1", || status(&host).model_version == 1);
+
+    let models = f.data.join("models");
+    let v0 = std::fs::read(models.join("v0").join(NNEF)).unwrap();
+    assert_eq!(v0, std::fs::read(f.model.join(NNEF)).unwrap());
+    // v1's archive is v1's own weights, as tract's writer makes it from v1's ONNX file.
+    let v1 = std::fs::read(models.join("v1").join(NNEF)).unwrap();
+    let onnx = std::fs::read(models.join("v1").join("model.onnx")).unwrap();
+    assert_eq!(v1, onnx_to_nnef(&onnx, &models.join("v1")).unwrap());
+    assert_ne!(v1, v0, "the archive follows the weights");
+    // Devices can download it, with their token.
+    let got = get(&host, "/v1/models/1/model.nnef.tar", Some(&a.token));
+    assert_eq!((got.status, got.body == v1), (200, true));
     host.shutdown().unwrap();
 }
 

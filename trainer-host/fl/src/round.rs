@@ -34,6 +34,7 @@ use hush_device::protocol::{
 use hush_models::arch::is_trainable;
 use hush_models::checkpoint::{NamedTensor, TensorSource};
 use hush_models::dp::{ClipBounds, ExpectedCount, GaussianMechanism, NoiseSource, PoissonSampler};
+use hush_models::export::nnef::{onnx_to_nnef, NNEF};
 use hush_models::optim::{ServerOptimizer, ServerOptimizerConfig, ServerOptimizerState};
 use hush_models::package::{load_package, write_package, ModelCard, MODEL_JSON, ONNX, WEIGHTS};
 use rand::{Rng, SeedableRng};
@@ -127,11 +128,14 @@ pub fn token_hash(token: &str) -> String {
         .collect()
 }
 
+/// Files of a published model version that devices may download.
+pub const PUBLISHED_FILES: [&str; 4] = [MODEL_JSON, WEIGHTS, ONNX, NNEF];
+
 fn copy_package(from: &Path, to: &Path) -> Result<(), FlError> {
     std::fs::create_dir_all(to).map_err(FlError::io(to))?;
-    for f in [MODEL_JSON, WEIGHTS, ONNX, "model.nnef.tgz"] {
+    for f in PUBLISHED_FILES {
         let src = from.join(f);
-        if f == "model.nnef.tgz" && !src.exists() {
+        if f == NNEF && !src.exists() {
             continue;
         }
         std::fs::copy(&src, to.join(f)).map_err(FlError::io(&src))?;
@@ -771,6 +775,14 @@ impl RoundManager {
         let mut card = self.card.clone();
         card.metrics = None;
         write_package(&tmp, &card, &model)?;
+        // A model that came with its NNEF archive keeps one in every version.
+        if self.model_dir.join(NNEF).is_file() {
+            let onnx_path = tmp.join(ONNX);
+            let onnx = std::fs::read(&onnx_path).map_err(FlError::io(&onnx_path))?;
+            let nnef = onnx_to_nnef(&onnx, &tmp)?;
+            let nnef_path = tmp.join(NNEF);
+            std::fs::write(&nnef_path, nnef).map_err(FlError::io(&nnef_path))?;
+        }
         write_optimizer_state(&tmp.join(OPTIMIZER_STATE), &self.optimizer)?;
         std::fs::rename(&tmp, &dir).map_err(FlError::io(&dir))?;
         self.store.add_model_version(version, Some(round), &dir)?;
@@ -837,7 +849,7 @@ impl RoundManager {
     /// The package file `file` of model `version`, if published (only the package's own
     /// files are served).
     pub fn model_file(&self, version: u64, file: &str) -> Option<PathBuf> {
-        if ![MODEL_JSON, WEIGHTS, ONNX].contains(&file) || version > self.model_version {
+        if !PUBLISHED_FILES.contains(&file) || version > self.model_version {
             return None;
         }
         let p = self.models_dir.join(format!("v{version}")).join(file);

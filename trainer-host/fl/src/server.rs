@@ -294,7 +294,8 @@ async fn model_file(
             "not_found",
             format!(
                 "no file {file:?} in model v{version}; published files are model.json, \
-                 weights.safetensors and model.onnx of published versions"
+                 weights.safetensors, model.onnx and (when the initial model has one) \
+                 model.nnef.tar of published versions"
             ),
         );
     };

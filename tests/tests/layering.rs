@@ -11,6 +11,8 @@ use std::path::{Path, PathBuf};
 const LAYERS: &[(&str, u32)] = &[
     ("hush-models", 0),
     ("hush-device", 1),
+    // The C library over hush-device (device/capi): nothing links it but apps.
+    ("hush-device-capi", 2),
     ("hush-privacy", 2),
     ("hush-corpus", 2),
     ("hush-plot", 2),

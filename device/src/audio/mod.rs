@@ -11,6 +11,10 @@ mod file;
 mod resample;
 mod ring;
 
+/// Whether this build captures from microphones (feature `mic`: cpal, which on Linux links
+/// ALSA's `libasound`; a C program linking the static C library then needs `-lasound`).
+pub const MIC: bool = cfg!(feature = "mic");
+
 pub use file::{read_audio, read_audio_at, write_wav_i16, Audio, AudioError};
 pub use resample::{resample, ResampleError, StreamResampler};
 pub use ring::{sample_ring, RingConsumer, RingProducer, RING_SLOTS};

@@ -1,7 +1,7 @@
 //! `hush-device listen --model MODEL_DIR (--input FILE.wav | --mic)`: streaming keyword
-//! detection. Audio goes through the model window by window ([`KwsStream`]), as a
-//! microphone delivers it; window posteriors are smoothed, thresholded and held off for a
-//! refractory period ([`KeywordDetector`]); one JSON line per detection,
+//! detection. Audio goes through the library's [`KeywordSpotter`] chunk by chunk, as a
+//! microphone delivers it: the model window by window, window posteriors smoothed,
+//! thresholded and held off for a refractory period; one JSON line per detection,
 //! `{"time_s","label","score"}`. `--windows` prints every window's verdict instead.
 
 use std::fs::File;
@@ -9,7 +9,7 @@ use std::io::{BufReader, Write};
 use std::path::PathBuf;
 
 use anyhow::{ensure, Context};
-use hush_device::infer::{DetectorOptions, KeywordDetector, KwsClassifier, KwsStream};
+use hush_device::infer::{Detection, KeywordSpotter, KwsClassifier, SpotterOptions};
 
 /// Arguments of `hush-device listen`.
 #[derive(clap::Args)]
@@ -34,17 +34,17 @@ pub struct ListenArgs {
     #[arg(long, requires = "mic")]
     pub seconds: Option<f64>,
     /// Run the model every this many milliseconds of audio (rounded to whole frames).
-    #[arg(long, default_value_t = 100)]
+    #[arg(long, default_value_t = SpotterOptions::HOP_MS)]
     pub hop_ms: u32,
     /// Average each class's posterior over the windows of the last this many
     /// milliseconds (at least one window).
-    #[arg(long, default_value_t = 500)]
+    #[arg(long, default_value_t = SpotterOptions::SMOOTH_MS)]
     pub smooth_ms: u32,
     /// Detect a keyword when its smoothed posterior reaches this probability.
-    #[arg(long, default_value_t = 0.8)]
+    #[arg(long, default_value_t = SpotterOptions::THRESHOLD)]
     pub threshold: f32,
     /// After a detection, report nothing for this many milliseconds.
-    #[arg(long, default_value_t = 1000)]
+    #[arg(long, default_value_t = SpotterOptions::REFRACTORY_MS)]
     pub refractory_ms: u32,
     /// Samples read and pushed at a time, in milliseconds (file input).
     #[arg(long, default_value_t = 20)]
@@ -55,59 +55,52 @@ pub struct ListenArgs {
     pub windows: bool,
 }
 
-/// The model, its stream and the detector, fed chunk by chunk.
-struct Listener<'a> {
-    stream: KwsStream<'a>,
-    detector: KeywordDetector,
+/// The library's spotter, fed chunk by chunk, and what it printed.
+struct Listener {
+    spotter: KeywordSpotter,
     windows_only: bool,
-    verdicts: Vec<hush_device::infer::WindowVerdict>,
-    pushed: u64,
-    windows: u64,
+    detections: Vec<Detection>,
     printed: u64,
 }
 
-impl<'a> Listener<'a> {
-    fn new(clf: &'a KwsClassifier, args: &ListenArgs) -> anyhow::Result<Self> {
-        let frame = &clf.features().frame;
-        let shift_ms = 1000.0 * frame.window_shift() as f64 / f64::from(frame.sample_rate);
+impl Listener {
+    fn new(clf: &KwsClassifier, args: &ListenArgs) -> anyhow::Result<Self> {
         ensure!(
             args.hop_ms > 0,
             "--hop-ms 0: expected a positive number of milliseconds"
         );
-        let hop = ((f64::from(args.hop_ms) / shift_ms).round() as usize).max(1);
-        let hop_ms = hop as f64 * shift_ms;
-        let opts = DetectorOptions {
-            smooth_windows: ((f64::from(args.smooth_ms) / hop_ms).round() as usize).max(1),
+        let opts = SpotterOptions {
+            hop_ms: args.hop_ms,
+            smooth_ms: args.smooth_ms,
             threshold: args.threshold,
-            refractory_s: f64::from(args.refractory_ms) / 1000.0,
+            refractory_ms: args.refractory_ms,
         };
-        let detector = KeywordDetector::new(&clf.card().labels, opts)
+        let spotter = KeywordSpotter::new(clf, &opts)
             .map_err(|e| anyhow::anyhow!("{}: {e}", args.model.display()))?;
         Ok(Self {
-            stream: KwsStream::new(clf, hop)?,
-            detector,
+            spotter,
             windows_only: args.windows,
-            verdicts: Vec::new(),
-            pushed: 0,
-            windows: 0,
+            detections: Vec::new(),
             printed: 0,
         })
     }
 
     /// Pushes mono samples; writes a line for each detection (or window) now due.
     fn feed(&mut self, mono: &[f32], out: &mut impl Write) -> anyhow::Result<()> {
-        self.pushed += mono.len() as u64;
-        self.verdicts.clear();
-        self.stream.push(mono, &mut self.verdicts)?;
-        self.windows += self.verdicts.len() as u64;
-        for v in &self.verdicts {
-            let line = if self.windows_only {
-                serde_json::to_string(v)?
-            } else if let Some(d) = self.detector.push(v.end_s, &v.probs) {
-                serde_json::to_string(&d)?
-            } else {
-                continue;
-            };
+        self.detections.clear();
+        let verdicts = self.spotter.push(mono, &mut self.detections)?;
+        let lines = if self.windows_only {
+            verdicts
+                .iter()
+                .map(serde_json::to_string)
+                .collect::<Result<Vec<_>, _>>()?
+        } else {
+            self.detections
+                .iter()
+                .map(serde_json::to_string)
+                .collect::<Result<Vec<_>, _>>()?
+        };
+        for line in lines {
             self.printed += 1;
             writeln!(out, "{line}")?;
         }
@@ -126,8 +119,8 @@ impl<'a> Listener<'a> {
         };
         format!(
             "listen: {:.1} s of audio, {} windows, {} {what}",
-            self.pushed as f64 / f64::from(rate),
-            self.windows,
+            self.spotter.samples_pushed() as f64 / f64::from(rate),
+            self.spotter.windows_scored(),
             self.printed
         )
     }

@@ -32,8 +32,8 @@ pub struct Classification {
     pub scores: BTreeMap<String, f32>,
 }
 
-/// A loaded keyword spotter.
-#[derive(Debug)]
+/// A loaded keyword spotter. Cloning is cheap: the optimised model is shared.
+#[derive(Debug, Clone)]
 pub struct KwsClassifier {
     card: ModelCard,
     features: FeatureConfig,

@@ -3,7 +3,8 @@
 //! computes its features — the one definition the host trainer uses too, so training
 //! and inference see the same numbers. [`kws`] loads and runs keyword spotters;
 //! [`stream`] runs one over a stream of audio, window by window, and [`detect`] turns its
-//! windows into keyword detections; [`asr`] loads and runs
+//! windows into keyword detections; [`spotter`] puts the two together, the streaming loop
+//! `hush-device listen` and the C API (`device/capi`) both run; [`asr`] loads and runs
 //! CTC speech recognisers over whole utterances.
 //!
 //! It does not train (that is hush-models' step and the host's trainer) and does not
@@ -13,6 +14,7 @@ pub mod asr;
 pub mod clip;
 pub mod detect;
 pub mod kws;
+pub mod spotter;
 pub mod stream;
 
 use std::path::{Path, PathBuf};
@@ -28,6 +30,7 @@ pub use asr::{utterance_features, AsrRecognizer, Decoder, Transcription};
 pub use clip::{clip_features, clip_samples, fit_clip};
 pub use detect::{Detection, DetectorOptions, KeywordDetector};
 pub use kws::{card_features, Classification, KwsClassifier};
+pub use spotter::{KeywordSpotter, SpotterOptions};
 pub use stream::{KwsStream, WindowVerdict};
 
 /// Why a model could not be loaded or run. Every variant names the file involved.
@@ -88,6 +91,12 @@ pub enum InferError {
         path: PathBuf,
         /// The front-end's error.
         source: crate::features::FeatureError,
+    },
+    /// Streaming options are out of range.
+    #[error("{reason}")]
+    Options {
+        /// Which option, its value and what it must be.
+        reason: String,
     },
     /// tract failed while running the model.
     #[error("{path}: inference failed: {reason}")]

@@ -44,10 +44,12 @@ pub struct WindowVerdict {
     pub probs: Vec<f32>,
 }
 
-/// A keyword spotter running over a stream of samples at the model's rate.
+/// A keyword spotter running over a stream of samples at the model's rate. It holds its
+/// own copy of the classifier (cheap: the optimised model is shared, not copied), so a
+/// stream can outlive the classifier it was made from.
 #[derive(Debug)]
-pub struct KwsStream<'a> {
-    clf: &'a KwsClassifier,
+pub struct KwsStream {
+    clf: KwsClassifier,
     front: FeatureStream,
     cmvn: CmvnOptions,
     frames: usize,
@@ -64,9 +66,9 @@ pub struct KwsStream<'a> {
     origin: PathBuf,
 }
 
-impl<'a> KwsStream<'a> {
+impl KwsStream {
     /// A stream for `clf` that runs the model every `hop` new frames (≥ 1).
-    pub fn new(clf: &'a KwsClassifier, hop: usize) -> Result<Self, InferError> {
+    pub fn new(clf: &KwsClassifier, hop: usize) -> Result<Self, InferError> {
         let origin = PathBuf::from("<stream>");
         let mut cfg = clf.features().clone();
         let cmvn = std::mem::replace(&mut cfg.cmvn, CmvnOptions::None);
@@ -76,7 +78,7 @@ impl<'a> KwsStream<'a> {
         })?;
         let io = clf.card().arch.io();
         Ok(Self {
-            clf,
+            clf: clf.clone(),
             dim: front.dim(),
             front,
             cmvn,
@@ -136,6 +138,16 @@ impl<'a> KwsStream<'a> {
         }
         self.new = new;
         Ok(())
+    }
+
+    /// The classifier this stream runs.
+    pub fn classifier(&self) -> &KwsClassifier {
+        &self.clf
+    }
+
+    /// Frames between two verdicts.
+    pub fn hop(&self) -> usize {
+        self.hop
     }
 
     fn window_probs(&mut self) -> Result<Vec<f32>, InferError> {

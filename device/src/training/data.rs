@@ -1,8 +1,8 @@
-//! The device's own labelled recordings as model inputs: read once, features computed
-//! with the model's own feature config, held in memory (a device holds tens to hundreds
-//! of clips).
+//! The device's own labelled recordings as model inputs: read once (from a corpus
+//! directory, or handed over as samples by an app), features computed with the model's own
+//! feature config, held in memory (a device holds tens to hundreds of clips).
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
 use crate::audio::read_audio;
 use crate::dataset::{read_corpus, KwsLabels, Layout, Target};
@@ -11,6 +11,18 @@ use crate::infer::{card_features, clip_features};
 use hush_models::package::ModelCard;
 
 use super::TrainingError;
+
+/// One labelled recording handed over as samples (what an app embedding the C API has).
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct LabelledClip<'a> {
+    /// Mono samples in [-1, 1].
+    pub samples: &'a [f32],
+    /// Their rate (must be the model's).
+    pub sample_rate: u32,
+    /// Class name; a name that is none of the model's labels counts as the last class
+    /// (`_unknown_`), as a corpus word does.
+    pub label: &'a str,
+}
 
 /// Features and classes of the local clips.
 #[derive(Debug, Clone, PartialEq)]
@@ -58,12 +70,7 @@ impl LocalData {
         let labels = KwsLabels {
             classes: labels.to_vec(),
         };
-        let mut out = Self {
-            features: Vec::new(),
-            classes: Vec::new(),
-            frames,
-            bins: features.dim(),
-        };
+        let mut out = Self::empty(features, frames);
         for ex in examples {
             let Target::Label(word) = &ex.target else {
                 continue;
@@ -72,22 +79,13 @@ impl LocalData {
                 continue;
             }
             let audio = read_audio(&ex.path)?;
-            if audio.sample_rate != features.frame.sample_rate {
-                return Err(TrainingError::Unusable(format!(
-                    "{}: {} Hz; the model's features need {} Hz",
-                    ex.path.display(),
-                    audio.sample_rate,
-                    features.frame.sample_rate
-                )));
-            }
-            let f = clip_features(features, &audio.samples, frames).map_err(|source| {
-                TrainingError::Features {
-                    path: ex.path.clone(),
-                    source,
-                }
-            })?;
-            out.features.extend(f);
-            out.classes.push(labels.class_of(word));
+            out.add(
+                features,
+                &audio.samples,
+                audio.sample_rate,
+                labels.class_of(word),
+                &ex.path,
+            )?;
         }
         if out.classes.is_empty() {
             return Err(TrainingError::Unusable(format!(
@@ -97,6 +95,75 @@ impl LocalData {
             )));
         }
         Ok(out)
+    }
+
+    /// Clips handed over as samples, with what the model package at `package` was
+    /// trained on (as [`LocalData::load_for_model`]). Errors name the clip by its index
+    /// (`<clip 3>`): a rate other than the model's, a sample that is not finite, or no
+    /// clips at all.
+    pub fn from_clips(
+        card: &ModelCard,
+        package: &Path,
+        clips: &[LabelledClip<'_>],
+    ) -> Result<Self, TrainingError> {
+        let features = card_features(card, package)?;
+        let labels = KwsLabels {
+            classes: card.labels.clone(),
+        };
+        let mut out = Self::empty(&features, card.arch.io().frames);
+        if clips.is_empty() || labels.classes.is_empty() {
+            return Err(TrainingError::Unusable(
+                "no labelled clips: local training needs at least one".into(),
+            ));
+        }
+        for (i, clip) in clips.iter().enumerate() {
+            let origin = PathBuf::from(format!("<clip {i}>"));
+            out.add(
+                &features,
+                clip.samples,
+                clip.sample_rate,
+                labels.class_of(clip.label),
+                &origin,
+            )?;
+        }
+        Ok(out)
+    }
+
+    fn empty(features: &FeatureConfig, frames: usize) -> Self {
+        Self {
+            features: Vec::new(),
+            classes: Vec::new(),
+            frames,
+            bins: features.dim(),
+        }
+    }
+
+    /// Adds one clip of class `class` (`origin` names it in errors).
+    fn add(
+        &mut self,
+        features: &FeatureConfig,
+        samples: &[f32],
+        sample_rate: u32,
+        class: usize,
+        origin: &Path,
+    ) -> Result<(), TrainingError> {
+        if sample_rate != features.frame.sample_rate {
+            return Err(TrainingError::Unusable(format!(
+                "{}: {} Hz; the model's features need {} Hz",
+                origin.display(),
+                sample_rate,
+                features.frame.sample_rate
+            )));
+        }
+        let f = clip_features(features, samples, self.frames).map_err(|source| {
+            TrainingError::Features {
+                path: origin.to_path_buf(),
+                source,
+            }
+        })?;
+        self.features.extend(f);
+        self.classes.push(class);
+        Ok(())
     }
 
     /// Number of examples.

@@ -10,8 +10,8 @@
 mod data;
 mod round;
 
-pub use data::LocalData;
-pub use round::{local_update, LocalRoundReport};
+pub use data::{LabelledClip, LocalData};
+pub use round::{encoded_update_len, local_update, LocalRoundReport};
 
 use std::path::PathBuf;
 

@@ -11,13 +11,15 @@ use hush_models::dp::per_example::{
     apply_sgd, clipped_grad_sum, per_example_model, trainable_layout,
 };
 use hush_models::dp::{layer_norms, ClipBounds, ClipStrategy, NoiseSource};
-use hush_models::package::load_package;
+use hush_models::package::{load_package, ModelCard};
 use hush_models::step::{apply_grads, loss_and_grads, Batch};
 use rand::seq::SliceRandom;
 use rand::SeedableRng;
 use rand_chacha::ChaCha8Rng;
 
-use crate::protocol::{LayerDelta, TrainTask, Update, UpdateHeader, UPDATE_FORMAT_VERSION};
+use crate::protocol::{
+    encode_update, LayerDelta, TrainTask, Update, UpdateHeader, UPDATE_FORMAT_VERSION,
+};
 
 use super::{LocalData, TrainingError};
 
@@ -32,6 +34,9 @@ pub struct LocalRoundReport {
     pub mean_loss: f32,
     /// Per-layer norms of the delta before clipping.
     pub norms_before: Vec<f32>,
+    /// The user-level L2 bound the update was clipped to: `sqrt(Σ C_l²)` over the task's
+    /// per-layer bounds (the one bound when flat), the sensitivity the host accounts.
+    pub sensitivity: f64,
 }
 
 fn trainable(tensors: Vec<NamedTensor>) -> Vec<NamedTensor> {
@@ -172,14 +177,7 @@ pub fn local_update(
         bounds.clip(&mut delta)?;
     }
     let update = Update {
-        header: UpdateHeader {
-            format_version: UPDATE_FORMAT_VERSION,
-            model_version: task.model_version,
-            round: task.round,
-            device_id,
-            idempotency_key: Update::key(task.round, device_id),
-            layer_norms: layer_norms(&delta),
-        },
+        header: update_header(task, device_id, layer_norms(&delta)),
         layers: delta
             .into_iter()
             .map(|t| LayerDelta {
@@ -194,6 +192,123 @@ pub fn local_update(
         steps,
         mean_loss: (loss_sum / steps.max(1) as f64) as f32,
         norms_before,
+        sensitivity: bounds.sensitivity(),
     };
     Ok((update, report))
+}
+
+fn update_header(task: &TrainTask, device_id: u64, layer_norms: Vec<f32>) -> UpdateHeader {
+    UpdateHeader {
+        format_version: UPDATE_FORMAT_VERSION,
+        model_version: task.model_version,
+        round: task.round,
+        device_id,
+        idempotency_key: Update::key(task.round, device_id),
+        layer_norms,
+    }
+}
+
+/// The exact size in bytes of the encoded update [`local_update`] returns for the model
+/// `card` describes, `task` and `device_id`, known before training: every layer's values
+/// are a fixed-width byte string, and the header depends only on the task and the device.
+/// Lets a caller size a buffer without training twice.
+pub fn encoded_update_len(
+    card: &ModelCard,
+    task: &TrainTask,
+    device_id: u64,
+) -> Result<usize, TrainingError> {
+    let layers: Vec<LayerDelta> = card
+        .parameters
+        .iter()
+        .filter(|p| is_trainable(&p.name))
+        .map(|p| LayerDelta {
+            name: p.name.clone(),
+            shape: p.shape.iter().map(|&d| d as u32).collect(),
+            data: vec![0.0; p.shape.iter().product()],
+        })
+        .collect();
+    let update = Update {
+        header: update_header(task, device_id, vec![0.0; layers.len()]),
+        layers,
+    };
+    let body = encode_update(&update).map_err(|e| TrainingError::Unusable(e.to_string()))?;
+    Ok(body.len())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::protocol::{LocalTraining, UpdateClip};
+    use crate::training::LabelledClip;
+
+    fn kws12() -> std::path::PathBuf {
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("../models/kws-12")
+    }
+
+    fn task(card: &ModelCard, local_noise_std: f32) -> TrainTask {
+        TrainTask {
+            round: 7,
+            model_version: 3,
+            deadline_ms: 0,
+            local: LocalTraining {
+                epochs: 1,
+                batch_size: 2,
+                lr: 0.01,
+                example_clip: None,
+                seed: 1,
+            },
+            clip: UpdateClip {
+                bounds: vec![0.5],
+                layers: card
+                    .parameters
+                    .iter()
+                    .filter(|p| is_trainable(&p.name))
+                    .map(|p| p.name.clone())
+                    .collect(),
+                normalize_layers: false,
+                local_noise_std,
+            },
+        }
+    }
+
+    #[test]
+    fn clips_as_samples_train_and_the_update_size_is_known_before_training() {
+        let dir = kws12();
+        let card = ModelCard::read(&dir).unwrap();
+        let tone: Vec<f32> = (0..16_000).map(|i| (i as f32 * 0.05).sin() * 0.3).collect();
+        let hiss: Vec<f32> = (0..12_000u32)
+            .map(|i| ((i * 7919 % 1000) as f32 / 1000.0 - 0.5) * 0.1)
+            .collect();
+        let clips = [
+            LabelledClip {
+                samples: &tone,
+                sample_rate: 16_000,
+                label: "yes",
+            },
+            LabelledClip {
+                samples: &hiss,
+                sample_rate: 16_000,
+                label: "hello",
+            },
+        ];
+        let data = LocalData::from_clips(&card, &dir, &clips).unwrap();
+        // "hello" is none of the model's labels: the last class, `_unknown_`.
+        assert_eq!(data.classes, [0, card.labels.len() - 1]);
+        for noise in [0.0, 0.01] {
+            let task = task(&card, noise);
+            let (update, report) = local_update(&dir, &data, &task, 42).unwrap();
+            let body = encode_update(&update).unwrap();
+            assert_eq!(body.len(), encoded_update_len(&card, &task, 42).unwrap());
+            assert!((report.sensitivity - 0.5).abs() < 1e-9);
+        }
+
+        let slow = LabelledClip {
+            sample_rate: 8_000,
+            ..clips[0]
+        };
+        let e = LocalData::from_clips(&card, &dir, &[clips[0], slow]).unwrap_err();
+        assert!(e.to_string().starts_with("<clip 1>: 8000 Hz"), "{e}");
+        let e = LocalData::from_clips(&card, &dir, &[]).unwrap_err();
+        assert!(e.to_string().contains("no labelled clips"), "{e}");
+    }
 }

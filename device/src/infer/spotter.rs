@@ -1,0 +1,156 @@
+//! Streaming keyword detection, the loop `hush-device listen` and the C API share: audio
+//! pushed in chunks of any size goes through the model window by window ([`KwsStream`]),
+//! and the window posteriors become detections ([`KeywordDetector`]). Options are in
+//! milliseconds, as a person sets them; [`KeywordSpotter::new`] turns them into whole
+//! frames and windows.
+//!
+//! It does not read files, open microphones or resample: samples come in at the model's
+//! rate (the caller checks it against [`KwsClassifier::features`]).
+//!
+//! ```no_run
+//! use hush_device::infer::{KeywordSpotter, KwsClassifier, SpotterOptions};
+//! let clf = KwsClassifier::load(std::path::Path::new("models/kws-12"))?;
+//! let mut spotter = KeywordSpotter::new(&clf, &SpotterOptions::default())?;
+//! let mut detections = Vec::new();
+//! spotter.push(&vec![0.0; 1600], &mut detections)?; // 100 ms at 16 kHz
+//! for d in &detections {
+//!     println!("{:.2} s: {} ({:.2})", d.time_s, d.label, d.score);
+//! }
+//! # Ok::<(), hush_device::infer::InferError>(())
+//! ```
+
+use super::WindowVerdict;
+use super::{Detection, DetectorOptions, InferError, KeywordDetector, KwsClassifier, KwsStream};
+
+/// How a [`KeywordSpotter`] runs, in milliseconds of audio.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct SpotterOptions {
+    /// Run the model every this many milliseconds of audio (> 0; rounded to whole frames,
+    /// at least one).
+    pub hop_ms: u32,
+    /// Average each class's posterior over the windows of the last this many
+    /// milliseconds (rounded to whole windows, at least one).
+    pub smooth_ms: u32,
+    /// Detect a keyword when its smoothed posterior reaches this probability, in (0, 1].
+    pub threshold: f32,
+    /// After a detection, report nothing for this many milliseconds.
+    pub refractory_ms: u32,
+}
+
+impl SpotterOptions {
+    /// Default hop: 100 ms.
+    pub const HOP_MS: u32 = 100;
+    /// Default smoothing: 500 ms.
+    pub const SMOOTH_MS: u32 = 500;
+    /// Default threshold: 0.8.
+    pub const THRESHOLD: f32 = 0.8;
+    /// Default refractory period: 1000 ms.
+    pub const REFRACTORY_MS: u32 = 1000;
+}
+
+impl Default for SpotterOptions {
+    fn default() -> Self {
+        Self {
+            hop_ms: Self::HOP_MS,
+            smooth_ms: Self::SMOOTH_MS,
+            threshold: Self::THRESHOLD,
+            refractory_ms: Self::REFRACTORY_MS,
+        }
+    }
+}
+
+/// A keyword spotter over a stream: the model, its stream and the detector.
+#[derive(Debug)]
+pub struct KeywordSpotter {
+    stream: KwsStream,
+    detector: KeywordDetector,
+    smooth_windows: usize,
+    /// The last push's window verdicts (kept to reuse the allocation).
+    verdicts: Vec<WindowVerdict>,
+    samples: u64,
+    windows: u64,
+}
+
+impl KeywordSpotter {
+    /// A spotter for `clf` running as `opts` says; errors name the first bad option.
+    pub fn new(clf: &KwsClassifier, opts: &SpotterOptions) -> Result<Self, InferError> {
+        let bad = |reason: String| InferError::Options { reason };
+        if opts.hop_ms == 0 {
+            return Err(bad(
+                "hop 0 ms: expected a positive number of milliseconds".into()
+            ));
+        }
+        let frame = &clf.features().frame;
+        let shift_ms = 1000.0 * frame.window_shift() as f64 / f64::from(frame.sample_rate);
+        let hop = ((f64::from(opts.hop_ms) / shift_ms).round() as usize).max(1);
+        let hop_ms = hop as f64 * shift_ms;
+        let smooth_windows = ((f64::from(opts.smooth_ms) / hop_ms).round() as usize).max(1);
+        let detector = KeywordDetector::new(
+            &clf.card().labels,
+            DetectorOptions {
+                smooth_windows,
+                threshold: opts.threshold,
+                refractory_s: f64::from(opts.refractory_ms) / 1000.0,
+            },
+        )
+        .map_err(bad)?;
+        Ok(Self {
+            stream: KwsStream::new(clf, hop)?,
+            detector,
+            smooth_windows,
+            verdicts: Vec::new(),
+            samples: 0,
+            windows: 0,
+        })
+    }
+
+    /// Pushes samples (in [-1, 1], at the model's rate), appends the detections now due
+    /// to `detections`, and returns this push's window verdicts, in order (every window,
+    /// whether or not it gave a detection).
+    pub fn push(
+        &mut self,
+        samples: &[f32],
+        detections: &mut Vec<Detection>,
+    ) -> Result<&[WindowVerdict], InferError> {
+        self.verdicts.clear();
+        self.stream.push(samples, &mut self.verdicts)?;
+        self.samples += samples.len() as u64;
+        self.windows += self.verdicts.len() as u64;
+        for v in &self.verdicts {
+            if let Some(d) = self.detector.push(v.end_s, &v.probs) {
+                detections.push(d);
+            }
+        }
+        Ok(&self.verdicts)
+    }
+
+    /// The classifier.
+    pub fn classifier(&self) -> &KwsClassifier {
+        self.stream.classifier()
+    }
+
+    /// The sample rate pushed samples must have (the model's features').
+    pub fn sample_rate(&self) -> u32 {
+        self.classifier().features().frame.sample_rate
+    }
+
+    /// Frames between two windows.
+    pub fn hop_frames(&self) -> usize {
+        self.stream.hop()
+    }
+
+    /// Windows whose posteriors are averaged.
+    pub fn smooth_windows(&self) -> usize {
+        self.smooth_windows
+    }
+
+    /// Samples pushed so far.
+    pub fn samples_pushed(&self) -> u64 {
+        self.samples
+    }
+
+    /// Windows scored so far.
+    pub fn windows_scored(&self) -> u64 {
+        self.windows
+    }
+}

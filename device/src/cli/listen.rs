@@ -89,20 +89,16 @@ impl Listener {
     fn feed(&mut self, mono: &[f32], out: &mut impl Write) -> anyhow::Result<()> {
         self.detections.clear();
         let verdicts = self.spotter.push(mono, &mut self.detections)?;
-        let lines = if self.windows_only {
-            verdicts
-                .iter()
-                .map(serde_json::to_string)
-                .collect::<Result<Vec<_>, _>>()?
+        if self.windows_only {
+            for v in verdicts {
+                writeln!(out, "{}", serde_json::to_string(v)?)?;
+            }
+            self.printed += verdicts.len() as u64;
         } else {
-            self.detections
-                .iter()
-                .map(serde_json::to_string)
-                .collect::<Result<Vec<_>, _>>()?
-        };
-        for line in lines {
-            self.printed += 1;
-            writeln!(out, "{line}")?;
+            for d in &self.detections {
+                writeln!(out, "{}", serde_json::to_string(d)?)?;
+            }
+            self.printed += self.detections.len() as u64;
         }
         out.flush()?;
         Ok(())

@@ -64,7 +64,6 @@ impl Default for SpotterOptions {
 pub struct KeywordSpotter {
     stream: KwsStream,
     detector: KeywordDetector,
-    smooth_windows: usize,
     /// The last push's window verdicts (kept to reuse the allocation).
     verdicts: Vec<WindowVerdict>,
     samples: u64,
@@ -97,7 +96,6 @@ impl KeywordSpotter {
         Ok(Self {
             stream: KwsStream::new(clf, hop)?,
             detector,
-            smooth_windows,
             verdicts: Vec::new(),
             samples: 0,
             windows: 0,
@@ -132,16 +130,6 @@ impl KeywordSpotter {
     /// The sample rate pushed samples must have (the model's features').
     pub fn sample_rate(&self) -> u32 {
         self.classifier().features().frame.sample_rate
-    }
-
-    /// Frames between two windows.
-    pub fn hop_frames(&self) -> usize {
-        self.stream.hop()
-    }
-
-    /// Windows whose posteriors are averaged.
-    pub fn smooth_windows(&self) -> usize {
-        self.smooth_windows
     }
 
     /// Samples pushed so far.

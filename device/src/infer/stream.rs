@@ -145,11 +145,6 @@ impl KwsStream {
         &self.clf
     }
 
-    /// Frames between two verdicts.
-    pub fn hop(&self) -> usize {
-        self.hop
-    }
-
     fn window_probs(&mut self) -> Result<Vec<f32>, InferError> {
         self.window.clear();
         self.window.extend_from_slice(&self.recent);

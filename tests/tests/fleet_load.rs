@@ -11,7 +11,8 @@ use hush_device::protocol::{
     encode_update, Assignment, CheckInRequest, LayerDelta, Update, UpdateHeader,
     UPDATE_FORMAT_VERSION,
 };
-use hush_host::fl::{start_host, FlConfig};
+use hush_host::fl::FlConfig;
+use hush_host::server::start_host;
 use hush_tests::tiny_kws_package;
 
 const DEVICES: usize = 1000;

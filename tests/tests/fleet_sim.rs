@@ -77,7 +77,8 @@ fn a_small_fleet_trains_privately_and_accounts_every_round() {
 #[test]
 fn a_device_dying_mid_upload_leaves_the_host_serving() {
     use hush_device::client::HostClient;
-    use hush_host::fl::{start_host, FlConfig};
+    use hush_host::fl::FlConfig;
+    use hush_host::server::start_host;
     let dir = tempfile::tempdir().unwrap();
     let package = hush_tests::tiny_kws_package(&dir.path().join("initial"));
     let mut cfg = FlConfig::with_model(&package, &dir.path().join("host"));

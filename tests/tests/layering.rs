@@ -18,11 +18,13 @@ const LAYERS: &[(&str, u32)] = &[
     ("hush-plot", 2),
     ("hush-train", 3),
     ("hush-fl", 3),
+    ("hush-store", 4),
     ("hush-pate", 4),
     ("hush-audit", 4),
-    ("hush-lab", 5),
-    ("hush-host", 6),
-    ("hush-tests", 7),
+    ("hush-server", 5),
+    ("hush-lab", 6),
+    ("hush-host", 7),
+    ("hush-tests", 8),
 ];
 
 /// The dependency tables a manifest can hold (also under `[target.'cfg(..)']`).

@@ -24,7 +24,8 @@ use hush_device::protocol::{
     UpdateHeader, UpdateLimits, UPDATE_FORMAT_VERSION,
 };
 use hush_host::fl::aggregate::{check_norms, update_tensors, Aggregator};
-use hush_host::fl::{start_host, FlConfig};
+use hush_host::fl::FlConfig;
+use hush_host::server::start_host;
 use hush_models::arch::{ArchConfig, IoShape, LeakCnnConfig};
 use hush_models::dp::{ClipBounds, ClipStrategy};
 use hush_models::package::{write_package, ModelCard};
@@ -120,7 +121,7 @@ fn aggregation() {
     let mut best_host = f64::MAX;
     for _ in 0..3 {
         let t = Instant::now();
-        let mut agg = Aggregator::new(&layout);
+        let mut agg = Aggregator::new(&layout, 1.0);
         for (b, s) in &bodies {
             let u = decode_update(b, Some(s), &limits).unwrap();
             let mut tensors = update_tensors(u);
@@ -159,7 +160,7 @@ fn aggregation() {
         }
     });
     stage("add into the sum", &mut || {
-        let mut agg = Aggregator::new(&layout);
+        let mut agg = Aggregator::new(&layout, 1.0);
         for t in tensors.drain(..) {
             agg.add(t).unwrap();
         }
@@ -284,7 +285,7 @@ fn memory_vs_cohort() {
     let bounds = ClipBounds::new(ClipStrategy::Flat, 1.0, &sizes).unwrap();
     print!("peak RSS (MB) after aggregating a cohort of");
     for cohort in [8usize, 64, 256] {
-        let mut agg = Aggregator::new(&layout);
+        let mut agg = Aggregator::new(&layout, 1.0);
         for i in 0..cohort {
             let body = encode_update(&update_for(&layout, 1, i as u64, i as u32 + 1)).unwrap();
             let sum = checksum_hex(&body);

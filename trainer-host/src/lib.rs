@@ -17,4 +17,6 @@ pub use hush_pate as pate;
 pub use hush_plot as plot;
 pub use hush_privacy::accountant;
 pub use hush_privacy::ledger;
+pub use hush_server as server;
+pub use hush_store as store;
 pub use hush_train as train;

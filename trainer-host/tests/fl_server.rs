@@ -15,9 +15,10 @@ use hush_device::protocol::{
 use hush_host::accountant::{Accountant, Adjacency, SubsampledGaussian};
 use hush_host::fl::config::TlsSection;
 use hush_host::fl::store::RoundState;
-use hush_host::fl::{start_host, FlConfig, HostHandle};
+use hush_host::fl::FlConfig;
 use hush_host::ledger::sqlite::SqliteLedgerStore;
 use hush_host::ledger::{LedgerStore, ReleaseRecord};
+use hush_host::server::{start_host, HostHandle};
 use hush_models::arch::is_trainable;
 use hush_models::checkpoint::NamedTensor;
 use hush_models::export::nnef::{onnx_to_nnef, NNEF};
@@ -773,13 +774,14 @@ fn restart_between_rounds_keeps_the_server_optimizer_momentum() {
 }
 
 #[test]
-fn ledger_entry_is_written_before_the_model_is_published() {
-    // Make publishing v1 impossible: the ledger must already hold the release, and the
-    // model must not be served.
+fn a_model_that_cannot_be_written_is_not_released_and_spends_no_epsilon() {
+    // Make staging v1 impossible (a file where the staging directory goes): the release
+    // must stop before its transaction, so nothing is recorded and no model is served.
     let f = fixture();
-    std::fs::create_dir_all(f.data.join("models")).unwrap();
-    std::fs::write(f.data.join("models").join("v1"), b"in the way").unwrap();
     let host = start_host(config(&f, 1)).unwrap();
+    let staging = f.data.join("models").join(".staging");
+    std::fs::remove_dir_all(&staging).unwrap();
+    std::fs::write(&staging, b"in the way").unwrap();
     let a = register(&host, "a");
     let layout = trainable(&host);
     let t = train_task(&host, &a.token);
@@ -789,17 +791,21 @@ fn ledger_entry_is_written_before_the_model_is_published() {
         200
     );
     wait_until("round closed", || status(&host).open_round.is_none());
-    assert_eq!(
-        ledger(&f).len(),
-        1,
-        "recorded before the publish was attempted"
-    );
+    assert!(ledger(&f).is_empty(), "no release, so no ledger record");
     let s = status(&host);
     assert_eq!(s.model_version, 0, "nothing published");
-    assert!(s.finished, "training stops after a failed publish");
-    assert_eq!(
-        host.round_log().unwrap()[0].state,
-        RoundState::ReleaseFailed
+    assert_eq!(s.epsilon_rdp, Some(0.0));
+    assert!(s.finished, "training stops when models cannot be written");
+    let log = host.round_log().unwrap();
+    assert_eq!(log[0].state, RoundState::Abandoned);
+    assert!(
+        log[0]
+            .reason
+            .as_deref()
+            .unwrap_or("")
+            .contains("could not be written"),
+        "{:?}",
+        log[0].reason
     );
     assert!(matches!(check_in(&host, &a.token), Assignment::Done { .. }));
     host.shutdown().unwrap();

@@ -1,6 +1,8 @@
-//! `hush-host serve` as a real process, killed with SIGKILL in the middle of a round and
-//! started again on the same data directory: the open round is abandoned with no ε
-//! spent, tokens survive, and the next round's release is recorded exactly once.
+//! `hush-host serve` as a real process, killed and started again on the same data
+//! directory: with SIGKILL in the middle of a round (the open round is abandoned with no ε
+//! spent, tokens survive, the next round's release is recorded exactly once), and at every
+//! named fault point of a release (the store, the ledger and the model files agree after
+//! the restart, and training goes on to the planned number of rounds).
 #![allow(clippy::unwrap_used)]
 
 mod common;
@@ -11,8 +13,12 @@ use std::time::{Duration, Instant};
 
 use hush_device::client::HostClient;
 use hush_device::protocol::{encode_update, Assignment, CheckInRequest, TrainTask};
+use hush_host::fl::fault::{self, FAULT_POINT_ENV, RELEASE_POINTS};
+use hush_host::fl::publish::digest;
+use hush_host::fl::store::{RoundState, Store};
 use hush_host::ledger::sqlite::SqliteLedgerStore;
 use hush_host::ledger::LedgerStore;
+use hush_host::store::{SqliteStore, DB_FILE};
 use hush_models::arch::is_trainable;
 use hush_models::package::load_package;
 
@@ -32,19 +38,37 @@ struct Serve {
 
 impl Serve {
     fn start(config: &Path, port: u16) -> Serve {
-        let child = Command::new(env!("CARGO_BIN_EXE_hush-host"))
-            .args(["serve", "--config"])
+        Self::start_with_fault(config, port, None)
+    }
+
+    /// Started with `HUSH_FAULT_POINT=<fault>`: it aborts when it reaches that point.
+    fn start_with_fault(config: &Path, port: u16, fault: Option<&str>) -> Serve {
+        let mut cmd = Command::new(env!("CARGO_BIN_EXE_hush-host"));
+        cmd.args(["serve", "--config"])
             .arg(config)
             .args(["--listen", &format!("127.0.0.1:{port}")])
             .env("RUST_LOG", "warn")
+            .env_remove(FAULT_POINT_ENV)
             .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .unwrap();
+            .stderr(Stdio::from(
+                std::fs::OpenOptions::new()
+                    .create(true)
+                    .append(true)
+                    .open(config.with_extension("log"))
+                    .unwrap(),
+            ));
+        if let Some(f) = fault {
+            cmd.env(FAULT_POINT_ENV, f);
+        }
+        let mut child = cmd.spawn().unwrap();
         let url = format!("http://127.0.0.1:{port}");
         let probe = HostClient::new(&url, Duration::from_secs(5)).unwrap();
         let start = Instant::now();
         while probe.status().is_err() {
+            if let Some(status) = child.try_wait().unwrap() {
+                let log = std::fs::read_to_string(config.with_extension("log")).unwrap();
+                panic!("hush-host serve exited at start ({status}); its log:\n{log}");
+            }
             assert!(
                 start.elapsed() < Duration::from_secs(60),
                 "hush-host serve did not come up on {url}"
@@ -56,6 +80,22 @@ impl Serve {
 
     fn client(&self) -> HostClient {
         HostClient::new(&self.url, Duration::from_secs(10)).unwrap()
+    }
+
+    /// Waits for the process to die by itself (a fault point), and checks it aborted.
+    fn wait_for_abort(mut self) {
+        let start = Instant::now();
+        loop {
+            if let Some(status) = self.child.try_wait().unwrap() {
+                assert!(!status.success(), "the host exited cleanly: {status}");
+                return;
+            }
+            assert!(
+                start.elapsed() < Duration::from_secs(60),
+                "the host did not reach its fault point"
+            );
+            std::thread::sleep(Duration::from_millis(20));
+        }
     }
 
     /// SIGKILL: no shutdown code runs.
@@ -175,4 +215,193 @@ fn serve_killed_mid_round_restarts_with_no_epsilon_lost_or_spent_twice() {
     assert_eq!(s.epsilon_rdp, Some(eps));
     assert_eq!(ledger_len(&data), 1);
     host.kill();
+}
+
+fn write_config(dir: &Path, model: &Path, data: &Path, rounds: u64) -> std::path::PathBuf {
+    let config = dir.join("hush.toml");
+    std::fs::write(
+        &config,
+        format!(
+            "seed = 3\n\
+             [server]\ndata_dir = {data:?}\ninitial_model = {model:?}\ntick_ms = 20\n\
+             [rounds]\nrounds = {rounds}\nsampling_rate = 1.0\nmin_devices = 2\n\
+             min_reports = 2\ndeadline_secs = 60.0\n\
+             [dp]\nnoise_multiplier = 1.0\nclip = 1.0\n\
+             [budget]\nepsilon = 1000.0\ndelta = 1e-5\n"
+        ),
+    )
+    .unwrap();
+    config
+}
+
+/// The store, the ledger and the model files agree: one ledger record per released round
+/// and none for any other, model versions 0..=N contiguous with one per released round,
+/// each version's files present and matching the digest committed with it, and nothing
+/// left staged. Returns the number of released rounds.
+fn assert_consistent(data: &Path, when: &str) -> u64 {
+    let store = SqliteStore::open(&data.join(DB_FILE)).unwrap();
+    let rounds = store.rounds().unwrap();
+    let released: Vec<u64> = rounds
+        .iter()
+        .filter(|r| r.state == RoundState::Released)
+        .map(|r| r.id)
+        .collect();
+    assert!(
+        rounds
+            .iter()
+            .all(|r| matches!(r.state, RoundState::Released | RoundState::Abandoned)),
+        "{when}: every round closed: {rounds:?}"
+    );
+    let recorded: Vec<u64> = store
+        .records()
+        .unwrap()
+        .iter()
+        .map(|r| {
+            let id = r.release.released.split(':').next().unwrap();
+            id.trim_start_matches("federated round ").parse().unwrap()
+        })
+        .collect();
+    assert_eq!(
+        recorded, released,
+        "{when}: ε recorded exactly for the released rounds"
+    );
+    let versions = store.model_versions().unwrap();
+    let numbers: Vec<u64> = versions.iter().map(|v| v.version).collect();
+    let expected: Vec<u64> = (0..=released.len() as u64).collect();
+    assert_eq!(numbers, expected, "{when}: model versions contiguous");
+    for v in &versions {
+        let dir = data.join("models").join(format!("v{}", v.version));
+        assert_eq!(
+            digest(&dir).unwrap(),
+            v.digest,
+            "{when}: v{} files",
+            v.version
+        );
+        if let Some(round) = v.round {
+            assert!(
+                released.contains(&round),
+                "{when}: v{} from round {round}",
+                v.version
+            );
+        }
+    }
+    let staging = data.join("models").join(".staging");
+    let left = std::fs::read_dir(&staging).map_or(0, |d| d.count());
+    assert_eq!(left, 0, "{when}: nothing left staged");
+    released.len() as u64
+}
+
+/// Both devices check in, train and upload until the host has released `rounds` rounds
+/// (or, with `abort_expected`, until it dies at its fault point).
+fn run_round(host: &Serve, model: &Path, devices: &[(u64, String)]) -> Vec<Result<(), String>> {
+    let clients: Vec<HostClient> = devices
+        .iter()
+        .map(|(_, t)| host.client().with_token(t))
+        .collect();
+    let tasks: Vec<TrainTask> = clients.iter().map(task).collect();
+    clients
+        .iter()
+        .zip(&tasks)
+        .zip(devices)
+        .map(|((c, t), (id, _))| {
+            c.upload(t.round, &small_update(model, t, *id))
+                .map(|_| ())
+                .map_err(|e| e.to_string())
+        })
+        .collect()
+}
+
+#[test]
+fn a_release_killed_at_any_fault_point_is_finished_or_undone_on_restart() {
+    assert!(
+        fault::enabled(),
+        "the tests build hush-host with the fault-points feature"
+    );
+    let tmp = tempfile::tempdir().unwrap();
+    let model = common::tiny_package(tmp.path());
+    for point in RELEASE_POINTS {
+        let dir = tmp.path().join(point);
+        std::fs::create_dir_all(&dir).unwrap();
+        let data = dir.join("data");
+        let config = write_config(&dir, &model, &data, 2);
+        let port = free_port();
+
+        // Round 1 with the fault armed: the second upload closes the round, the release
+        // starts, and the process aborts at `point`.
+        let host = Serve::start_with_fault(&config, port, Some(point));
+        let anon = host.client();
+        let devices: Vec<(u64, String)> = ["a", "b"]
+            .iter()
+            .map(|l| {
+                let r = anon.register(l).unwrap();
+                (r.device_id, r.token)
+            })
+            .collect();
+        let uploads = run_round(&host, &model, &devices);
+        assert!(uploads[0].is_ok(), "{point}: {:?}", uploads[0]);
+        host.wait_for_abort();
+
+        // Restarted without the fault: recovery leaves everything consistent.
+        let host = Serve::start(&config, port);
+        let released = assert_consistent(&data, &format!("{point}, after restart"));
+        let committed = point == fault::RELEASE_AFTER_COMMIT || point == fault::RELEASE_DONE;
+        assert_eq!(
+            released,
+            u64::from(committed),
+            "{point}: released before the crash"
+        );
+        let status = host.client().status().unwrap();
+        assert_eq!(status.model_version, released, "{point}: the visible model");
+        assert_eq!(status.rounds_done, released, "{point}");
+
+        // The old tokens carry on until the planned two rounds are released.
+        let mut tries = 0;
+        while !host.client().status().unwrap().finished {
+            tries += 1;
+            assert!(tries <= 3, "{point}: training did not finish");
+            let uploads = run_round(&host, &model, &devices);
+            assert!(uploads.iter().all(Result::is_ok), "{point}: {uploads:?}");
+            let start = Instant::now();
+            while host.client().status().unwrap().open_round.is_some() {
+                assert!(
+                    start.elapsed() < Duration::from_secs(60),
+                    "{point}: round stuck"
+                );
+                std::thread::sleep(Duration::from_millis(20));
+            }
+        }
+        let status = host.client().status().unwrap();
+        assert_eq!(
+            (status.rounds_done, status.model_version),
+            (2, 2),
+            "{point}: rounds = planned"
+        );
+        host.kill();
+        assert_eq!(assert_consistent(&data, &format!("{point}, at the end")), 2);
+    }
+}
+
+/// `cargo build -p hush-host` (what the README and releases build) resolves `hush-fl`
+/// without its `fault-points` feature; only the test build (dev-dependencies) has it.
+#[test]
+fn fault_points_are_absent_from_the_default_build() {
+    let tree = |edges: &str| {
+        let out = Command::new(env!("CARGO"))
+            .args(["tree", "--offline", "-p", "hush-host", "--prefix", "none"])
+            .args(["-e", edges, "-i", "hush-fl"])
+            .current_dir(env!("CARGO_MANIFEST_DIR"))
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        String::from_utf8(out.stdout).unwrap()
+    };
+    let build = tree("normal,build,features");
+    assert!(build.contains("hush-fl feature \"default\""), "{build}");
+    assert!(!build.contains("fault-points"), "{build}");
+    // The same query over the test build's edges finds it, so the check can fail.
+    assert!(tree("all,features").contains("fault-points"));
 }

@@ -31,7 +31,7 @@ pub use per_example::{
     per_example_grads_vectorized, per_example_grads_with, per_example_model, trainable_layout,
     Bounding, ClippedSum, PerExampleConfig, PerExampleMethod,
 };
-pub use sampling::PoissonSampler;
+pub use sampling::{KeyedPoissonSampler, PoissonSampler};
 
 /// Why a DP operation was refused.
 #[derive(Debug, Clone, PartialEq, thiserror::Error)]

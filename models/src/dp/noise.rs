@@ -35,6 +35,16 @@ impl NoiseSource {
         Self(ChaCha20Rng::seed_from_u64(seed))
     }
 
+    /// The noise of one release among many, keyed: ChaCha20 with `key` on stream
+    /// `stream` (e.g. the round), so that a restarted process never replays the noise
+    /// of an earlier release. With a secret key from the OS this is as strong as
+    /// [`NoiseSource::from_os`]; with a key derived from a seed, reproducible runs only.
+    pub fn from_key(key: [u8; 32], stream: u64) -> Self {
+        let mut rng = ChaCha20Rng::from_seed(key);
+        rng.set_stream(stream);
+        Self(rng)
+    }
+
     /// One standard normal draw.
     pub fn standard_normal(&mut self) -> f64 {
         self.0.sample(StandardNormal)

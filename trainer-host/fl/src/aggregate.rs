@@ -13,14 +13,33 @@
 //! | the device was drawn into the cohort | 403 | `not_in_cohort` |
 //! | the update starts from the round's model | 409 | `stale_model` |
 //! | every layer (or the whole, flat) within its bound ([`ClipBounds::check`]) | 422 | `over_norm_bound` |
+//! | the sum has room (at most [`MAX_UPDATES`] per round) | 503 | `round_full` |
+//!
+//! Decoding and the norm re-check need only the round's public parameters
+//! ([`UpdateValidator`]), so a server runs them on its own threads, outside any lock; the
+//! engine then checks who sent it for which round and adds it.
+//!
+//! **The sum is order-free.** Each value is truncated toward zero onto a fixed-point grid
+//! of `2^-40` times the clip bound and added as an `i64`: integer addition is associative,
+//! so the sum — and the noise added to it, and the released model — do not depend on the
+//! order updates arrived in or on how partial sums were split across threads. Truncation
+//! never raises a value's magnitude, so it never raises an update's norm (the sensitivity
+//! holds), and the grid step is about `10^-12 C` against noise of `z·C`.
 //!
 //! The divisor of the sum is never the number of updates received: it is the expected
 //! cohort, applied in [`hush_models::dp::GaussianMechanism::privatize`], so dropouts never
 //! change it.
 
-use hush_device::protocol::Update;
+use hush_device::protocol::{decode_update, ProtocolError, Update, UpdateHeader, UpdateLimits};
 use hush_models::checkpoint::NamedTensor;
 use hush_models::dp::{ClipBounds, DpError};
+
+/// Bits of the fixed-point grid below the clip bound.
+pub const FRACTION_BITS: u32 = 40;
+
+/// Most updates one round's sum can hold: each value is at most `2^40` on the grid, so
+/// `2^22` of them stay below `2^62`, leaving room for float slack in the clip.
+pub const MAX_UPDATES: u64 = 1 << (62 - FRACTION_BITS);
 
 /// Why an upload was refused, with its HTTP status and code.
 #[derive(Debug, Clone, PartialEq)]
@@ -42,13 +61,6 @@ impl Rejection {
             error: error.into(),
         }
     }
-}
-
-/// The running sum of one round.
-#[derive(Debug, Clone)]
-pub struct Aggregator {
-    sum: Vec<NamedTensor>,
-    accepted: u64,
 }
 
 /// An update's layers as named tensors (moving the data, no copy).
@@ -95,25 +107,103 @@ pub fn check_norms(
         .map_err(|e| Rejection::new(400, "invalid_update", e.to_string()))
 }
 
+/// An upload decoded and norm-checked by [`UpdateValidator`], waiting for the engine to
+/// check its sender and round: the header, the body size, and either the clipped layers or
+/// why their norms were refused.
+#[derive(Debug, Clone)]
+pub struct CheckedUpdate {
+    /// The update's header.
+    pub header: UpdateHeader,
+    /// Body size in bytes (logged with the report).
+    pub bytes: u64,
+    pub(crate) layers: Result<Vec<NamedTensor>, Rejection>,
+}
+
+/// The checks an upload gets before the engine sees it, from the run's public parameters
+/// only (the layout, its bounds and the body limit): a server calls it on any thread,
+/// outside any lock.
+#[derive(Debug, Clone)]
+pub struct UpdateValidator {
+    /// Largest body and expected layout.
+    pub limits: UpdateLimits,
+    bounds: ClipBounds,
+    tolerance: f32,
+    normalize: bool,
+}
+
+impl UpdateValidator {
+    /// A validator for `limits` and `bounds`, with the config's norm tolerance and
+    /// layer-normalization switch.
+    pub fn new(limits: UpdateLimits, bounds: ClipBounds, tolerance: f32, normalize: bool) -> Self {
+        Self {
+            limits,
+            bounds,
+            tolerance,
+            normalize,
+        }
+    }
+
+    /// Decodes a body (size, checksum, layout; [`decode_update`]) and checks its norms.
+    pub fn validate(
+        &self,
+        body: &[u8],
+        checksum: Option<&str>,
+    ) -> Result<CheckedUpdate, ProtocolError> {
+        let update = decode_update(body, checksum, &self.limits)?;
+        Ok(self.check(update, body.len() as u64))
+    }
+
+    /// Checks the norms of an update already decoded (an in-process driver).
+    pub fn check(&self, update: Update, bytes: u64) -> CheckedUpdate {
+        let header = update.header.clone();
+        let mut tensors = update_tensors(update);
+        let layers = check_norms(&mut tensors, &self.bounds, self.tolerance, self.normalize)
+            .map(|()| tensors);
+        CheckedUpdate {
+            header,
+            bytes,
+            layers,
+        }
+    }
+}
+
+/// One layer of the running sum, on the fixed-point grid.
+#[derive(Debug, Clone)]
+struct FixedLayer {
+    name: String,
+    shape: Vec<usize>,
+    data: Vec<i64>,
+}
+
+/// The running sum of one round, order-free (see the module doc).
+#[derive(Debug, Clone)]
+pub struct Aggregator {
+    sum: Vec<FixedLayer>,
+    /// Grid steps per unit: `2^40 / C`.
+    scale: f64,
+    accepted: u64,
+}
+
 impl Aggregator {
-    /// An empty sum over `layout` (name, shape).
-    pub fn new(layout: &[(String, Vec<usize>)]) -> Self {
+    /// An empty sum over `layout` (name, shape) for updates of total L2 norm at most
+    /// `bound` (the clip's sensitivity: no value of a clipped update is larger).
+    pub fn new(layout: &[(String, Vec<usize>)], bound: f64) -> Self {
         Self {
             sum: layout
                 .iter()
-                .map(|(n, s)| NamedTensor {
+                .map(|(n, s)| FixedLayer {
                     name: n.clone(),
                     shape: s.clone(),
-                    data: vec![0.0; s.iter().product()],
+                    data: vec![0; s.iter().product()],
                 })
                 .collect(),
+            scale: (1u64 << FRACTION_BITS) as f64 / bound,
             accepted: 0,
         }
     }
 
-    /// Adds one checked update (same layout; checked by `decode_update` and
-    /// [`check_norms`]) and drops it.
-    pub fn add(&mut self, update: Vec<NamedTensor>) -> Result<(), Rejection> {
+    /// Whether `update` can be added: its layout matches and the sum has room.
+    pub fn admits(&self, update: &[NamedTensor]) -> Result<(), Rejection> {
         if update.len() != self.sum.len()
             || update
                 .iter()
@@ -126,9 +216,27 @@ impl Aggregator {
                 "the update's layers do not match the model",
             ));
         }
+        if self.accepted >= MAX_UPDATES {
+            return Err(Rejection::new(
+                503,
+                "round_full",
+                format!("this round already holds {MAX_UPDATES} updates, the most one sum can"),
+            ));
+        }
+        Ok(())
+    }
+
+    /// Adds one checked update (checked by `decode_update` and [`check_norms`]; refused
+    /// unless [`Aggregator::admits`] it) and drops it.
+    pub fn add(&mut self, update: Vec<NamedTensor>) -> Result<(), Rejection> {
+        self.admits(&update)?;
+        let limit = (1i64 << FRACTION_BITS) + (1i64 << (FRACTION_BITS - 4));
         for (s, u) in self.sum.iter_mut().zip(update) {
             for (a, b) in s.data.iter_mut().zip(u.data) {
-                *a += b;
+                // Truncation toward zero; the clamp only guards against a value the clip
+                // let through with float slack (or a NaN, which becomes 0).
+                let q = ((f64::from(b) * self.scale).trunc() as i64).clamp(-limit, limit);
+                *a += q;
             }
         }
         self.accepted += 1;
@@ -140,9 +248,17 @@ impl Aggregator {
         self.accepted
     }
 
-    /// The sum (to be privatized).
+    /// The sum as floats (to be privatized).
     pub fn into_sum(self) -> Vec<NamedTensor> {
+        let scale = self.scale;
         self.sum
+            .into_iter()
+            .map(|l| NamedTensor {
+                name: l.name,
+                shape: l.shape,
+                data: l.data.iter().map(|&v| (v as f64 / scale) as f32).collect(),
+            })
+            .collect()
     }
 }
 
@@ -163,13 +279,63 @@ mod tests {
 
     #[test]
     fn sums_and_counts() {
-        let mut agg = Aggregator::new(&layout());
+        let mut agg = Aggregator::new(&layout(), 4.0);
         agg.add(t([1.0, 2.0], 3.0)).unwrap();
         agg.add(t([0.5, -2.0], 1.0)).unwrap();
         assert_eq!(agg.accepted(), 2);
         let s = agg.into_sum();
         assert_eq!(s[0].data, vec![1.5, 0.0]);
         assert_eq!(s[1].data, vec![4.0]);
+    }
+
+    #[test]
+    fn the_sum_is_the_same_bits_in_any_order_and_any_split() {
+        // Values whose float sum depends on the order: (big + tiny) - big loses tiny.
+        let updates: Vec<Vec<NamedTensor>> = (0..50)
+            .map(|i| {
+                let x = ((i * 7919) % 101) as f32 / 97.0 - 0.5;
+                t(
+                    [x * 1e-3, (x * 37.0).sin() * 0.3],
+                    if i % 2 == 0 { 0.9 } else { 1e-7 * x },
+                )
+            })
+            .collect();
+        let bits = |order: &[usize]| -> Vec<u32> {
+            let mut agg = Aggregator::new(&layout(), 1.0);
+            for &i in order {
+                agg.add(updates[i].clone()).unwrap();
+            }
+            agg.into_sum()
+                .iter()
+                .flat_map(|l| l.data.iter().map(|v| v.to_bits()))
+                .collect()
+        };
+        let forward: Vec<usize> = (0..50).collect();
+        let backward: Vec<usize> = (0..50).rev().collect();
+        let shuffled: Vec<usize> = (0..50).map(|i| (i * 17) % 50).collect();
+        assert_eq!(bits(&forward), bits(&backward));
+        assert_eq!(bits(&forward), bits(&shuffled));
+        // Within the grid step of the exact (f64) sum.
+        let mut agg = Aggregator::new(&layout(), 1.0);
+        for u in &updates {
+            agg.add(u.clone()).unwrap();
+        }
+        let got = agg.into_sum();
+        let exact: f64 = updates.iter().map(|u| f64::from(u[0].data[1])).sum();
+        assert!((f64::from(got[0].data[1]) - exact).abs() < 1e-6, "{exact}");
+    }
+
+    #[test]
+    fn truncation_never_raises_a_value() {
+        let mut agg = Aggregator::new(&[("a".into(), vec![3])], 1.0);
+        agg.add(vec![
+            NamedTensor::new("a", vec![3], vec![0.3, -0.7, 1e-13]).unwrap()
+        ])
+        .unwrap();
+        let s = agg.into_sum();
+        assert!(s[0].data[0] <= 0.3 && s[0].data[0] > 0.3 - 1e-6);
+        assert!(s[0].data[1] >= -0.7 && s[0].data[1] < -0.7 + 1e-6);
+        assert_eq!(s[0].data[2], 0.0, "below the grid step");
     }
 
     #[test]

@@ -1,14 +1,17 @@
-//! The federated round server: devices register, check in, are Poisson-sampled into
-//! rounds, train locally and upload clipped updates; the host sums them in O(model)
-//! memory, adds central noise, records the release in the privacy ledger, steps the server
-//! optimizer and publishes a new model version.
+//! Federated rounds without transport or SQL: devices register, check in, are
+//! Poisson-sampled into rounds, train locally and upload clipped updates; the engine sums
+//! them in O(model) memory, adds central noise, and releases the new model version and its
+//! ledger record in one transaction.
 //!
-//! - [`config`]: `hush.toml` ([`FlConfig`]);
-//! - [`store`]: durable state behind [`store::FlStore`] (SQLite today; schema in its doc);
-//! - [`round`]: the round state machine ([`round::RoundManager`]);
-//! - [`aggregate`]: the streaming sum and the per-upload checks;
-//! - [`server`]: the axum router and [`start_host`] / [`HostHandle`];
-//! - [`tls`]: HTTPS from `[server.tls]` (rustls).
+//! - [`engine`]: the round life cycle ([`RoundEngine`]), driven by a caller — the HTTP
+//!   server in `hush-server`, or an in-process simulator;
+//! - [`store`]: the durable state it needs, behind one synchronous trait ([`Store`];
+//!   `hush-store` implements it on SQLite);
+//! - [`clock`]: time ([`SystemClock`], [`ManualClock`]);
+//! - [`aggregate`]: the per-upload checks and the order-free streaming sum;
+//! - [`publish`]: model versions on disk, staged and recovered after a crash;
+//! - [`fault`]: named points where tests make the process die (feature `fault-points`);
+//! - [`config`]: `hush.toml` ([`FlConfig`]).
 //!
 //! The wire contract is [`hush_device::protocol`]. Privacy invariants are enforced where
 //! DESIGN.md says: the host re-checks every norm ([`hush_models::dp::ClipBounds::check`]),
@@ -18,17 +21,19 @@
 //! version is written.
 
 pub mod aggregate;
+pub mod clock;
 pub mod config;
-pub mod round;
-pub mod server;
+pub mod engine;
+pub mod fault;
+pub mod publish;
 pub mod store;
-pub mod tls;
 
 use std::path::PathBuf;
 
+pub use clock::{Clock, ManualClock, SystemClock};
 pub use config::FlConfig;
-pub use round::RoundLog;
-pub use server::{start_host, HostHandle};
+pub use engine::{RoundEngine, RoundLog};
+pub use store::{Store, StoreError};
 
 /// Errors of the round server (start-up, storage, model handling). Request-level problems
 /// are answered as HTTP errors with an `ApiError` body instead.
@@ -51,15 +56,9 @@ pub enum FlError {
         #[source]
         source: std::io::Error,
     },
-    /// The SQLite store failed.
-    #[error("round store ({op}): {source}")]
-    Store {
-        /// What was being done.
-        op: String,
-        /// The underlying error.
-        #[source]
-        source: rusqlite::Error,
-    },
+    /// The store failed.
+    #[error(transparent)]
+    Store(#[from] StoreError),
     /// The store holds a value that does not decode.
     #[error("round store: {0}")]
     Corrupt(String),
@@ -89,25 +88,11 @@ impl FlError {
         }
     }
 
-    pub(crate) fn store(op: &str) -> impl FnOnce(rusqlite::Error) -> FlError + '_ {
-        move |source| FlError::Store {
-            op: op.to_string(),
-            source,
-        }
-    }
-
-    pub(crate) fn io(path: &std::path::Path) -> impl FnOnce(std::io::Error) -> FlError + '_ {
+    /// An I/O error on `path`.
+    pub fn io(path: &std::path::Path) -> impl FnOnce(std::io::Error) -> FlError + '_ {
         move |source| FlError::Io {
             path: path.to_path_buf(),
             source,
         }
     }
-}
-
-/// Milliseconds since the Unix epoch.
-pub(crate) fn now_ms() -> i64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map(|d| d.as_millis() as i64)
-        .unwrap_or(0)
 }

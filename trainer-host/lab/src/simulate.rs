@@ -26,10 +26,11 @@ use hush_models::package::{load_package, write_package, ModelCard, SplitMetrics}
 use hush_models::step::predict;
 use serde::Serialize;
 
-use hush_fl::{start_host, FlConfig, RoundLog};
+use hush_fl::{FlConfig, RoundLog};
 use hush_plot::{line_plot, Series};
 use hush_privacy::accountant::federated::FederatedPlan;
 use hush_privacy::accountant::{Accountant, EpsilonReport};
+use hush_server::start_host;
 use hush_train::metrics::{argmax, score};
 
 /// Everything a simulation needs: the host's configuration (rounds, sampling, noise,

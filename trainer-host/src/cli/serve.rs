@@ -3,7 +3,8 @@
 use std::path::PathBuf;
 
 use anyhow::Context;
-use hush_host::fl::{start_host, FlConfig};
+use hush_host::fl::FlConfig;
+use hush_host::server::start_host;
 
 /// Arguments of `hush-host serve`.
 #[derive(clap::Args)]

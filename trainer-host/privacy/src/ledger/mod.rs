@@ -353,14 +353,58 @@ impl<S: LedgerStore> Ledger<S> {
         })
     }
 
-    /// Records an authorised release durably. The budget is checked again (another release
-    /// may have been recorded since the authorisation).
-    pub fn record(&mut self, authorization: Authorization) -> Result<ReleaseRecord, LedgerError> {
+    /// The store, for a caller that appends a [`SealedRelease`] in one transaction with
+    /// its own writes (the federated round store).
+    pub fn store_mut(&mut self) -> &mut S {
+        &mut self.store
+    }
+
+    /// Checks an authorised release against the budget again (another release may have
+    /// been recorded since the authorisation) and computes its own ε: what the store
+    /// appends. [`Ledger::record`] appends it at once; the federated round store appends
+    /// it in the same transaction as the round and the model version it released.
+    pub fn seal(&self, authorization: Authorization) -> Result<SealedRelease, LedgerError> {
         let checked = self.authorize(&authorization.release)?;
         let release = checked.release;
         let eps = |a: Accountant| release.epsilon(a).ok().map(|r| r.epsilon);
-        let (rdp, pld) = (eps(Accountant::Rdp), eps(Accountant::Pld));
-        self.store.append(&release, rdp, pld)
+        Ok(SealedRelease {
+            epsilon_rdp: eps(Accountant::Rdp),
+            epsilon_pld: eps(Accountant::Pld),
+            release,
+        })
+    }
+
+    /// Records an authorised release durably ([`Ledger::seal`], then append).
+    pub fn record(&mut self, authorization: Authorization) -> Result<ReleaseRecord, LedgerError> {
+        let sealed = self.seal(authorization)?;
+        self.store
+            .append(&sealed.release, sealed.epsilon_rdp, sealed.epsilon_pld)
+    }
+}
+
+/// A release re-checked against the budget with its own ε computed, ready to append;
+/// made only by [`Ledger::seal`].
+#[derive(Debug, Clone, PartialEq)]
+pub struct SealedRelease {
+    release: Release,
+    epsilon_rdp: Option<f64>,
+    epsilon_pld: Option<f64>,
+}
+
+impl SealedRelease {
+    /// The release.
+    pub fn release(&self) -> &Release {
+        &self.release
+    }
+
+    /// Its own ε by RDP (`None` if RDP cannot account for it).
+    pub fn epsilon_rdp(&self) -> Option<f64> {
+        self.epsilon_rdp
+    }
+
+    /// Its own ε by PLD (`None` if PLD cannot account for it).
+    pub fn epsilon_pld(&self) -> Option<f64> {
+        self.epsilon_pld
     }
 }
 

@@ -8,6 +8,10 @@
 //! such cost; a ledger made before that column existed gets it added, NULL in every old row,
 //! on open). A row that does not decode is reported as
 //! [`LedgerError::Corrupt`], never a panic.
+//!
+//! [`create_schema`], [`append_on`] and [`read_records`] work on any connection, so that
+//! another store keeping the ledger in its own database (the federated round store) can
+//! append a release inside its own transaction.
 
 use std::path::Path;
 use std::time::{SystemTime, UNIX_EPOCH};
@@ -72,23 +76,30 @@ impl SqliteLedgerStore {
     fn init(conn: Connection, location: String) -> Result<Self, LedgerError> {
         conn.pragma_update(None, "synchronous", "FULL")
             .map_err(store_err(&location))?;
-        conn.execute_batch(SCHEMA).map_err(store_err(&location))?;
-        // Ledgers made before `additional_cost` existed: add it (old rows read as NULL).
-        let has_additional: bool = conn
-            .query_row(
-                "SELECT COUNT(*) FROM pragma_table_info('releases') \
-                 WHERE name = 'additional_cost'",
-                [],
-                |r| r.get::<_, i64>(0),
-            )
-            .map_err(store_err(&location))?
-            > 0;
-        if !has_additional {
-            conn.execute_batch("ALTER TABLE releases ADD COLUMN additional_cost TEXT")
-                .map_err(store_err(&location))?;
-        }
+        create_schema(&conn, &location)?;
         Ok(Self { conn, location })
     }
+}
+
+/// Creates the `releases` table and its append-only triggers on `conn` if missing, and
+/// adds the `additional_cost` column to a ledger made before it existed.
+pub fn create_schema(conn: &Connection, location: &str) -> Result<(), LedgerError> {
+    conn.execute_batch(SCHEMA).map_err(store_err(location))?;
+    // Ledgers made before `additional_cost` existed: add it (old rows read as NULL).
+    let has_additional: bool = conn
+        .query_row(
+            "SELECT COUNT(*) FROM pragma_table_info('releases') \
+             WHERE name = 'additional_cost'",
+            [],
+            |r| r.get::<_, i64>(0),
+        )
+        .map_err(store_err(location))?
+        > 0;
+    if !has_additional {
+        conn.execute_batch("ALTER TABLE releases ADD COLUMN additional_cost TEXT")
+            .map_err(store_err(location))?;
+    }
+    Ok(())
 }
 
 fn enum_text<T: serde::Serialize + std::fmt::Debug>(v: &T) -> String {
@@ -221,6 +232,105 @@ fn decode(row: RawRow) -> Result<ReleaseRecord, LedgerError> {
     })
 }
 
+/// Appends `release` to the ledger on `conn` (a plain connection or an open
+/// transaction: the row is durable when that transaction commits) and returns the record.
+pub fn append_on(
+    conn: &Connection,
+    location: &str,
+    release: &Release,
+    epsilon_rdp: Option<f64>,
+    epsilon_pld: Option<f64>,
+    now_ms: i64,
+) -> Result<ReleaseRecord, LedgerError> {
+    let steps = i64::try_from(release.event.steps).map_err(|_| {
+        LedgerError::Accountant(crate::accountant::validate::invalid(
+            "steps",
+            release.event.steps,
+            "below 2^63",
+        ))
+    })?;
+    let population = match release.population {
+        None => None,
+        Some(p) => Some(i64::try_from(p).map_err(|_| {
+            LedgerError::Accountant(crate::accountant::validate::invalid(
+                "population",
+                p,
+                "below 2^63",
+            ))
+        })?),
+    };
+    let additional =
+        (!release.additional.is_none()).then(|| encode_additional(&release.additional));
+    conn.execute(
+        "INSERT INTO releases (recorded_at_ms, mechanism, sampling, sampling_rate,
+             noise_multiplier, steps, unit, adjacency, population, delta, epsilon_rdp,
+             epsilon_pld, released, additional_cost)
+         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14)",
+        params![
+            now_ms,
+            enum_text(&release.mechanism),
+            enum_text(&release.event.sampling),
+            release.event.sampling_rate,
+            release.event.noise_multiplier,
+            steps,
+            enum_text(&release.unit),
+            enum_text(&release.adjacency),
+            population,
+            release.delta,
+            epsilon_rdp,
+            epsilon_pld,
+            release.released,
+            additional,
+        ],
+    )
+    .map_err(store_err(location))?;
+    Ok(ReleaseRecord {
+        id: conn.last_insert_rowid(),
+        recorded_at_ms: now_ms,
+        release: release.clone(),
+        epsilon_rdp,
+        epsilon_pld,
+    })
+}
+
+/// Every record of the ledger on `conn`, in the order they were appended.
+pub fn read_records(conn: &Connection, location: &str) -> Result<Vec<ReleaseRecord>, LedgerError> {
+    let mut stmt = conn
+        .prepare(
+            "SELECT id, recorded_at_ms, mechanism, sampling, sampling_rate, noise_multiplier,
+                    steps, unit, adjacency, population, delta, epsilon_rdp, epsilon_pld,
+                    released, additional_cost
+             FROM releases ORDER BY id",
+        )
+        .map_err(store_err(location))?;
+    let rows = stmt
+        .query_map([], |r| {
+            Ok((
+                r.get(0)?,
+                r.get(1)?,
+                r.get(2)?,
+                r.get(3)?,
+                r.get(4)?,
+                r.get(5)?,
+                r.get(6)?,
+                r.get(7)?,
+                r.get(8)?,
+                r.get(9)?,
+                r.get(10)?,
+                r.get(11)?,
+                r.get(12)?,
+                r.get(13)?,
+                r.get(14)?,
+            ))
+        })
+        .map_err(store_err(location))?;
+    let mut out = Vec::new();
+    for row in rows {
+        out.push(decode(row.map_err(store_err(location))?)?);
+    }
+    Ok(out)
+}
+
 impl LedgerStore for SqliteLedgerStore {
     fn append(
         &mut self,
@@ -232,98 +342,15 @@ impl LedgerStore for SqliteLedgerStore {
             .duration_since(UNIX_EPOCH)
             .map(|d| d.as_millis() as i64)
             .unwrap_or(0);
-        let steps = i64::try_from(release.event.steps).map_err(|_| {
-            LedgerError::Accountant(crate::accountant::validate::invalid(
-                "steps",
-                release.event.steps,
-                "below 2^63",
-            ))
-        })?;
-        let population = match release.population {
-            None => None,
-            Some(p) => Some(i64::try_from(p).map_err(|_| {
-                LedgerError::Accountant(crate::accountant::validate::invalid(
-                    "population",
-                    p,
-                    "below 2^63",
-                ))
-            })?),
-        };
-        let additional =
-            (!release.additional.is_none()).then(|| encode_additional(&release.additional));
         let loc = self.location.clone();
         let tx = self.conn.transaction().map_err(store_err(&loc))?;
-        tx.execute(
-            "INSERT INTO releases (recorded_at_ms, mechanism, sampling, sampling_rate,
-                 noise_multiplier, steps, unit, adjacency, population, delta, epsilon_rdp,
-                 epsilon_pld, released, additional_cost)
-             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14)",
-            params![
-                now_ms,
-                enum_text(&release.mechanism),
-                enum_text(&release.event.sampling),
-                release.event.sampling_rate,
-                release.event.noise_multiplier,
-                steps,
-                enum_text(&release.unit),
-                enum_text(&release.adjacency),
-                population,
-                release.delta,
-                epsilon_rdp,
-                epsilon_pld,
-                release.released,
-                additional,
-            ],
-        )
-        .map_err(store_err(&loc))?;
-        let id = tx.last_insert_rowid();
+        let record = append_on(&tx, &loc, release, epsilon_rdp, epsilon_pld, now_ms)?;
         tx.commit().map_err(store_err(&loc))?;
-        Ok(ReleaseRecord {
-            id,
-            recorded_at_ms: now_ms,
-            release: release.clone(),
-            epsilon_rdp,
-            epsilon_pld,
-        })
+        Ok(record)
     }
 
     fn records(&self) -> Result<Vec<ReleaseRecord>, LedgerError> {
-        let loc = &self.location;
-        let mut stmt = self
-            .conn
-            .prepare(
-                "SELECT id, recorded_at_ms, mechanism, sampling, sampling_rate, noise_multiplier,
-                        steps, unit, adjacency, population, delta, epsilon_rdp, epsilon_pld,
-                        released, additional_cost
-                 FROM releases ORDER BY id",
-            )
-            .map_err(store_err(loc))?;
-        let rows = stmt
-            .query_map([], |r| {
-                Ok((
-                    r.get(0)?,
-                    r.get(1)?,
-                    r.get(2)?,
-                    r.get(3)?,
-                    r.get(4)?,
-                    r.get(5)?,
-                    r.get(6)?,
-                    r.get(7)?,
-                    r.get(8)?,
-                    r.get(9)?,
-                    r.get(10)?,
-                    r.get(11)?,
-                    r.get(12)?,
-                    r.get(13)?,
-                    r.get(14)?,
-                ))
-            })
-            .map_err(store_err(loc))?;
-        let mut out = Vec::new();
-        for row in rows {
-            out.push(decode(row.map_err(store_err(loc))?)?);
-        }
-        Ok(out)
+        read_records(&self.conn, &self.location)
     }
 }
 

@@ -1,4 +1,8 @@
-//! The round state machine.
+//! The round engine: the whole life cycle of federated rounds, with no transport and no
+//! SQL. It talks to storage through [`Store`] and to time through [`Clock`], and is driven
+//! by callers — the HTTP server (`hush-server`) is one driver, an in-process simulator
+//! another; the same seed and the same inputs give the same released models and ledger
+//! through either.
 //!
 //! - **Open.** A round opens at a check-in when none is open, training is not finished and
 //!   at least `rounds.min_devices` devices are registered. Its population is the devices
@@ -7,53 +11,66 @@
 //!   release: user-level, Poisson-subsampled Gaussian with rate `q` and the **effective**
 //!   noise multiplier actually used (`z·C/M` with a noise cohort `M`, else `z`). Refused →
 //!   training is finished (`Assignment::Done`).
-//! - **Cohort.** Each eligible device that checks in gets one Bernoulli(q) draw from a
-//!   CSPRNG ([`PoissonSampler::include`]), recorded in the store, so repeated check-ins
-//!   never re-draw. Selected devices get `Assignment::Train` until they have reported.
+//! - **Cohort.** Device `d`'s membership of round `r` is one Bernoulli(q) draw keyed by
+//!   (cohort key, `r`, `d`) ([`KeyedPoissonSampler`]): the same whichever thread or replica
+//!   asks and in whatever order devices check in. The key is 32 secret bytes from the OS
+//!   kept in the store, or derived from `seed`. Draws are recorded as devices check in.
+//! - **Upload.** [`UpdateValidator`] decodes and norm-checks a body outside any lock;
+//!   [`RoundEngine::accept`] checks sender, round, cohort and model version, and adds the
+//!   update into the order-free fixed-point sum ([`Aggregator`]).
 //! - **Close.** At the deadline, or as soon as every eligible device has checked in and
 //!   every selected device has reported (accepted or rejected).
-//! - **Release.** Fewer than `rounds.min_reports` accepted → abandoned: no release, no ε.
-//!   Otherwise privatize the sum ([`GaussianMechanism::privatize`]: noise, then divide by
-//!   `C`), **record the release in the ledger (durably)**, and only then step the server
-//!   optimizer and write and publish model `v{N+1}`. A failure after the record is
-//!   `release_failed` (ε counted) and stops training.
-//! - **Restart.** A round still open in the store when the host starts lost its in-memory
-//!   sum: it is marked abandoned (no release, no ε) and the next check-in opens a fresh
-//!   one. Tokens, draws and reports are in SQLite. The server optimizer's state is
-//!   written into each published model version ([`OPTIMIZER_STATE`]), so a restarted
-//!   host goes on with the same moments.
+//! - **Release** ([`RoundEngine`]'s `release`, the one place that orders it). Fewer than
+//!   `rounds.min_reports` accepted → abandoned: no release, no ε. Otherwise privatize the
+//!   sum ([`GaussianMechanism::privatize`]: noise keyed by the round, then divide by `C`),
+//!   re-check the budget ([`Ledger::seal`]), step a copy of the server optimizer, stage the
+//!   new model's files ([`ModelDirs::stage`], synced), then commit **one transaction** —
+//!   ledger record, round released, version row with the files' digest
+//!   ([`Store::commit_release`]) — and only then make the files visible. A failure before
+//!   the commit abandons the round with nothing recorded; a crash anywhere is finished or
+//!   undone by the next start ([`ModelDirs::recover`]). The named [`fault`] points sit
+//!   between these steps.
+//! - **Restart.** A round still open in the store lost its in-memory sum: it is marked
+//!   abandoned (no release, no ε) and the next check-in opens a fresh one. Tokens, draws and
+//!   reports are in the store. The server optimizer's state is written into each published
+//!   model version ([`OPTIMIZER_STATE`]), so a restarted host goes on with the same moments.
 
 use std::collections::HashSet;
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 
 use burn::tensor::Device;
 use hush_device::protocol::{
-    Assignment, CheckInRequest, LocalTraining, RegisterResponse, StatusReport, TrainTask, Update,
+    Assignment, CheckInRequest, LocalTraining, RegisterResponse, StatusReport, TrainTask,
     UpdateClip, UpdateLimits, UploadReceipt,
 };
 use hush_models::arch::is_trainable;
 use hush_models::checkpoint::{NamedTensor, TensorSource};
-use hush_models::dp::{ClipBounds, ExpectedCount, GaussianMechanism, NoiseSource, PoissonSampler};
+use hush_models::dp::{
+    ClipBounds, ExpectedCount, GaussianMechanism, KeyedPoissonSampler, NoiseSource,
+};
 use hush_models::export::nnef::{onnx_to_nnef, NNEF};
 use hush_models::optim::{ServerOptimizer, ServerOptimizerConfig, ServerOptimizerState};
 use hush_models::package::{load_package, write_package, ModelCard, MODEL_JSON, ONNX, WEIGHTS};
+use hush_privacy::accountant::{Adjacency, PrivacyUnit, SubsampledGaussian};
+use hush_privacy::ledger::{
+    totals, Authorization, Budget, Ledger, LedgerError, Mechanism, Release, ReleaseRecord,
+};
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha20Rng;
 use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
 use tracing::{info, warn};
 
-use super::aggregate::{check_norms, update_tensors, Aggregator, Rejection};
-use super::store::{FlStore, ReportRow, RoundOutcome, RoundRow, RoundState, SqliteFlStore};
-use super::{now_ms, FlConfig, FlError};
-use hush_privacy::accountant::{Adjacency, PrivacyUnit, SubsampledGaussian};
-use hush_privacy::ledger::sqlite::SqliteLedgerStore;
-use hush_privacy::ledger::{
-    totals, Authorization, Budget, Ledger, LedgerError, LedgerStore, Mechanism, Release,
+use crate::aggregate::{Aggregator, CheckedUpdate, Rejection, UpdateValidator};
+use crate::clock::Clock;
+use crate::fault;
+use crate::publish::ModelDirs;
+pub use crate::publish::OPTIMIZER_STATE;
+use crate::store::{
+    ModelVersionRow, ReleaseCommit, ReportRow, RoundOutcome, RoundRow, RoundState, Store,
 };
-
-/// File name of the SQLite database in the data directory.
-pub const DB_FILE: &str = "hush.sqlite";
+use crate::{FlConfig, FlError};
 
 /// One line of the per-round log.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -95,23 +112,30 @@ struct OpenRound {
     rejected: u64,
 }
 
-/// The round server's state: store, ledger, current model, the open round.
-pub struct RoundManager {
+/// Where the noise of each release comes from.
+enum NoiseKey {
+    /// Fresh OS entropy for every release.
+    Os,
+    /// Keyed by the round, from a key derived from `seed` (reproducible runs only).
+    Seeded([u8; 32]),
+}
+
+/// The round engine over a store `S` and a clock `C` (see the module doc).
+pub struct RoundEngine<S: Store, C: Clock> {
     cfg: FlConfig,
-    store: Box<dyn FlStore>,
-    ledger: Ledger<SqliteLedgerStore>,
-    models_dir: PathBuf,
+    ledger: Ledger<S>,
+    clock: C,
+    models: ModelDirs,
     card: ModelCard,
     weights: Vec<NamedTensor>,
     layout: Vec<(String, Vec<usize>)>,
     bounds: ClipBounds,
-    limits: UpdateLimits,
+    validator: Arc<UpdateValidator>,
     optimizer: ServerOptimizer,
-    noise: NoiseSource,
-    sampler: PoissonSampler,
+    noise: NoiseKey,
+    cohort: KeyedPoissonSampler,
     tokens: ChaCha20Rng,
     model_version: u64,
-    model_dir: PathBuf,
     open: Option<OpenRound>,
     next_round: u64,
     released: u64,
@@ -132,7 +156,6 @@ pub fn token_hash(token: &str) -> String {
 pub const PUBLISHED_FILES: [&str; 4] = [MODEL_JSON, WEIGHTS, ONNX, NNEF];
 
 fn copy_package(from: &Path, to: &Path) -> Result<(), FlError> {
-    std::fs::create_dir_all(to).map_err(FlError::io(to))?;
     for f in PUBLISHED_FILES {
         let src = from.join(f);
         if f == NNEF && !src.exists() {
@@ -143,17 +166,26 @@ fn copy_package(from: &Path, to: &Path) -> Result<(), FlError> {
     Ok(())
 }
 
-impl RoundManager {
-    /// Opens the data directory (creating the store, the ledger and `models/v0` on first
-    /// start) and recovers from a previous run.
-    pub fn open(cfg: FlConfig) -> Result<Self, FlError> {
+fn abandoned(reason: String, open: &OpenRound, accepted: u64) -> RoundOutcome {
+    RoundOutcome {
+        state: RoundState::Abandoned,
+        reason: Some(reason),
+        released_version: None,
+        selected: open.selected,
+        accepted,
+        rejected: open.rejected,
+        epsilon_rdp: None,
+        epsilon_pld: None,
+    }
+}
+
+impl<S: Store, C: Clock> RoundEngine<S, C> {
+    /// Opens the engine on `store` (creating `models/v0` on first start), recovering from a
+    /// previous run: model files a crash left staged are finished or undone
+    /// ([`ModelDirs::recover`]) and a round left open is abandoned.
+    pub fn open(cfg: FlConfig, mut store: S, clock: C) -> Result<Self, FlError> {
         cfg.validate()?;
-        let data = cfg.server.data_dir.clone();
-        let models_dir = data.join("models");
-        std::fs::create_dir_all(&models_dir).map_err(FlError::io(&models_dir))?;
-        let db = data.join(DB_FILE);
-        let mut store = SqliteFlStore::open(&db)?;
-        let ledger_store = SqliteLedgerStore::open(&db)?;
+        let models = ModelDirs::new(cfg.server.data_dir.join("models"))?;
         let budget = Budget::new(
             cfg.budget.epsilon,
             cfg.budget.delta,
@@ -162,48 +194,51 @@ impl RoundManager {
             PrivacyUnit::User,
         )
         .map_err(|e| FlError::config("budget", &e.to_string()))?;
-        let ledger = Ledger::new(ledger_store, budget);
 
-        // Recovery: an open round's sum died with the previous process.
+        let mut versions = store.model_versions()?;
+        models.recover(&versions)?;
+        let now = clock.now_ms();
+        // An open round's sum died with the previous process.
         for r in store.rounds()? {
             if r.state == RoundState::Open {
                 warn!(
                     round = r.id,
                     "round was open when the host stopped; abandoning it"
                 );
-                store.close_round(
-                    r.id,
-                    &RoundOutcome {
-                        state: RoundState::Abandoned,
-                        reason: Some(
-                            "host restarted mid-round: its partial sum was lost; no release, no \
-                             epsilon spent"
-                                .into(),
-                        ),
-                        released_version: None,
-                        selected: r.selected,
-                        accepted: r.accepted,
-                        rejected: r.rejected,
-                        epsilon_rdp: None,
-                        epsilon_pld: None,
-                    },
-                )?;
+                let outcome = RoundOutcome {
+                    state: RoundState::Abandoned,
+                    reason: Some(
+                        "host restarted mid-round: its partial sum was lost; no release, no \
+                         epsilon spent"
+                            .into(),
+                    ),
+                    released_version: None,
+                    selected: r.selected,
+                    accepted: r.accepted,
+                    rejected: r.rejected,
+                    epsilon_rdp: None,
+                    epsilon_pld: None,
+                };
+                store.close_round(r.id, &outcome, now)?;
             }
         }
-
-        let (model_version, model_dir) = match store.latest_model_version()? {
-            Some(v) => v,
-            None => {
-                let init = &cfg.server.initial_model;
-                load_package(init, &Device::flex())
-                    .map_err(|e| FlError::config("server.initial_model", &e.to_string()))?;
-                let v0 = models_dir.join("v0");
-                copy_package(init, &v0)?;
-                store.add_model_version(0, None, &v0)?;
-                info!(path = %v0.display(), "initial model published as v0");
-                (0, v0)
-            }
-        };
+        if versions.is_empty() {
+            let init = &cfg.server.initial_model;
+            load_package(init, &Device::flex())
+                .map_err(|e| FlError::config("server.initial_model", &e.to_string()))?;
+            let digest = models.stage(0, |dir| copy_package(init, dir))?;
+            let v0 = ModelVersionRow {
+                version: 0,
+                round: None,
+                digest,
+            };
+            store.add_initial_version(&v0, now)?;
+            let dir = models.make_visible(0)?;
+            info!(path = %dir.display(), "initial model published as v0");
+            versions.push(v0);
+        }
+        let model_version = versions.iter().map(|v| v.version).max().unwrap_or(0);
+        let model_dir = models.version_dir(model_version);
         let (card, model) = load_package(&model_dir, &Device::flex())?;
         let weights = model.named_tensors()?;
         let layout: Vec<(String, Vec<usize>)> = weights
@@ -220,21 +255,26 @@ impl RoundManager {
         if let Some(b) = cfg.server.max_upload_bytes {
             limits.max_bytes = b;
         }
+        let validator = Arc::new(UpdateValidator::new(
+            limits,
+            bounds.clone(),
+            cfg.dp.norm_tolerance,
+            cfg.dp.normalize_layers,
+        ));
         let optimizer =
             read_optimizer_state(&model_dir.join(OPTIMIZER_STATE), cfg.optimizer.resolve()?)?;
         let q = cfg.rounds.sampling_rate;
-        let (noise, sampler, tokens) = match cfg.seed {
+        let (noise, key) = match cfg.seed {
             Some(s) => (
-                NoiseSource::from_seed(s),
-                PoissonSampler::from_seed(q, s ^ 0x5eed_c0de)?,
-                ChaCha20Rng::from_os_rng(),
+                NoiseKey::Seeded(KeyedPoissonSampler::seed_key(s ^ 0x0015_e5ed)),
+                KeyedPoissonSampler::seed_key(s ^ 0x5eed_c0de),
             ),
             None => (
-                NoiseSource::from_os(),
-                PoissonSampler::from_os(q)?,
-                ChaCha20Rng::from_os_rng(),
+                NoiseKey::Os,
+                store.cohort_key(KeyedPoissonSampler::os_key())?,
             ),
         };
+        let cohort = KeyedPoissonSampler::new(q, key)?;
         let rounds = store.rounds()?;
         let released = rounds
             .iter()
@@ -244,20 +284,19 @@ impl RoundManager {
         let rejected_total = store.rejected_total()?;
         let mut m = Self {
             cfg,
-            store: Box::new(store),
-            ledger,
-            models_dir,
+            ledger: Ledger::new(store, budget),
+            clock,
+            models,
             card,
             weights,
             layout,
             bounds,
-            limits,
+            validator,
             optimizer,
             noise,
-            sampler,
-            tokens,
+            cohort,
+            tokens: ChaCha20Rng::from_os_rng(),
             model_version,
-            model_dir,
             open: None,
             next_round,
             released,
@@ -265,7 +304,7 @@ impl RoundManager {
             epsilon: (None, None),
             rejected_total,
         };
-        m.refresh_epsilon()?;
+        m.epsilon = m.epsilon_after(None)?;
         if let Some(failed) = rounds.iter().find(|r| r.state == RoundState::ReleaseFailed) {
             m.finished = Some(format!(
                 "round {} was recorded in the ledger but its model could not be published; \
@@ -278,35 +317,56 @@ impl RoundManager {
         Ok(m)
     }
 
-    fn refresh_epsilon(&mut self) -> Result<(), FlError> {
+    fn store(&self) -> &S {
+        self.ledger.store()
+    }
+
+    fn store_mut(&mut self) -> &mut S {
+        self.ledger.store_mut()
+    }
+
+    /// User-level ε of the ledger's records, plus `pending` (a release about to be
+    /// committed), by RDP and PLD; `(None, None)` for a non-private run.
+    fn epsilon_after(
+        &self,
+        pending: Option<&ReleaseRecord>,
+    ) -> Result<(Option<f64>, Option<f64>), FlError> {
         if !self.cfg.dp.enabled {
-            self.epsilon = (None, None);
-            return Ok(());
+            return Ok((None, None));
         }
-        let records = self.ledger.store().records()?;
+        let mut records = self.store().records()?;
+        records.extend(pending.cloned());
         let t = totals(
             &records,
             Adjacency::AddRemove,
             PrivacyUnit::User,
             self.cfg.budget.delta,
         );
-        self.epsilon = (t.rdp.map(|r| r.epsilon), t.pld.map(|r| r.epsilon));
-        Ok(())
+        Ok((t.rdp.map(|r| r.epsilon), t.pld.map(|r| r.epsilon)))
+    }
+
+    /// What uploads are checked against before [`RoundEngine::accept`]: call
+    /// [`UpdateValidator::validate`] on any thread, outside any lock.
+    pub fn validator(&self) -> Arc<UpdateValidator> {
+        self.validator.clone()
     }
 
     /// What the upload decoder expects (layout and byte limit).
     pub fn limits(&self) -> &UpdateLimits {
-        &self.limits
+        &self.validator.limits
     }
 
     /// The data directory's model versions folder.
     pub fn models_dir(&self) -> &Path {
-        &self.models_dir
+        self.models.root()
     }
 
     /// Latest published model version and its package directory.
     pub fn latest_model(&self) -> (u64, PathBuf) {
-        (self.model_version, self.model_dir.clone())
+        (
+            self.model_version,
+            self.models.version_dir(self.model_version),
+        )
     }
 
     /// Whether training is over, and why.
@@ -318,21 +378,24 @@ impl RoundManager {
     pub fn register(&mut self, label: &str) -> Result<RegisterResponse, FlError> {
         let bytes: [u8; 32] = self.tokens.random();
         let token: String = bytes.iter().map(|b| format!("{b:02x}")).collect();
-        let device_id = self.store.register_device(label, &token_hash(&token))?;
+        let now = self.clock.now_ms();
+        let device_id = self
+            .store_mut()
+            .register_device(label, &token_hash(&token), now)?;
         info!(device_id, label, "device registered");
         Ok(RegisterResponse { device_id, token })
     }
 
     /// The device holding `token`, if any.
     pub fn authenticate(&self, token: &str) -> Result<Option<u64>, FlError> {
-        self.store.device_by_token_hash(&token_hash(token))
+        Ok(self.store().device_by_token_hash(&token_hash(token))?)
     }
 
     fn try_open_round(&mut self) -> Result<(), FlError> {
         if self.open.is_some() || self.finished.is_some() {
             return Ok(());
         }
-        let (population, max_device_id) = self.store.devices()?;
+        let (population, max_device_id) = self.store().devices()?;
         if population < self.cfg.rounds.min_devices {
             return Ok(());
         }
@@ -380,8 +443,8 @@ impl RoundManager {
         } else {
             (None, None)
         };
-        let opened = now_ms();
-        let deadline = opened + (self.cfg.rounds.deadline_secs * 1000.0) as i64;
+        let opened = self.clock.now_ms();
+        let deadline = opened + (self.cfg.rounds.deadline_secs * 1000.0) as u64;
         let row = RoundRow {
             id,
             model_version: self.model_version,
@@ -400,7 +463,7 @@ impl RoundManager {
             epsilon_rdp: None,
             epsilon_pld: None,
         };
-        self.store.insert_round(&row)?;
+        self.store_mut().insert_round(&row)?;
         self.next_round = id + 1;
         info!(
             round = id,
@@ -413,7 +476,7 @@ impl RoundManager {
             row,
             authorization,
             mechanism,
-            agg: Aggregator::new(&self.layout),
+            agg: Aggregator::new(&self.layout, self.bounds.sensitivity()),
             checked_in: 0,
             selected: 0,
             reported: HashSet::new(),
@@ -426,7 +489,7 @@ impl RoundManager {
         TrainTask {
             round: open.row.id,
             model_version: open.row.model_version,
-            deadline_ms: u64::try_from(open.row.deadline_ms - now_ms()).unwrap_or(0),
+            deadline_ms: open.row.deadline_ms.saturating_sub(self.clock.now_ms()),
             local: LocalTraining {
                 epochs: self.cfg.local.epochs,
                 batch_size: self.cfg.local.batch_size,
@@ -449,7 +512,7 @@ impl RoundManager {
         }
     }
 
-    /// A device checks in: the round's one draw for it, and its assignment.
+    /// A device checks in: its cohort draw for the open round, and its assignment.
     pub fn check_in(&mut self, device: u64, _req: &CheckInRequest) -> Result<Assignment, FlError> {
         self.tick()?;
         self.try_open_round()?;
@@ -467,11 +530,12 @@ impl RoundManager {
             return Ok(self.wait());
         }
         let round = open.row.id;
-        let selected = match self.store.cohort_draw(round, device)? {
+        let selected = match self.store().cohort_draw(round, device)? {
             Some(s) => s,
             None => {
-                let s = self.sampler.include();
-                self.store.record_draw(round, device, s)?;
+                let s = self.cohort.includes(round, device);
+                let now = self.clock.now_ms();
+                self.store_mut().record_draw(round, device, s, now)?;
                 if let Some(o) = self.open.as_mut() {
                     o.checked_in += 1;
                     if s {
@@ -503,11 +567,8 @@ impl RoundManager {
 
     /// Closes the open round if its deadline has passed.
     pub fn tick(&mut self) -> Result<(), FlError> {
-        if self
-            .open
-            .as_ref()
-            .is_some_and(|o| now_ms() >= o.row.deadline_ms)
-        {
+        let now = self.clock.now_ms();
+        if self.open.as_ref().is_some_and(|o| now >= o.row.deadline_ms) {
             self.close_round("deadline")?;
         }
         Ok(())
@@ -520,14 +581,18 @@ impl RoundManager {
         bytes: u64,
         rej: Rejection,
     ) -> Result<Rejection, FlError> {
-        self.store.record_report(&ReportRow {
-            round,
-            device,
-            idempotency_key: None,
-            accepted: false,
-            reason: Some(format!("{}: {}", rej.code, rej.error)),
-            bytes,
-        })?;
+        let now = self.clock.now_ms();
+        self.store_mut().record_report(
+            &ReportRow {
+                round,
+                device,
+                idempotency_key: None,
+                accepted: false,
+                reason: Some(format!("{}: {}", rej.code, rej.error)),
+                bytes,
+            },
+            now,
+        )?;
         self.rejected_total += 1;
         warn!(
             device,
@@ -539,17 +604,18 @@ impl RoundManager {
         Ok(rej)
     }
 
-    /// A decoded upload from `device` to the round in the path. `Ok(Err(_))` is a refusal
-    /// to send to the device; `Err(_)` is a host failure.
-    pub fn upload(
+    /// An upload from `device` to the round in the path, already decoded and norm-checked
+    /// by [`UpdateValidator`]. `Ok(Err(_))` is a refusal to send to the device; `Err(_)` is
+    /// a host failure.
+    pub fn accept(
         &mut self,
         device: u64,
         path_round: u64,
-        bytes: u64,
-        update: Update,
+        update: CheckedUpdate,
     ) -> Result<Result<UploadReceipt, Rejection>, FlError> {
         let h = &update.header;
         let round = h.round;
+        let bytes = update.bytes;
         if round != path_round {
             return Ok(Err(Rejection::new(
                 400,
@@ -567,7 +633,7 @@ impl RoundManager {
                 ),
             )));
         }
-        if self.store.accepted_key(&h.idempotency_key)?.is_some() {
+        if self.store().accepted_key(&h.idempotency_key)?.is_some() {
             return Ok(Ok(UploadReceipt {
                 round,
                 duplicate: true,
@@ -589,7 +655,7 @@ impl RoundManager {
             };
             return self.log_rejection(device, round, bytes, rej).map(Err);
         }
-        if self.store.cohort_draw(round, device)? != Some(true) {
+        if self.store().cohort_draw(round, device)? != Some(true) {
             let rej = Rejection::new(
                 403,
                 "not_in_cohort",
@@ -610,29 +676,35 @@ impl RoundManager {
             return self.log_rejection(device, round, bytes, rej).map(Err);
         }
         let key = h.idempotency_key.clone();
-        let mut tensors = update_tensors(update);
-        if let Err(rej) = check_norms(
-            &mut tensors,
-            &self.bounds,
-            self.cfg.dp.norm_tolerance,
-            self.cfg.dp.normalize_layers,
-        ) {
-            let rej = self.log_rejection(device, round, bytes, rej)?;
-            if let Some(o) = self.open.as_mut() {
-                o.rejected += 1;
-                o.reported.insert(device);
+        let tensors = match update.layers {
+            Ok(t) => t,
+            Err(rej) => {
+                let rej = self.log_rejection(device, round, bytes, rej)?;
+                if let Some(o) = self.open.as_mut() {
+                    o.rejected += 1;
+                    o.reported.insert(device);
+                }
+                self.close_if_complete()?;
+                return Ok(Err(rej));
             }
-            self.close_if_complete()?;
+        };
+        if let Some(Err(rej)) = self.open.as_ref().map(|o| o.agg.admits(&tensors)) {
             return Ok(Err(rej));
         }
-        self.store.record_report(&ReportRow {
-            round,
-            device,
-            idempotency_key: Some(key),
-            accepted: true,
-            reason: None,
-            bytes,
-        })?;
+        // Recorded (with its idempotency key) before it is added: a retry after a store
+        // failure is refused as a duplicate only once the report is durable.
+        let now = self.clock.now_ms();
+        self.store_mut().record_report(
+            &ReportRow {
+                round,
+                device,
+                idempotency_key: Some(key),
+                accepted: true,
+                reason: None,
+                bytes,
+            },
+            now,
+        )?;
         if let Some(o) = self.open.as_mut() {
             if let Err(rej) = o.agg.add(tensors) {
                 return Ok(Err(rej));
@@ -647,36 +719,56 @@ impl RoundManager {
         }))
     }
 
+    /// Abandons round `id` with `outcome` (no release, no ε).
+    fn abandon(&mut self, id: u64, outcome: &RoundOutcome) -> Result<(), FlError> {
+        let now = self.clock.now_ms();
+        Ok(self.store_mut().close_round(id, outcome, now)?)
+    }
+
     fn close_round(&mut self, why: &str) -> Result<(), FlError> {
         let Some(open) = self.open.take() else {
             return Ok(());
         };
         let id = open.row.id;
         let accepted = open.agg.accepted();
-        let mut outcome = RoundOutcome {
-            state: RoundState::Abandoned,
-            reason: None,
-            released_version: None,
-            selected: open.selected,
-            accepted,
-            rejected: open.rejected,
-            epsilon_rdp: self.epsilon.0,
-            epsilon_pld: self.epsilon.1,
-        };
         let min = self.cfg.rounds.min_reports;
         if accepted < min {
-            outcome.reason = Some(format!(
-                "closed ({why}) with {accepted} accepted reports; rounds.min_reports is {min}: \
-                 abandoned, no release, no epsilon spent"
-            ));
+            let outcome = abandoned(
+                format!(
+                    "closed ({why}) with {accepted} accepted reports; rounds.min_reports is \
+                     {min}: abandoned, no release, no epsilon spent"
+                ),
+                &open,
+                accepted,
+            );
             info!(round = id, accepted, "round abandoned: too few reports");
-            return self.store.close_round(id, &outcome);
+            return self.abandon(id, &outcome);
         }
-        let mut mean = open.agg.into_sum();
-        let step = match &open.mechanism {
-            Some(mech) => mech
-                .privatize(&mut mean, &mut self.noise)
-                .map_err(FlError::from),
+        self.release(open, why)
+    }
+
+    /// The one place a round's release is ordered (see the module doc): privatize → seal
+    /// the ledger record → step the optimizer → stage the files → commit one transaction →
+    /// make the files visible.
+    fn release(&mut self, open: OpenRound, why: &str) -> Result<(), FlError> {
+        let id = open.row.id;
+        let accepted = open.agg.accepted();
+        let version = self.model_version + 1;
+        let OpenRound {
+            agg,
+            mechanism,
+            authorization,
+            ..
+        } = &open;
+        let mut mean = agg.clone().into_sum();
+        let step = match mechanism {
+            Some(mech) => {
+                let mut noise = match &self.noise {
+                    NoiseKey::Os => NoiseSource::from_os(),
+                    NoiseKey::Seeded(key) => NoiseSource::from_key(*key, id),
+                };
+                mech.privatize(&mut mean, &mut noise).map_err(FlError::from)
+            }
             None => {
                 let n = accepted as f32;
                 mean.iter_mut()
@@ -686,122 +778,197 @@ impl RoundManager {
             }
         };
         if let Err(e) = step {
-            outcome.reason = Some(format!("aggregation failed: {e}; no release"));
             warn!(round = id, "round abandoned: {e}");
-            return self.store.close_round(id, &outcome);
+            let outcome = abandoned(
+                format!("aggregation failed: {e}; no release"),
+                &open,
+                accepted,
+            );
+            return self.abandon(id, &outcome);
         }
-        let version = self.model_version + 1;
-        // Invariant 6: the release is durable in the ledger before the model exists.
-        if let Some(auth) = open.authorization {
-            if let Err(e) = self.ledger.record(auth) {
-                outcome.reason = Some(format!("the ledger refused the release: {e}"));
+        let sealed = match authorization
+            .clone()
+            .map(|a| self.ledger.seal(a))
+            .transpose()
+        {
+            Ok(s) => s,
+            Err(e) => {
                 warn!(round = id, "round abandoned: ledger refused: {e}");
                 if matches!(e, LedgerError::BudgetExceeded { .. }) {
                     self.finished = Some(format!("privacy budget exhausted: {e}"));
                 }
-                return self.store.close_round(id, &outcome);
+                let outcome = abandoned(
+                    format!("the ledger refused the release: {e}"),
+                    &open,
+                    accepted,
+                );
+                return self.abandon(id, &outcome);
             }
-            self.refresh_epsilon()?;
-            outcome.epsilon_rdp = self.epsilon.0;
-            outcome.epsilon_pld = self.epsilon.1;
+        };
+        // The optimizer steps on a copy: it becomes the host's only once the release is
+        // committed, so a release that fails first leaves it untouched.
+        let mut optimizer = self.optimizer.clone();
+        let staged = self.stage(version, &mut optimizer, &mean);
+        drop(mean);
+        let (weights, digest) = match staged {
+            Ok(v) => v,
+            Err(e) => {
+                warn!(round = id, "model v{version} could not be staged: {e}");
+                self.models.discard(version);
+                self.finished = Some(format!(
+                    "model v{version} could not be written ({e}); training stopped"
+                ));
+                let outcome = abandoned(
+                    format!("the model could not be written: {e}; no release, no epsilon spent"),
+                    &open,
+                    accepted,
+                );
+                return self.abandon(id, &outcome);
+            }
+        };
+        fault::point(fault::RELEASE_BEFORE_COMMIT);
+        let now = self.clock.now_ms();
+        let pending = sealed.as_ref().map(|s| ReleaseRecord {
+            id: 0,
+            recorded_at_ms: 0,
+            release: s.release().clone(),
+            epsilon_rdp: s.epsilon_rdp(),
+            epsilon_pld: s.epsilon_pld(),
+        });
+        let epsilon = self.epsilon_after(pending.as_ref())?;
+        let commit = ReleaseCommit {
+            round: id,
+            outcome: RoundOutcome {
+                state: RoundState::Released,
+                reason: None,
+                released_version: Some(version),
+                selected: open.selected,
+                accepted,
+                rejected: open.rejected,
+                epsilon_rdp: epsilon.0,
+                epsilon_pld: epsilon.1,
+            },
+            ledger: sealed,
+            version: ModelVersionRow {
+                version,
+                round: Some(id),
+                digest,
+            },
+            now_ms: now,
+        };
+        if let Err(e) = self.store_mut().commit_release(&commit) {
+            // Nothing was committed: the round is abandoned with no ε recorded.
+            self.models.discard(version);
+            self.finished = Some(format!(
+                "the release of round {id} could not be committed ({e}); training stopped"
+            ));
+            let outcome = abandoned(
+                format!("the release could not be committed: {e}; no epsilon spent"),
+                &open,
+                accepted,
+            );
+            self.abandon(id, &outcome)?;
+            return Err(e.into());
         }
+        fault::point(fault::RELEASE_AFTER_COMMIT);
         self.released += 1;
-        // The server optimizer steps only after the release is recorded, so a refused
-        // release leaves its state (saved with the next published model) untouched.
+        self.epsilon = epsilon;
+        let dir = match self.models.make_visible(version) {
+            Ok(dir) => dir,
+            Err(e) => {
+                // Committed: the next start finishes what this one could not.
+                warn!(
+                    round = id,
+                    "model v{version} committed but not made visible: {e}"
+                );
+                self.finished = Some(format!(
+                    "model v{version} was released but its files could not be moved into \
+                     place ({e}); restart the host to finish publishing it"
+                ));
+                return Ok(());
+            }
+        };
+        fault::point(fault::RELEASE_DONE);
+        // Only the newest optimizer state is ever read back; older ones are dead weight.
+        let stale = self
+            .models
+            .version_dir(self.model_version)
+            .join(OPTIMIZER_STATE);
+        if stale.exists() {
+            if let Err(e) = std::fs::remove_file(&stale) {
+                warn!(path = %stale.display(), "could not remove an old optimizer state: {e}");
+            }
+        }
+        self.weights = weights;
+        self.optimizer = optimizer;
+        self.model_version = version;
+        info!(
+            round = id,
+            version,
+            accepted,
+            epsilon_rdp = ?self.epsilon.0,
+            epsilon_pld = ?self.epsilon.1,
+            path = %dir.display(),
+            "round released ({why})"
+        );
+        if self.released >= self.cfg.rounds.rounds {
+            self.finished = Some(format!("all {} rounds are done", self.cfg.rounds.rounds));
+        }
+        Ok(())
+    }
+
+    /// Steps `optimizer` with `mean` and writes model `version` (package, NNEF archive
+    /// when the initial model has one, optimizer state) into its staging directory.
+    /// Returns the new weights and the files' digest.
+    fn stage(
+        &self,
+        version: u64,
+        optimizer: &mut ServerOptimizer,
+        mean: &[NamedTensor],
+    ) -> Result<(Vec<NamedTensor>, String), FlError> {
         let mut trainable: Vec<NamedTensor> = self
             .weights
             .iter()
             .filter(|t| is_trainable(&t.name))
             .cloned()
             .collect();
-        let stepped = self
-            .optimizer
-            .step(&mut trainable, &mean)
-            .map_err(FlError::from);
-        drop(mean);
-        match stepped.and_then(|()| self.publish(version, id, trainable)) {
-            Ok(dir) => {
-                outcome.state = RoundState::Released;
-                outcome.released_version = Some(version);
-                info!(
-                    round = id,
-                    version,
-                    accepted,
-                    epsilon_rdp = ?self.epsilon.0,
-                    epsilon_pld = ?self.epsilon.1,
-                    path = %dir.display(),
-                    "round released ({why})"
-                );
-            }
-            Err(e) => {
-                outcome.state = RoundState::ReleaseFailed;
-                outcome.reason = Some(format!(
-                    "recorded in the ledger but the model could not be published: {e}"
-                ));
-                warn!(round = id, "publishing model v{version} failed: {e}");
-                self.finished = Some(format!(
-                    "publishing model v{version} failed ({e}); training stopped"
-                ));
-            }
-        }
-        self.store.close_round(id, &outcome)?;
-        if self.finished.is_none() && self.released >= self.cfg.rounds.rounds {
-            self.finished = Some(format!("all {} rounds are done", self.cfg.rounds.rounds));
-        }
-        Ok(())
-    }
-
-    fn publish(
-        &mut self,
-        version: u64,
-        round: u64,
-        trainable: Vec<NamedTensor>,
-    ) -> Result<PathBuf, FlError> {
+        optimizer.step(&mut trainable, mean)?;
         let mut all = self.weights.clone();
         for t in trainable {
             if let Some(slot) = all.iter_mut().find(|w| w.name == t.name) {
                 *slot = t;
             }
         }
-        let dir = self.models_dir.join(format!("v{version}"));
-        let tmp = self.models_dir.join(format!("v{version}.partial"));
-        if tmp.exists() {
-            std::fs::remove_dir_all(&tmp).map_err(FlError::io(&tmp))?;
-        }
-        let model = self.card.arch.init(&Device::flex())?.load_tensors(
-            TensorSource::new(&dir.join(WEIGHTS), all.clone()),
-            self.card.arch.name(),
-        )?;
-        let mut card = self.card.clone();
-        card.metrics = None;
-        write_package(&tmp, &card, &model)?;
-        // A model that came with its NNEF archive keeps one in every version.
-        if self.model_dir.join(NNEF).is_file() {
-            let onnx_path = tmp.join(ONNX);
-            let onnx = std::fs::read(&onnx_path).map_err(FlError::io(&onnx_path))?;
-            let nnef = onnx_to_nnef(&onnx, &tmp)?;
-            let nnef_path = tmp.join(NNEF);
-            std::fs::write(&nnef_path, nnef).map_err(FlError::io(&nnef_path))?;
-        }
-        write_optimizer_state(&tmp.join(OPTIMIZER_STATE), &self.optimizer)?;
-        std::fs::rename(&tmp, &dir).map_err(FlError::io(&dir))?;
-        self.store.add_model_version(version, Some(round), &dir)?;
-        // Only the newest state is ever read back; older ones are dead weight.
-        let stale = self.model_dir.join(OPTIMIZER_STATE);
-        if stale.exists() {
-            if let Err(e) = std::fs::remove_file(&stale) {
-                warn!(path = %stale.display(), "could not remove an old optimizer state: {e}");
+        let with_nnef = self
+            .models
+            .version_dir(self.model_version)
+            .join(NNEF)
+            .is_file();
+        let digest = self.models.stage(version, |dir| {
+            let model = self.card.arch.init(&Device::flex())?.load_tensors(
+                TensorSource::new(&dir.join(WEIGHTS), all.clone()),
+                self.card.arch.name(),
+            )?;
+            let mut card = self.card.clone();
+            card.metrics = None;
+            write_package(dir, &card, &model)?;
+            fault::point(fault::RELEASE_STAGING);
+            // A model that came with its NNEF archive keeps one in every version.
+            if with_nnef {
+                let onnx_path = dir.join(ONNX);
+                let onnx = std::fs::read(&onnx_path).map_err(FlError::io(&onnx_path))?;
+                let nnef = onnx_to_nnef(&onnx, dir)?;
+                let nnef_path = dir.join(NNEF);
+                std::fs::write(&nnef_path, nnef).map_err(FlError::io(&nnef_path))?;
             }
-        }
-        self.weights = all;
-        self.model_version = version;
-        self.model_dir = dir.clone();
-        Ok(dir)
+            write_optimizer_state(&dir.join(OPTIMIZER_STATE), optimizer)
+        })?;
+        Ok((all, digest))
     }
 
     /// `GET /v1/status`.
     pub fn status(&self) -> Result<StatusReport, FlError> {
-        let (devices, _) = self.store.devices()?;
+        let (devices, _) = self.store().devices()?;
         Ok(StatusReport {
             model_version: self.model_version,
             open_round: self.open.as_ref().map(|o| o.row.id),
@@ -823,7 +990,7 @@ impl RoundManager {
     /// The per-round log (closed rounds from the store; the open one live).
     pub fn round_log(&self) -> Result<Vec<RoundLog>, FlError> {
         Ok(self
-            .store
+            .store()
             .rounds()?
             .into_iter()
             .map(|r| {
@@ -852,14 +1019,10 @@ impl RoundManager {
         if !PUBLISHED_FILES.contains(&file) || version > self.model_version {
             return None;
         }
-        let p = self.models_dir.join(format!("v{version}")).join(file);
+        let p = self.models.version_dir(version).join(file);
         p.is_file().then_some(p)
     }
 }
-
-/// File in a published model version holding the server optimizer's state after the step
-/// that made it (postcard; host-only, never served to devices).
-pub const OPTIMIZER_STATE: &str = "server-optimizer.postcard";
 
 /// [`ServerOptimizerState`] as stored: postcard cannot carry the config's tagged enum,
 /// so the config travels as its JSON text.

@@ -1,13 +1,18 @@
-//! The HTTP face of the round server (axum), and [`start_host`] / [`HostHandle`] for the
-//! CLI, the simulator and tests.
+//! The round server: the federated round engine ([`hush_fl::RoundEngine`]) over HTTP
+//! (axum) or HTTPS ([`tls`], rustls), on the SQLite store ([`hush_store::SqliteStore`]),
+//! and [`start_host`] / [`HostHandle`] for the CLI, the demo and tests.
 //!
 //! Endpoints are those of [`hush_device::protocol`]. Every error is an HTTP status with a
 //! JSON [`ApiError`] body: `unauthorized` (401: missing or unknown bearer token),
 //! `too_large` (413: checked from `Content-Length` before reading, and while reading),
 //! `malformed` / `bad_checksum` / `invalid_update` / `bad_path` (400), `not_found` (404),
-//! `method_not_allowed` (405), the upload refusals of [`super::aggregate`], and `internal`
+//! `method_not_allowed` (405), the upload refusals of [`hush_fl::aggregate`], and `internal`
 //! (500). Handlers never unwrap request data; work on the shared state runs on blocking
-//! threads, and a panic there becomes a 500, not a dead server.
+//! threads, and a panic there becomes a 500, not a dead server. An upload is decoded and
+//! its norms checked ([`hush_fl::aggregate::UpdateValidator`]) before the engine's lock is
+//! taken, so uploads are checked in parallel.
+
+pub mod tls;
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
@@ -22,15 +27,16 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use axum::{Json, Router};
 use hush_device::protocol::{
-    decode_update, ApiError, CheckInRequest, ProtocolError, RegisterRequest, StatusReport,
-    UpdateLimits, CHECKSUM_HEADER,
+    ApiError, CheckInRequest, ProtocolError, RegisterRequest, StatusReport, CHECKSUM_HEADER,
 };
+use hush_fl::aggregate::{Rejection, UpdateValidator};
+use hush_fl::{FlConfig, FlError, RoundEngine, RoundLog, SystemClock};
+use hush_store::{SqliteStore, DB_FILE};
 use serde::de::DeserializeOwned;
 use tracing::{info, warn};
 
-use super::aggregate::Rejection;
-use super::round::{RoundLog, RoundManager};
-use super::{FlConfig, FlError};
+/// The engine as the server runs it: the SQLite store and the system clock.
+pub type HostEngine = RoundEngine<SqliteStore, SystemClock>;
 
 /// Largest JSON control body.
 const MAX_JSON_BYTES: usize = 64 * 1024;
@@ -38,12 +44,12 @@ const MAX_JSON_BYTES: usize = 64 * 1024;
 const MAX_LABEL_CHARS: usize = 256;
 
 struct Shared {
-    mgr: Mutex<RoundManager>,
-    limits: UpdateLimits,
+    mgr: Mutex<HostEngine>,
+    validator: Arc<UpdateValidator>,
 }
 
 impl Shared {
-    fn lock(&self) -> MutexGuard<'_, RoundManager> {
+    fn lock(&self) -> MutexGuard<'_, HostEngine> {
         // A panic while holding the lock leaves the manager as it was between statements;
         // keep serving rather than poisoning every later request.
         self.mgr.lock().unwrap_or_else(|p| p.into_inner())
@@ -76,7 +82,7 @@ fn rejection(r: Rejection) -> Response {
 /// Runs `f` on the manager on a blocking thread.
 async fn with_mgr<T: Send + 'static>(
     state: &AppState,
-    f: impl FnOnce(&mut RoundManager) -> Result<T, FlError> + Send + 'static,
+    f: impl FnOnce(&mut HostEngine) -> Result<T, FlError> + Send + 'static,
 ) -> Result<T, Response> {
     let s = state.clone();
     match tokio::task::spawn_blocking(move || f(&mut s.lock())).await {
@@ -222,7 +228,7 @@ async fn upload(
             )
         }
     };
-    let bytes = match read_body(&headers, body, state.limits.max_bytes).await {
+    let bytes = match read_body(&headers, body, state.validator.limits.max_bytes).await {
         Ok(b) => b,
         Err(resp) => return resp,
     };
@@ -240,18 +246,16 @@ async fn upload(
             )
         }
     };
-    let s = state.clone();
-    let decoded = tokio::task::spawn_blocking(move || {
-        let n = bytes.len() as u64;
-        decode_update(&bytes, checksum.as_deref(), &s.limits).map(|u| (u, n))
-    })
-    .await;
-    let (update, n) = match decoded {
-        Ok(Ok(v)) => v,
+    // Decode and norm-check outside the engine's lock.
+    let validator = state.validator.clone();
+    let checked =
+        tokio::task::spawn_blocking(move || validator.validate(&bytes, checksum.as_deref())).await;
+    let update = match checked {
+        Ok(Ok(u)) => u,
         Ok(Err(e)) => return protocol_error(e),
         Err(e) => return internal(format!("decoding failed: {e}")),
     };
-    match with_mgr(&state, move |m| m.upload(device, round, n, update)).await {
+    match with_mgr(&state, move |m| m.accept(device, round, update)).await {
         Ok(Ok(receipt)) => (StatusCode::OK, Json(receipt)).into_response(),
         Ok(Err(rej)) => rejection(rej),
         Err(resp) => resp,
@@ -406,14 +410,17 @@ pub fn start_host(config: FlConfig) -> Result<HostHandle, FlError> {
         .server
         .tls
         .as_ref()
-        .map(super::tls::server_config)
+        .map(tls::server_config)
         .transpose()?;
     let tick = Duration::from_millis(config.server.tick_ms);
-    let mgr = RoundManager::open(config)?;
-    let limits = mgr.limits().clone();
+    let data = &config.server.data_dir;
+    std::fs::create_dir_all(data).map_err(FlError::io(data))?;
+    let store = SqliteStore::open(&data.join(DB_FILE))?;
+    let mgr = RoundEngine::open(config, store, SystemClock)?;
+    let validator = mgr.validator();
     let shared = Arc::new(Shared {
         mgr: Mutex::new(mgr),
-        limits,
+        validator,
     });
     let listener = std::net::TcpListener::bind(addr)
         .map_err(|e| FlError::Server(format!("bind {addr}: {e}")))?;

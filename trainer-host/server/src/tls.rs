@@ -12,8 +12,8 @@ use std::sync::Arc;
 use rustls::pki_types::pem::PemObject;
 use rustls::pki_types::{CertificateDer, PrivateKeyDer};
 
-use super::config::TlsSection;
-use super::FlError;
+use hush_fl::config::TlsSection;
+use hush_fl::FlError;
 
 /// The rustls server configuration for `tls`: TLS 1.2 and 1.3, no client certificates
 /// (devices authenticate with their bearer token), HTTP/1.1 over ALPN.

@@ -1,0 +1,195 @@
+//! One round engine, two drivers: the same seed and the same device inputs give the same
+//! released models and the same ledger whether the engine is driven in process (a
+//! manual clock, devices in id order) or through the HTTP server (devices on loopback,
+//! checking in and uploading in the reverse order). Cohort draws are keyed per device and
+//! the sum is order-free, so arrival order changes nothing.
+#![allow(clippy::unwrap_used)]
+
+mod common;
+
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use burn::tensor::Device;
+use hush_device::client::HostClient;
+use hush_device::protocol::{encode_update, Assignment, CheckInRequest, TrainTask, Update};
+use hush_host::fl::store::Store;
+use hush_host::fl::{FlConfig, ManualClock, RoundEngine, RoundLog};
+use hush_host::ledger::{LedgerStore, ReleaseRecord};
+use hush_host::server::start_host;
+use hush_host::store::{SqliteStore, DB_FILE};
+use hush_models::arch::is_trainable;
+use hush_models::checkpoint::NamedTensor;
+use hush_models::package::{load_package, WEIGHTS};
+
+const DEVICES: u64 = 6;
+
+fn config(model: &Path, data: &Path) -> FlConfig {
+    let mut c = FlConfig::with_model(model, data);
+    c.server.listen = "127.0.0.1:0".into();
+    c.server.tick_ms = 20;
+    c.rounds.rounds = 3;
+    c.rounds.sampling_rate = 0.5;
+    c.rounds.min_devices = DEVICES;
+    c.rounds.min_reports = 1;
+    c.rounds.deadline_secs = 600.0;
+    c.dp.noise_multiplier = 0.8;
+    c.dp.clip = 1.0;
+    c.budget.epsilon = 1000.0;
+    c.seed = Some(21);
+    c
+}
+
+fn layout(model_dir: &Path) -> Vec<NamedTensor> {
+    let (_, m) = load_package(model_dir, &Device::flex()).unwrap();
+    m.named_tensors()
+        .unwrap()
+        .into_iter()
+        .filter(|t| is_trainable(&t.name))
+        .collect()
+}
+
+/// Device `d`'s update in a round: a value that differs by device and round, so that a
+/// sum in another order would round differently in floating point.
+fn device_update(layout: &[NamedTensor], task: &TrainTask, device: u64) -> Update {
+    let v = 1e-3 * (device as f32 * 0.37 + task.round as f32 * 0.11).sin() + 1e-9;
+    common::update(layout, task, device, v)
+}
+
+/// What a run released: each version's weights file, the ledger (without times) and the
+/// round log.
+#[derive(Debug, PartialEq)]
+struct Released {
+    weights: Vec<Vec<u8>>,
+    ledger: Vec<(String, f64, Option<f64>, Option<f64>)>,
+    rounds: Vec<RoundLog>,
+}
+
+fn released(data: &Path, rounds: Vec<RoundLog>) -> Released {
+    let store = SqliteStore::open(&data.join(DB_FILE)).unwrap();
+    let weights = store
+        .model_versions()
+        .unwrap()
+        .iter()
+        .map(|v| {
+            let p: PathBuf = data.join(format!("models/v{}", v.version)).join(WEIGHTS);
+            std::fs::read(p).unwrap()
+        })
+        .collect();
+    let ledger = store
+        .records()
+        .unwrap()
+        .into_iter()
+        .map(|r: ReleaseRecord| {
+            (
+                r.release.released,
+                r.release.event.noise_multiplier,
+                r.epsilon_rdp,
+                r.epsilon_pld,
+            )
+        })
+        .collect();
+    Released {
+        weights,
+        ledger,
+        rounds,
+    }
+}
+
+fn in_process(model: &Path, data: &Path) -> Released {
+    std::fs::create_dir_all(data).unwrap();
+    let store = SqliteStore::open(&data.join(DB_FILE)).unwrap();
+    let clock = ManualClock::new(1_000_000);
+    let mut engine = RoundEngine::open(config(model, data), store, clock.clone()).unwrap();
+    for d in 1..=DEVICES {
+        assert_eq!(engine.register(&format!("d{d}")).unwrap().device_id, d);
+    }
+    let req = CheckInRequest {
+        model_version: None,
+        examples: 10,
+    };
+    for _ in 0..50 {
+        if engine.finished().is_some() {
+            break;
+        }
+        let lay = layout(&engine.latest_model().1);
+        let mut tasks = Vec::new();
+        for d in 1..=DEVICES {
+            if let Assignment::Train(t) = engine.check_in(d, &req).unwrap() {
+                tasks.push((d, t));
+            }
+        }
+        for (d, t) in tasks {
+            let checked = engine.validator().check(device_update(&lay, &t, d), 100);
+            engine.accept(d, t.round, checked).unwrap().unwrap();
+        }
+        clock.advance(1_000);
+    }
+    let log = engine.round_log().unwrap();
+    drop(engine);
+    released(data, log)
+}
+
+fn over_http(model: &Path, data: &Path) -> Released {
+    let host = start_host(config(model, data)).unwrap();
+    let anon = HostClient::new(&host.url(), Duration::from_secs(10)).unwrap();
+    let clients: Vec<(u64, HostClient)> = (1..=DEVICES)
+        .map(|d| {
+            let r = anon.register(&format!("d{d}")).unwrap();
+            assert_eq!(r.device_id, d);
+            (d, anon.clone().with_token(&r.token))
+        })
+        .collect();
+    let req = CheckInRequest {
+        model_version: None,
+        examples: 10,
+    };
+    for _ in 0..50 {
+        if host.is_finished() {
+            break;
+        }
+        let lay = layout(&host.latest_model().1);
+        let mut tasks = Vec::new();
+        for (d, c) in clients.iter().rev() {
+            if let Assignment::Train(t) = c.check_in(&req).unwrap() {
+                tasks.push((*d, c, t));
+            }
+        }
+        for (d, c, t) in tasks {
+            let body = encode_update(&device_update(&lay, &t, d)).unwrap();
+            c.upload(t.round, &body).unwrap();
+        }
+    }
+    let log = host.round_log().unwrap();
+    host.shutdown().unwrap();
+    released(data, log)
+}
+
+#[test]
+fn the_same_seed_and_inputs_release_the_same_models_and_ledger_through_either_driver() {
+    let tmp = tempfile::tempdir().unwrap();
+    let model = common::tiny_package(tmp.path());
+    let a = in_process(&model, &tmp.path().join("in-process"));
+    let b = over_http(&model, &tmp.path().join("http"));
+    assert_eq!(a.ledger.len(), 3, "three releases: {:?}", a.rounds);
+    assert_eq!(a.weights.len(), 4, "v0..v3");
+    assert!(
+        a.weights.windows(2).all(|w| w[0] != w[1]),
+        "every release changed the model"
+    );
+    assert_eq!(a.ledger, b.ledger);
+    assert_eq!(a.weights, b.weights, "bit-identical model versions");
+    let shape = |r: &[RoundLog]| -> Vec<(u64, u64, u64, String)> {
+        r.iter()
+            .map(|l| {
+                (
+                    l.round,
+                    l.realized_cohort,
+                    l.reports_accepted,
+                    format!("{:?}", l.state),
+                )
+            })
+            .collect()
+    };
+    assert_eq!(shape(&a.rounds), shape(&b.rounds));
+}

@@ -46,8 +46,12 @@ fn trainable(tensors: Vec<NamedTensor>) -> Vec<NamedTensor> {
         .collect()
 }
 
+/// Serializes local rounds within a process (see [`local_update`]).
+static BACKEND_RNG: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
 /// Trains from the model package in `package` on `data` as `task` says and returns the
-/// clipped update for `device_id`.
+/// clipped update for `device_id`. Local rounds in one process run one at a time (burn's
+/// random state is per process).
 pub fn local_update(
     package: &Path,
     data: &LocalData,
@@ -61,6 +65,12 @@ pub fn local_update(
             task.round, local.epochs, local.batch_size, local.lr
         )));
     }
+    // burn's backend RNG (dropout masks) is one per process: hold it from seeding to the
+    // last step, so that rounds trained on several threads at once (the fleet simulator,
+    // the demo) each draw exactly their own seed's stream and a seeded run repeats.
+    let _rng = BACKEND_RNG
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner);
     let device = Device::flex().autodiff();
     let seed = local.seed ^ device_id.rotate_left(17);
     device.seed(seed);

@@ -17,7 +17,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use burn::tensor::Device;
-use hush_device::client::{join, JoinConfig, JoinSummary};
+use hush_device::client::{join, DeviceIdentity, DeviceState, HostClient, JoinConfig, JoinSummary};
 use hush_device::dataset::{read_corpus, split_of_speaker, KwsLabels, Split, Target};
 use hush_device::features::FeatureConfig;
 use hush_device::training::LocalData;
@@ -333,6 +333,26 @@ pub fn simulate(
     }
     let host = start_host(host_cfg.clone())?;
     log(&format!("host listening on {}", host.url()));
+
+    // Devices register in speaker order before any of them starts: device ids key the
+    // cohort draws, so each id must be the same speaker in every run of a seed.
+    let anonymous = HostClient::new(&host.url(), Duration::from_secs(30))
+        .map_err(|source| SimulateError::Device { index: 0, source })?;
+    for (i, speaker) in train.iter().enumerate() {
+        let device = |source| SimulateError::Device { index: i, source };
+        let state = DeviceState::open(&cfg.out.join("devices").join(format!("device-{i:03}")))
+            .map_err(device)?;
+        let r = anonymous
+            .register(&format!("sim-{speaker}"))
+            .map_err(device)?;
+        state
+            .save_identity(&DeviceIdentity {
+                server: host.url(),
+                device_id: r.device_id,
+                token: r.token,
+            })
+            .map_err(device)?;
+    }
 
     let stop = Arc::new(AtomicBool::new(false));
     let mut threads = Vec::new();

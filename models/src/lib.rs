@@ -12,7 +12,8 @@
 //! - [`checkpoint`]: `weights.safetensors`, tensors named per layer;
 //! - [`package`]: the model package (`model.json` + weights + `model.onnx`);
 //! - [`pretrained`]: the pretrained-encoder directory (BEST-RQ pretraining → CTC fine-tuning);
-//! - [`export`]: the ONNX writer, NNEF through tract, `export_package`;
+//! - [`export`]: ONNX (the graph builder is [`arch::onnx`]), NNEF through tract,
+//!   `export_package`;
 //! - [`optim`]: server optimizers for federated rounds (FedAvg, FedAdam, LAMB);
 //! - [`step`]: the loss and gradient step shared by every trainer.
 

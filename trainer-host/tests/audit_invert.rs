@@ -260,7 +260,7 @@ fn clip_path() -> PathBuf {
 fn audit_model(dir: &Path, kind: hush_host::audit::attack::AttackFeatures) {
     use hush_device::audio::read_audio;
     use hush_device::infer::clip_features;
-    use hush_host::audit::target::target_config;
+    use hush_host::recipes::target_config;
     use hush_models::package::{write_package, ModelCard};
     let cfg = target_config(&corpus(), kind, 1, 0);
     let arch = cfg.arch.clone().unwrap();

@@ -10,7 +10,7 @@ use hush_models::checkpoint::NamedTensor;
 use hush_models::dp::per_example::{
     apply_sgd, clipped_grad_sum, per_example_model, trainable_layout,
 };
-use hush_models::dp::{layer_norms, ClipBounds, ClipStrategy, NoiseSource};
+use hush_models::dp::{layer_norms, ClipBounds, ClipStrategy, GaussianNoise, NoiseSource};
 use hush_models::package::{load_package, ModelCard};
 use hush_models::step::{apply_grads, loss_and_grads, Batch};
 use rand::seq::SliceRandom;
@@ -179,9 +179,9 @@ pub fn local_update(
     };
     if task.clip.local_noise_std > 0.0 {
         let mut noise = NoiseSource::from_os();
-        let std = f64::from(task.clip.local_noise_std);
-        for v in delta.iter_mut().flat_map(|t| t.data.iter_mut()) {
-            *v += (std * noise.standard_normal()) as f32;
+        let local = GaussianNoise::new(f64::from(task.clip.local_noise_std))?;
+        for t in delta.iter_mut() {
+            local.add_to(&mut t.data, &mut noise);
         }
         // Noise can push a layer over its bound; clipping again is post-processing.
         bounds.clip(&mut delta)?;

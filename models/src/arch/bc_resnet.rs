@@ -25,9 +25,9 @@ use super::layers::{
     load_bn, load_conv, load_linear, visit_bn, visit_conv, visit_linear, InputNorm, LayerRunner,
     OwnWeights, TensorVisitor,
 };
+use super::onnx::OnnxGraph;
 use super::IoShape;
 use crate::checkpoint::TensorSource;
-use crate::export::onnx::OnnxGraph;
 use crate::ModelError;
 
 /// BC-ResNet options.

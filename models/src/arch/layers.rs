@@ -2,7 +2,7 @@
 //! values, gradients), and loading them back with shape checks. Each architecture lists its
 //! layers once, in a `visit` traversal built from these, and runs them once, in a
 //! `forward_with` over a [`LayerRunner`] (the model's own weights, [`OwnWeights`], or
-//! per-example weight copies for DP, `crate::dp::vectorized`).
+//! per-example weight copies for DP, `dp::vectorized`).
 
 use burn::module::{Param, RunningState};
 use burn::nn::conv::Conv2d;
@@ -275,7 +275,7 @@ impl LayerRunner for OwnWeights {
 /// a pointwise conv (1×1, one group, no stride, padding or dilation) is a batched matmul
 /// `[1, out, in] × [B, in, H·W]`; a depthwise conv (one input channel per group, as many
 /// outputs) is a sum over kernel taps of the shifted input times the tap's weight
-/// ([`crate::dp::vectorized::depthwise_by_taps`]). Every other conv is burn's. Measured in
+/// ([`super::conv::depthwise_by_taps`]). Every other conv is burn's. Measured in
 /// BENCHMARKS.md (DS-CNN-S training step).
 pub(crate) fn conv_with(
     c: &Conv2d,
@@ -294,7 +294,7 @@ pub(crate) fn conv_with(
     let [_, cin, _, _] = x.dims();
     let [cout, per_group, kh, kw] = weight.dims();
     if c.groups == cin && cout == cin && per_group == 1 {
-        let y = crate::dp::vectorized::depthwise_by_taps(c, x, weight.reshape([1, cout, kh * kw]));
+        let y = super::conv::depthwise_by_taps(c, x, weight.reshape([1, cout, kh * kw]));
         return match bias {
             Some(bias) => y + bias.reshape([1, cout, 1, 1]),
             None => y,
@@ -302,7 +302,7 @@ pub(crate) fn conv_with(
     }
     if !pointwise {
         let [_, _, h, w] = x.dims();
-        let pads = crate::dp::vectorized::padding_pairs(c, h, w);
+        let pads = super::conv::padding_pairs(c, h, w);
         let options =
             burn::tensor::ops::ConvOptions::new_with_padding(c.stride, pads, c.dilation, c.groups);
         return burn::tensor::module::conv2d(x, weight, bias, options);

@@ -17,9 +17,11 @@
 //! ```
 
 pub mod bc_resnet;
+pub(crate) mod conv;
 pub mod ds_cnn;
 pub mod layers;
 pub mod leak_cnn;
+pub mod onnx;
 
 use burn::module::Module;
 use burn::nn::BatchNorm;
@@ -28,11 +30,11 @@ use burn::tensor::{Device, Tensor};
 use serde::{Deserialize, Serialize};
 
 use crate::checkpoint::{NamedTensor, TensorSource};
-use crate::export::onnx::{OnnxGraph, INPUT};
 use crate::ModelError;
 use layers::{
     read_grads, read_values, write_grads, LayerRunner, NamedModule, OwnWeights, TensorVisitor,
 };
+use onnx::{OnnxGraph, INPUT};
 
 pub use bc_resnet::{BcResNet, BcResNetConfig};
 pub use ds_cnn::{DsCnn, DsCnnConfig};
@@ -166,7 +168,7 @@ impl KwsModel {
     }
 
     /// [`KwsModel::forward`] with every conv, batch norm and linear layer computed by `r`
-    /// (per-example weight copies for DP: [`crate::dp::vectorized`]).
+    /// (per-example weight copies for DP: `dp::vectorized`).
     pub fn forward_with<R: LayerRunner>(&self, x: Tensor<3>, r: &R) -> Tensor<2> {
         match self {
             Self::DsCnn(m) => m.forward_with(x, r),

@@ -35,8 +35,8 @@ use crate::arch::ds_cnn::input_norm_onnx;
 use crate::arch::layers::{
     load_conv, load_linear, named, visit_conv, visit_linear, InputNorm, TensorVisitor,
 };
+use crate::arch::onnx::OnnxGraph;
 use crate::checkpoint::{NamedTensor, TensorSource};
-use crate::export::onnx::OnnxGraph;
 use crate::ModelError;
 
 /// Time frames per output step of the standard sizes (and of BEST-RQ's quantizer).

@@ -33,8 +33,8 @@ use serde::{Deserialize, Serialize};
 
 use crate::arch::is_trainable;
 use crate::arch::layers::{read_grads, read_values, write_grads, NamedModule, TensorVisitor};
+use crate::arch::onnx::{OnnxGraph, INPUT};
 use crate::checkpoint::{NamedTensor, TensorSource};
-use crate::export::onnx::{OnnxGraph, INPUT};
 use crate::ModelError;
 
 pub use ctc_gru::{output_steps, output_steps_at, CtcGru, CtcGruConfig};

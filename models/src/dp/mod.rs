@@ -6,8 +6,9 @@
 //! |---|---|
 //! | clip, per layer or flat; sensitivity `sqrt(Σ C_l²)` | [`ClipBounds::clip`], [`ClipBounds::sensitivity`] |
 //! | noise `z × sensitivity` on the **sum**, divided by the **expected** count | [`GaussianMechanism::privatize`] with [`ExpectedCount`] |
-//! | Poisson sampling from a CSPRNG | [`PoissonSampler::sample`] |
-//! | noise from a CSPRNG; discrete-Gaussian mode | [`NoiseSource`], [`NoiseKind::DiscreteGaussian`] |
+//! | Poisson sampling from a CSPRNG; federated cohorts keyed per (round, device) | [`PoissonSampler`], [`KeyedPoissonSampler::includes`] |
+//! | noise from a CSPRNG, drawn only here (the raw draws are `pub(crate)`); discrete-Gaussian mode | [`NoiseSource`], [`GaussianNoise`], [`LaplaceNoise`], [`NoiseKind::DiscreteGaussian`] |
+//! | a DP-SGD step in one order: sample → bound each example → noise the sum → step | [`DpSgd::step`] |
 //! | a receiver re-checks norms | [`ClipBounds::check`] |
 //! | adaptive clipping: the noisy unclipped count's share of the noise, `z_Δ` | [`AdaptiveClip::update`], [`gradient_noise_multiplier`] |
 //! | per-example gradients (no example mixing: batch norm on stored statistics) | [`per_example_grads`] (loop), [`vectorized`] (fast path), [`clipped_grad_sum`] |
@@ -21,17 +22,21 @@ pub mod clip;
 pub mod noise;
 pub mod per_example;
 pub mod sampling;
+pub mod sgd;
 pub mod vectorized;
 
 pub use adaptive::{gradient_noise_multiplier, AdaptiveClip};
 pub use clip::{l2_norm, layer_norms, ClipBounds, ClipStrategy};
-pub use noise::{ExpectedCount, GaussianMechanism, NoiseKind, NoiseSource};
+pub use noise::{
+    ExpectedCount, GaussianMechanism, GaussianNoise, LaplaceNoise, NoiseKind, NoiseSource,
+};
 pub use per_example::{
     apply_sgd, clipped_grad_sum, clipped_grad_sum_with, clipped_sum_by_loop, per_example_grads,
     per_example_grads_vectorized, per_example_grads_with, per_example_model, trainable_layout,
     Bounding, ClippedSum, PerExampleConfig, PerExampleMethod,
 };
 pub use sampling::{KeyedPoissonSampler, PoissonSampler};
+pub use sgd::{DpSgd, StepStats};
 
 /// Why a DP operation was refused.
 #[derive(Debug, Clone, PartialEq, thiserror::Error)]

@@ -1,4 +1,11 @@
-//! Noise: the Gaussian mechanism on a sum of clipped contributions, from a CSPRNG.
+//! Noise: the Gaussian mechanism on a sum of clipped contributions, from a CSPRNG, and the
+//! two other mechanisms hush releases through ([`GaussianNoise`] and [`LaplaceNoise`] on
+//! single values: PATE's noisy votes and thresholds, a device's local noise, a
+//! smooth-sensitivity release).
+//!
+//! The raw draws of [`NoiseSource`] are private to this crate's `dp` module: code
+//! elsewhere holds a source and hands it to a mechanism, so every draw of privacy noise
+//! in hush happens here (the compiler enforces it).
 //!
 //! [`GaussianMechanism::privatize`] is the one place where noise is added and the noisy
 //! sum is turned into a mean: std `z × sensitivity` on the **sum**, then division by the
@@ -46,12 +53,12 @@ impl NoiseSource {
     }
 
     /// One standard normal draw.
-    pub fn standard_normal(&mut self) -> f64 {
+    pub(crate) fn standard_normal(&mut self) -> f64 {
         self.0.sample(StandardNormal)
     }
 
     /// One uniform draw in `[0, 1)`.
-    pub fn uniform(&mut self) -> f64 {
+    pub(crate) fn uniform(&mut self) -> f64 {
         self.0.random::<f64>()
     }
 
@@ -85,7 +92,7 @@ impl NoiseSource {
 
     /// Discrete Gaussian on the integers (`P(x) ∝ exp(−x²/2σ²)`), by rejection from a
     /// discrete Laplace.
-    pub fn discrete_gaussian(&mut self, sigma: f64) -> i64 {
+    pub(crate) fn discrete_gaussian(&mut self, sigma: f64) -> i64 {
         if sigma <= 0.0 {
             return 0;
         }
@@ -135,6 +142,73 @@ impl ExpectedCount {
     /// The value.
     pub fn get(self) -> f64 {
         self.0
+    }
+}
+
+/// Gaussian noise of a fixed standard deviation on single released values: PATE's noisy
+/// vote counts and thresholds, a device's local noise on its update, the draw of a
+/// smooth-sensitivity release.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct GaussianNoise {
+    std: f64,
+}
+
+impl GaussianNoise {
+    /// Noise of standard deviation `std` (finite, ≥ 0).
+    pub fn new(std: f64) -> Result<Self, DpError> {
+        if std.is_finite() && std >= 0.0 {
+            Ok(Self { std })
+        } else {
+            Err(bad("noise standard deviation", std, "a finite value ≥ 0"))
+        }
+    }
+
+    /// Standard normal noise (std 1).
+    pub fn standard() -> Self {
+        Self { std: 1.0 }
+    }
+
+    /// The standard deviation.
+    pub fn std(&self) -> f64 {
+        self.std
+    }
+
+    /// One draw.
+    pub fn draw(&self, src: &mut NoiseSource) -> f64 {
+        self.std * src.standard_normal()
+    }
+
+    /// Adds an independent draw to every value.
+    pub fn add_to(&self, values: &mut [f32], src: &mut NoiseSource) {
+        for v in values {
+            *v += self.draw(src) as f32;
+        }
+    }
+}
+
+/// Laplace noise of scale `b` (density `∝ exp(−|x|/b)`) on single values: PATE's LNMax
+/// vote counts.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct LaplaceNoise {
+    scale: f64,
+}
+
+impl LaplaceNoise {
+    /// Noise of scale `scale` (finite, > 0).
+    pub fn new(scale: f64) -> Result<Self, DpError> {
+        if scale.is_finite() && scale > 0.0 {
+            Ok(Self { scale })
+        } else {
+            Err(bad("Laplace scale", scale, "a finite value > 0"))
+        }
+    }
+
+    /// One draw (the inverse CDF of a uniform in (−½, ½)).
+    pub fn draw(&self, src: &mut NoiseSource) -> f64 {
+        let u = src.uniform() - 0.5;
+        // |u| < 0.5 always (uniform is in [0, 1)), except u = -0.5 exactly: its log is -inf.
+        let t = (1.0 - 2.0 * u.abs()).max(f64::MIN_POSITIVE);
+        -self.scale * u.signum() * t.ln()
     }
 }
 
@@ -248,6 +322,33 @@ impl GaussianMechanism {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Sample mean and std of `n` draws.
+    fn moments(n: usize, mut draw: impl FnMut() -> f64) -> (f64, f64) {
+        let xs: Vec<f64> = (0..n).map(|_| draw()).collect();
+        let mean = xs.iter().sum::<f64>() / n as f64;
+        let var = xs.iter().map(|x| (x - mean).powi(2)).sum::<f64>() / (n - 1) as f64;
+        (mean, var.sqrt())
+    }
+
+    #[test]
+    fn laplace_and_gaussian_noise_have_the_configured_scale() {
+        let mut noise = NoiseSource::from_seed(7);
+        let n = 200_000;
+        // Laplace(b): std b√2; the standard error of the sample std is about 1.2 % here.
+        let lap = LaplaceNoise::new(3.0).unwrap();
+        let (m, s) = moments(n, || lap.draw(&mut noise));
+        assert!(m.abs() < 0.05, "{m}");
+        assert!((s / (3.0 * 2f64.sqrt()) - 1.0).abs() < 0.02, "{s}");
+        // Mean absolute deviation of Laplace(b) is b.
+        let mad = (0..n).map(|_| lap.draw(&mut noise).abs()).sum::<f64>() / n as f64;
+        assert!((mad / 3.0 - 1.0).abs() < 0.02, "{mad}");
+        let gauss = GaussianNoise::new(5.0).unwrap();
+        let (m, s) = moments(n, || gauss.draw(&mut noise));
+        assert!(m.abs() < 0.05 && (s / 5.0 - 1.0).abs() < 0.01, "{m} {s}");
+        assert!(GaussianNoise::new(f64::NAN).is_err() && GaussianNoise::new(-1.0).is_err());
+        assert!(LaplaceNoise::new(0.0).is_err());
+    }
 
     fn zeros(n: usize) -> Vec<NamedTensor> {
         vec![NamedTensor::new("w", vec![n], vec![0.0; n]).unwrap()]

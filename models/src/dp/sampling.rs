@@ -48,12 +48,12 @@ impl PoissonSampler {
     }
 
     /// Whether one candidate is included (an independent Bernoulli(q) draw).
-    pub fn include(&mut self) -> bool {
+    pub(crate) fn include(&mut self) -> bool {
         self.rng.random::<f64>() < self.q
     }
 
     /// Indices of the candidates in `0..population` that are included.
-    pub fn sample(&mut self, population: usize) -> Vec<usize> {
+    pub(crate) fn sample(&mut self, population: usize) -> Vec<usize> {
         (0..population).filter(|_| self.include()).collect()
     }
 

@@ -1,6 +1,7 @@
 //! Export to inference formats. [`onnx`] writes ONNX (opset 17) from hush's own
 //! builder over the public `tract_onnx::pb` prost types; each architecture lays out its
-//! graph with it (`write_onnx` in `crate::arch`). [`nnef`] turns that ONNX into an NNEF
+//! graph with it (`write_onnx` in `crate::arch`), so the builder lives in
+//! [`crate::arch::onnx`] and is re-exported here. [`nnef`] turns that ONNX into an NNEF
 //! archive with tract's NNEF writer. [`export_package`] does either for a model package,
 //! from its `weights.safetensors` (what `hush-host export` runs).
 //!
@@ -12,7 +13,7 @@
 //! ```
 
 pub mod nnef;
-pub mod onnx;
+pub use crate::arch::onnx;
 
 use std::io::Write;
 use std::path::{Path, PathBuf};

@@ -4,7 +4,8 @@
 //! - [`stoi`]: short-time objective intelligibility (a port of the reference algorithm,
 //!   checked against pystoi);
 //! - [`quality::pesq_mos`]: PESQ MOS-LQO, wideband at 16 kHz and narrowband at 8 kHz;
-//! - [`waveform_mse`]: W-MSE, the mean squared error between two waveforms.
+//! - [`waveform_mse`]: W-MSE, the mean squared error between two waveforms;
+//! - [`RecordingMetrics`]: all three for a recording against its reference (`audit metrics`).
 //!
 //! and the attack itself:
 //!
@@ -20,8 +21,9 @@
 //!   gets without the update (random and mean features, the attack on a pure-noise
 //!   update, other speakers' recordings of the word), scored the same way; [`report`]:
 //!   many clips, Mel vs MFCC, with and without DP; [`target`]: the models the audit
-//!   attacks.
+//!   attacks; [`artifacts`]: the files `audit invert` writes.
 
+pub mod artifacts;
 pub mod attack;
 pub mod baseline;
 pub mod invert;
@@ -90,6 +92,9 @@ pub enum AuditError {
     /// A plot could not be drawn.
     #[error(transparent)]
     Plot(#[from] hush_plot::PlotError),
+    /// PESQ could not be computed.
+    #[error(transparent)]
+    Pesq(#[from] PesqError),
 }
 
 pub use quality::{pesq_mos, PesqError, PesqMode};
@@ -107,6 +112,43 @@ pub fn waveform_mse(reference: &[f32], degraded: &[f32]) -> Option<f64> {
         .map(|(&a, &b)| (f64::from(a) - f64::from(b)).powi(2))
         .sum();
     Some(sum / reference.len() as f64)
+}
+
+/// The speech-quality metrics of a recording against its clean reference, as
+/// `hush-host audit metrics` reports them.
+#[derive(Debug, Clone, PartialEq, serde::Serialize)]
+pub struct RecordingMetrics {
+    /// The recordings' sample rate.
+    pub sample_rate: u32,
+    /// Their length in seconds.
+    pub seconds: f64,
+    /// STOI.
+    pub stoi: f64,
+    /// PESQ MOS-LQO; `None` at rates other than 8 and 16 kHz.
+    pub pesq: Option<f64>,
+    /// Which PESQ the rate gets; `None` where there is none.
+    pub pesq_mode: Option<PesqMode>,
+    /// W-MSE.
+    pub wmse: f64,
+}
+
+impl RecordingMetrics {
+    /// STOI, PESQ (at 8 and 16 kHz only) and W-MSE of `degraded` against `reference`,
+    /// two aligned recordings of equal length at `sample_rate`.
+    pub fn of(reference: &[f32], degraded: &[f32], sample_rate: u32) -> Result<Self, AuditError> {
+        let pesq = match sample_rate {
+            8_000 | 16_000 => Some(pesq_mos(reference, degraded, sample_rate)?),
+            _ => None,
+        };
+        Ok(Self {
+            sample_rate,
+            seconds: reference.len() as f64 / f64::from(sample_rate),
+            stoi: stoi(reference, degraded, sample_rate)?,
+            pesq: pesq.map(|p| p.1),
+            pesq_mode: pesq.map(|p| p.0),
+            wmse: waveform_mse(reference, degraded).unwrap_or(0.0),
+        })
+    }
 }
 
 #[cfg(test)]

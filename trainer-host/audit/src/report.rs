@@ -222,6 +222,48 @@ fn opt(v: Option<f64>, digits: usize) -> String {
     v.map_or("–".into(), |v| format!("{v:.digits$}"))
 }
 
+/// The paragraph `report.md` opens with: the models (each `dir (features)`), the clips
+/// from `data`, the update, the attack's options `cfg`, the `speaker` model's calibration,
+/// and the `command` that ran.
+pub fn preamble(
+    targets: &[AttackTarget],
+    clips: &[AuditClip],
+    data: &Path,
+    cfg: &ReportConfig,
+    speaker: &SpeakerModel,
+    command: &str,
+) -> String {
+    let models = targets
+        .iter()
+        .map(|t| format!("{} ({})", t.dir.display(), t.kind.name()))
+        .collect::<Vec<_>>()
+        .join(", ");
+    format!(
+        "Models: {models}; {} test clips ({}); the device shares {}; clip bound C = {}; \
+         {} iterations × {} restarts, lr {}, TV weight {}; Griffin-Lim {} iterations; seed {}. Speaker model: EER \
+         {:.3} at cosine {:.3} on {} held-out speakers.\n\nClips: {}.\n\nCommand: `{}`\n",
+        clips.len(),
+        data.display(),
+        cfg.update,
+        cfg.clip,
+        cfg.invert.iterations,
+        cfg.invert.restarts,
+        cfg.invert.lr,
+        cfg.invert.tv_weight,
+        cfg.griffin_lim_iterations,
+        cfg.invert.seed,
+        speaker.calibration.eer,
+        speaker.calibration.threshold,
+        speaker.calibration.heldout_speakers,
+        clips
+            .iter()
+            .map(|c| format!("`{}`", c.path.display()))
+            .collect::<Vec<_>>()
+            .join(", "),
+        command,
+    )
+}
+
 /// The table as Markdown.
 pub fn markdown(rows: &[ReportRow], preamble: &str) -> String {
     let mut s = String::from("# Privacy audit: gradient inversion of one clip's update\n\n");

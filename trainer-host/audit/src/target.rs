@@ -1,15 +1,10 @@
-//! The models the audit attacks: a small leak-CNN over a 1 s, 40-bin front-end (the
-//! paper's architecture at a width that two CPU cores invert in seconds per clip), and
-//! the twin of a given model on the other front-end (Mel ↔ MFCC, everything else equal),
-//! so that `audit report` compares the two on equal terms.
+//! The front-ends of the models the audit attacks: Kaldi conventions at 40 Mel bins, or
+//! MFCC with an exact inverse DCT. Their training recipes (the small leak-CNN target and
+//! its twin on the other front-end) are `hush_lab::recipes::{target_config, twin_config}`,
+//! so that this crate does not depend on the trainers.
 
-use std::path::Path;
-
+use super::attack::AttackFeatures;
 use hush_device::features::{FeatureConfig, Lifter};
-use hush_models::arch::{ArchConfig, IoShape, LeakCnnConfig};
-
-use super::attack::{AttackFeatures, AttackTarget};
-use hush_train::{Augment, KwsTrainConfig};
 
 /// The front-end of `kind` the audit uses: Kaldi conventions, 25/10 ms, 40 Mel bins; MFCC
 /// keeps 13 cepstra (lifter 22) and no energy in `c0`, so the inverse DCT is exact on the
@@ -23,62 +18,4 @@ pub fn audit_features(kind: AttackFeatures, mel_bins: usize) -> FeatureConfig {
         f.mfcc.use_energy = false;
     }
     f
-}
-
-/// Training config of the audit's leak-CNN on `data` for `kind`: 98 frames, 40 Mel bins,
-/// channels 8 and 16, 64 hidden units, no dropout, no augmentation.
-pub fn target_config(
-    data: &Path,
-    kind: AttackFeatures,
-    epochs: usize,
-    seed: u64,
-) -> KwsTrainConfig {
-    let mut cfg = KwsTrainConfig::new(data, "leak-cnn");
-    cfg.features = audit_features(kind, 40);
-    cfg.frames = 98;
-    cfg.augment = Augment::none();
-    set_leak_arch(&mut cfg, [8, 16], 64);
-    cfg.epochs = epochs;
-    cfg.batch_size = 16;
-    cfg.seed = seed;
-    cfg
-}
-
-/// The twin of `target` on the other front-end: same architecture widths, frames, Mel
-/// bank and framing; only the feature kind (and so the input width) differs.
-pub fn twin_config(target: &AttackTarget, data: &Path, epochs: usize, seed: u64) -> KwsTrainConfig {
-    let other = match target.kind {
-        AttackFeatures::Mel => AttackFeatures::Mfcc,
-        AttackFeatures::Mfcc => AttackFeatures::Mel,
-    };
-    let mut cfg = target_config(data, other, epochs, seed);
-    let mut features = target.features.clone();
-    features.kind = other.kind();
-    if other == AttackFeatures::Mfcc {
-        let m = audit_features(AttackFeatures::Mfcc, features.mel.num_bins);
-        features.mfcc = m.mfcc;
-    }
-    cfg.features = features;
-    cfg.frames = target.net.shape.frames;
-    if target.labels.len() >= 3 {
-        cfg.keywords = target.labels[..target.labels.len() - 2].to_vec();
-    }
-    let sh = target.net.shape;
-    set_leak_arch(&mut cfg, sh.channels, sh.hidden);
-    cfg
-}
-
-/// A leak-CNN without dropout over `cfg`'s frames, feature width and classes.
-fn set_leak_arch(cfg: &mut KwsTrainConfig, channels: [usize; 2], hidden: usize) {
-    let io = IoShape {
-        frames: cfg.frames,
-        bins: cfg.features.dim(),
-        classes: cfg.keywords.len() + 2,
-    };
-    cfg.arch = Some(ArchConfig::LeakCnn(LeakCnnConfig {
-        channels,
-        hidden,
-        dropout: 0.0,
-        ..LeakCnnConfig::new(io)
-    }));
 }

@@ -55,6 +55,7 @@ use hush_models::package::{load_package, write_package, ModelCard, MODEL_JSON, O
 use hush_privacy::accountant::{Adjacency, PrivacyUnit, SubsampledGaussian};
 use hush_privacy::ledger::{
     totals, Authorization, Budget, Ledger, LedgerError, Mechanism, Release, ReleaseRecord,
+    SealedRelease,
 };
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha20Rng;
@@ -177,6 +178,47 @@ fn abandoned(reason: String, open: &OpenRound, accepted: u64) -> RoundOutcome {
         epsilon_rdp: None,
         epsilon_pld: None,
     }
+}
+
+/// Why a release did not complete, by how far it got.
+enum ReleaseFailure {
+    /// The ledger refused it (budget): nothing committed.
+    Refused(LedgerError),
+    /// The transaction failed: nothing committed.
+    Commit(FlError),
+    /// Committed, but the files could not be made visible (the next start finishes it).
+    Publish(FlError),
+}
+
+impl From<LedgerError> for ReleaseFailure {
+    fn from(e: LedgerError) -> Self {
+        Self::Refused(e)
+    }
+}
+
+/// A sealed release as the record it will be once appended (for the totals that the
+/// round's row carries, computed inside the same transaction).
+fn pending_record(sealed: &SealedRelease) -> ReleaseRecord {
+    ReleaseRecord {
+        id: 0,
+        recorded_at_ms: 0,
+        release: sealed.release().clone(),
+        epsilon_rdp: sealed.epsilon_rdp(),
+        epsilon_pld: sealed.epsilon_pld(),
+    }
+}
+
+/// User-level ε of `records` by RDP and PLD; `(None, None)` for a non-private run.
+fn epsilon_totals(
+    records: &[ReleaseRecord],
+    private: bool,
+    delta: f64,
+) -> (Option<f64>, Option<f64>) {
+    if !private {
+        return (None, None);
+    }
+    let t = totals(records, Adjacency::AddRemove, PrivacyUnit::User, delta);
+    (t.rdp.map(|r| r.epsilon), t.pld.map(|r| r.epsilon))
 }
 
 impl<S: Store, C: Clock> RoundEngine<S, C> {
@@ -304,7 +346,7 @@ impl<S: Store, C: Clock> RoundEngine<S, C> {
             epsilon: (None, None),
             rejected_total,
         };
-        m.epsilon = m.epsilon_after(None)?;
+        m.epsilon = epsilon_totals(&m.store().records()?, m.cfg.dp.enabled, m.cfg.budget.delta);
         if let Some(failed) = rounds.iter().find(|r| r.state == RoundState::ReleaseFailed) {
             m.finished = Some(format!(
                 "round {} was recorded in the ledger but its model could not be published; \
@@ -323,26 +365,6 @@ impl<S: Store, C: Clock> RoundEngine<S, C> {
 
     fn store_mut(&mut self) -> &mut S {
         self.ledger.store_mut()
-    }
-
-    /// User-level ε of the ledger's records, plus `pending` (a release about to be
-    /// committed), by RDP and PLD; `(None, None)` for a non-private run.
-    fn epsilon_after(
-        &self,
-        pending: Option<&ReleaseRecord>,
-    ) -> Result<(Option<f64>, Option<f64>), FlError> {
-        if !self.cfg.dp.enabled {
-            return Ok((None, None));
-        }
-        let mut records = self.store().records()?;
-        records.extend(pending.cloned());
-        let t = totals(
-            &records,
-            Adjacency::AddRemove,
-            PrivacyUnit::User,
-            self.cfg.budget.delta,
-        );
-        Ok((t.rdp.map(|r| r.epsilon), t.pld.map(|r| r.epsilon)))
     }
 
     /// What uploads are checked against before [`RoundEngine::accept`]: call
@@ -786,25 +808,6 @@ impl<S: Store, C: Clock> RoundEngine<S, C> {
             );
             return self.abandon(id, &outcome);
         }
-        let sealed = match authorization
-            .clone()
-            .map(|a| self.ledger.seal(a))
-            .transpose()
-        {
-            Ok(s) => s,
-            Err(e) => {
-                warn!(round = id, "round abandoned: ledger refused: {e}");
-                if matches!(e, LedgerError::BudgetExceeded { .. }) {
-                    self.finished = Some(format!("privacy budget exhausted: {e}"));
-                }
-                let outcome = abandoned(
-                    format!("the ledger refused the release: {e}"),
-                    &open,
-                    accepted,
-                );
-                return self.abandon(id, &outcome);
-            }
-        };
         // The optimizer steps on a copy: it becomes the host's only once the release is
         // committed, so a release that fails first leaves it untouched.
         let mut optimizer = self.optimizer.clone();
@@ -827,16 +830,10 @@ impl<S: Store, C: Clock> RoundEngine<S, C> {
             }
         };
         fault::point(fault::RELEASE_BEFORE_COMMIT);
-        let now = self.clock.now_ms();
-        let pending = sealed.as_ref().map(|s| ReleaseRecord {
-            id: 0,
-            recorded_at_ms: 0,
-            release: s.release().clone(),
-            epsilon_rdp: s.epsilon_rdp(),
-            epsilon_pld: s.epsilon_pld(),
-        });
-        let epsilon = self.epsilon_after(pending.as_ref())?;
-        let commit = ReleaseCommit {
+        // One transaction: the ledger record, the round released, the version row; then
+        // the files become visible. For a private round that is `Ledger::complete`, the one
+        // order of every private release.
+        let mut commit = ReleaseCommit {
             round: id,
             outcome: RoundOutcome {
                 state: RoundState::Released,
@@ -845,38 +842,90 @@ impl<S: Store, C: Clock> RoundEngine<S, C> {
                 selected: open.selected,
                 accepted,
                 rejected: open.rejected,
-                epsilon_rdp: epsilon.0,
-                epsilon_pld: epsilon.1,
+                epsilon_rdp: None,
+                epsilon_pld: None,
             },
-            ledger: sealed,
+            ledger: None,
             version: ModelVersionRow {
                 version,
                 round: Some(id),
                 digest,
             },
-            now_ms: now,
+            now_ms: self.clock.now_ms(),
         };
-        if let Err(e) = self.store_mut().commit_release(&commit) {
-            // Nothing was committed: the round is abandoned with no ε recorded.
-            self.models.discard(version);
-            self.finished = Some(format!(
-                "the release of round {id} could not be committed ({e}); training stopped"
-            ));
-            let outcome = abandoned(
-                format!("the release could not be committed: {e}; no epsilon spent"),
-                &open,
-                accepted,
-            );
-            self.abandon(id, &outcome)?;
-            return Err(e.into());
-        }
-        fault::point(fault::RELEASE_AFTER_COMMIT);
-        self.released += 1;
-        self.epsilon = epsilon;
-        let dir = match self.models.make_visible(version) {
+        let private = self.cfg.dp.enabled;
+        let delta = self.cfg.budget.delta;
+        let models = &self.models;
+        let mut epsilon = (None, None);
+        let publish = || -> Result<PathBuf, ReleaseFailure> {
+            fault::point(fault::RELEASE_AFTER_COMMIT);
+            models
+                .make_visible(version)
+                .map_err(ReleaseFailure::Publish)
+        };
+        let released = match authorization {
+            Some(auth) => self.ledger.complete(
+                auth.release(),
+                |store, sealed| {
+                    let mut records = store.records()?;
+                    records.push(pending_record(&sealed));
+                    epsilon = epsilon_totals(&records, private, delta);
+                    (commit.outcome.epsilon_rdp, commit.outcome.epsilon_pld) = epsilon;
+                    commit.ledger = Some(sealed);
+                    store
+                        .commit_release(&commit)
+                        .map_err(|e| ReleaseFailure::Commit(e.into()))?
+                        .ok_or_else(|| {
+                            ReleaseFailure::Commit(FlError::Corrupt(
+                                "the store committed a private release without its ledger \
+                                 record"
+                                    .into(),
+                            ))
+                        })
+                },
+                |_| publish(),
+            ),
+            None => self
+                .ledger
+                .store_mut()
+                .commit_release(&commit)
+                .map_err(|e| ReleaseFailure::Commit(e.into()))
+                .and_then(|_| publish()),
+        };
+        let dir = match released {
             Ok(dir) => dir,
-            Err(e) => {
+            Err(ReleaseFailure::Refused(e)) => {
+                // Nothing was committed: no ε recorded.
+                self.models.discard(version);
+                warn!(round = id, "round abandoned: ledger refused: {e}");
+                if matches!(e, LedgerError::BudgetExceeded { .. }) {
+                    self.finished = Some(format!("privacy budget exhausted: {e}"));
+                }
+                let outcome = abandoned(
+                    format!("the ledger refused the release: {e}"),
+                    &open,
+                    accepted,
+                );
+                return self.abandon(id, &outcome);
+            }
+            Err(ReleaseFailure::Commit(e)) => {
+                // Nothing was committed: the round is abandoned with no ε recorded.
+                self.models.discard(version);
+                self.finished = Some(format!(
+                    "the release of round {id} could not be committed ({e}); training stopped"
+                ));
+                let outcome = abandoned(
+                    format!("the release could not be committed: {e}; no epsilon spent"),
+                    &open,
+                    accepted,
+                );
+                self.abandon(id, &outcome)?;
+                return Err(e);
+            }
+            Err(ReleaseFailure::Publish(e)) => {
                 // Committed: the next start finishes what this one could not.
+                self.released += 1;
+                self.epsilon = epsilon;
                 warn!(
                     round = id,
                     "model v{version} committed but not made visible: {e}"
@@ -888,6 +937,8 @@ impl<S: Store, C: Clock> RoundEngine<S, C> {
                 return Ok(());
             }
         };
+        self.released += 1;
+        self.epsilon = epsilon;
         fault::point(fault::RELEASE_DONE);
         // Only the newest optimizer state is ever read back; older ones are dead weight.
         let stale = self

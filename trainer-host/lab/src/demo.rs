@@ -11,38 +11,11 @@ use std::path::{Path, PathBuf};
 
 use hush_device::dataset::KwsLabels;
 use hush_device::infer::{InferError, KwsClassifier};
-use hush_models::arch::{ArchConfig, IoShape, LeakCnnConfig};
 use serde::Serialize;
 
+// Also reachable here, where the demo's callers and tests have always found it.
+pub use crate::recipes::small_kws_config;
 use crate::simulate::{simulate, RoundPoint, SimulateConfig, SimulateError, SimulateReport};
-use hush_train::{Augment, KwsTrainConfig};
-
-/// A small, fast keyword-spotting set-up on `data`: 20 Mel bins every 20 ms (49 frames)
-/// into the 2-conv + 2-FC CNN with 8 and 16 channels, no augmentation. It learns the
-/// bundled corpus in seconds per epoch on two cores.
-pub fn small_kws_config(data: &Path, epochs: usize, seed: u64) -> KwsTrainConfig {
-    let mut cfg = KwsTrainConfig::new(data, "leak-cnn");
-    cfg.features.mel.num_bins = 20;
-    cfg.features.frame.frame_shift_ms = 20.0;
-    cfg.frames = 49;
-    cfg.augment = Augment::none();
-    let io = IoShape {
-        frames: cfg.frames,
-        bins: 20,
-        classes: cfg.keywords.len() + 2,
-    };
-    cfg.arch = Some(ArchConfig::LeakCnn(LeakCnnConfig {
-        channels: [8, 16],
-        hidden: 64,
-        dropout: 0.0,
-        ..LeakCnnConfig::new(io)
-    }));
-    cfg.epochs = epochs;
-    cfg.batch_size = 16;
-    cfg.lr = 3e-3;
-    cfg.seed = seed;
-    cfg
-}
 
 /// What the demo did; written as `results.json`.
 #[derive(Debug, Clone, Serialize)]

@@ -529,14 +529,14 @@ fn copy_package(from: &Path, to: &Path) -> Result<(), SimulateError> {
 }
 
 impl SimulateConfig {
-    /// The small keyword spotter of [`crate::demo::small_kws_config`] (20 Mel bins,
+    /// The small keyword spotter of [`crate::recipes::small_kws_config`] (20 Mel bins,
     /// 49 frames, a 2-conv + 2-FC CNN with 33 K parameters) with the host's defaults
     /// for a fleet simulation on the bundled corpus: Poisson cohorts of expected size 8
     /// (q = 0.25 over 32 devices), flat clipping at 1.0, noise multiplier 2.0 calibrated for
     /// a noise cohort of 1 000, FedAvg (server lr 1), five local epochs of SGD (lr 0.3, batch 8), 60
     /// rounds; extrapolated to a deployment of 10⁶ devices at δ = 10⁻⁹.
     pub fn small_kws(data: &Path, out: &Path) -> Self {
-        let kws = crate::demo::small_kws_config(data, 1, 1);
+        let kws = crate::recipes::small_kws_config(data, 1, 1);
         let arch = kws.arch.clone().unwrap_or_else(|| {
             ArchConfig::LeakCnn(hush_models::arch::LeakCnnConfig::new(
                 hush_models::arch::IoShape {

@@ -7,7 +7,7 @@
 //! ([`hush_privacy::accountant::pate`]), so what is charged and what is run are the same
 //! parameters in one place.
 
-use hush_models::dp::NoiseSource;
+use hush_models::dp::{GaussianNoise, LaplaceNoise, NoiseSource};
 use serde::{Deserialize, Serialize};
 
 use hush_privacy::accountant::pate::{
@@ -151,32 +151,44 @@ impl Aggregator {
         votes: &[f64],
         student: Option<&[f32]>,
         noise: &mut NoiseSource,
-    ) -> (Answer, Option<ThresholdCheck>) {
+    ) -> Result<(Answer, Option<ThresholdCheck>), PateError> {
         let top = votes.iter().copied().fold(f64::NEG_INFINITY, f64::max);
-        let gnmax = |sigma: f64, noise: &mut NoiseSource| {
-            noisy_argmax(votes, || sigma * noise.standard_normal())
-                .map_or(Answer::Refused, Answer::Teachers)
+        let gnmax = |sigma: f64, noise: &mut NoiseSource| -> Result<Answer, PateError> {
+            let gauss = gaussian("--sigma", sigma)?;
+            Ok(noisy_argmax(votes, || gauss.draw(noise)).map_or(Answer::Refused, Answer::Teachers))
         };
-        let check =
-            |statistic: f64, threshold: f64, sigma1: f64, noise: &mut NoiseSource| ThresholdCheck {
+        let check = |statistic: f64,
+                     threshold: f64,
+                     sigma1: f64,
+                     noise: &mut NoiseSource|
+         -> Result<ThresholdCheck, PateError> {
+            let gauss = gaussian("--sigma1", sigma1)?;
+            Ok(ThresholdCheck {
                 statistic,
-                passed: statistic + sigma1 * noise.standard_normal() >= threshold,
-            };
-        match *self {
-            Self::LnMax { lambda } => (
-                noisy_argmax(votes, || laplace(noise, lambda))
-                    .map_or(Answer::Refused, Answer::Teachers),
-                None,
-            ),
-            Self::GnMax { sigma } => (gnmax(sigma, noise), None),
+                passed: statistic + gauss.draw(noise) >= threshold,
+            })
+        };
+        Ok(match *self {
+            Self::LnMax { lambda } => {
+                let lap = LaplaceNoise::new(lambda).map_err(|e| PateError::Option {
+                    option: "--lambda",
+                    reason: e.to_string(),
+                })?;
+                (
+                    noisy_argmax(votes, || lap.draw(noise))
+                        .map_or(Answer::Refused, Answer::Teachers),
+                    None,
+                )
+            }
+            Self::GnMax { sigma } => (gnmax(sigma, noise)?, None),
             Self::ConfidentGnMax {
                 threshold,
                 sigma1,
                 sigma2,
             } => {
-                let c = check(top, threshold, sigma1, noise);
+                let c = check(top, threshold, sigma1, noise)?;
                 let a = if c.passed {
-                    gnmax(sigma2, noise)
+                    gnmax(sigma2, noise)?
                 } else {
                     Answer::Refused
                 };
@@ -188,9 +200,9 @@ impl Aggregator {
                 sigma2,
                 student_confidence,
             } => {
-                let c = check(disagreement(votes, student), threshold, sigma1, noise);
+                let c = check(disagreement(votes, student), threshold, sigma1, noise)?;
                 let a = if c.passed {
-                    gnmax(sigma2, noise)
+                    gnmax(sigma2, noise)?
                 } else {
                     student
                         .and_then(|p| {
@@ -201,7 +213,7 @@ impl Aggregator {
                 };
                 (a, Some(c))
             }
-        }
+        })
     }
 
     /// The privacy cost of this aggregator on `votes`, at `delta`, over `orders` (the
@@ -323,47 +335,24 @@ fn noisy_argmax(votes: &[f64], mut noise: impl FnMut() -> f64) -> Option<usize> 
     best.map(|(i, _)| i)
 }
 
-/// One Laplace draw of scale `b` (inverse CDF of a uniform in (−½, ½)).
-fn laplace(noise: &mut NoiseSource, b: f64) -> f64 {
-    let u = noise.uniform() - 0.5;
-    // |u| < 0.5 always (uniform is in [0, 1)), except u = -0.5 exactly: its log is -inf.
-    let t = (1.0 - 2.0 * u.abs()).max(f64::MIN_POSITIVE);
-    -b * u.signum() * t.ln()
+/// Gaussian noise of std `sigma` for the option named `option`.
+fn gaussian(option: &'static str, sigma: f64) -> Result<GaussianNoise, PateError> {
+    GaussianNoise::new(sigma).map_err(|e| PateError::Option {
+        option,
+        reason: e.to_string(),
+    })
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
 
-    /// Sample mean and std of `n` draws.
-    fn sample_noise(n: usize, mut draw: impl FnMut() -> f64) -> (f64, f64) {
-        let xs: Vec<f64> = (0..n).map(|_| draw()).collect();
-        let mean = xs.iter().sum::<f64>() / n as f64;
-        let var = xs.iter().map(|x| (x - mean).powi(2)).sum::<f64>() / (n - 1) as f64;
-        (mean, var.sqrt())
-    }
-
-    #[test]
-    fn laplace_and_gaussian_noise_have_the_configured_scale() {
-        let mut noise = NoiseSource::from_seed(7);
-        let n = 200_000;
-        // Laplace(b): std b√2; the standard error of the sample std is about 1.2 % here.
-        let (m, s) = sample_noise(n, || laplace(&mut noise, 3.0));
-        assert!(m.abs() < 0.05, "{m}");
-        assert!((s / (3.0 * 2f64.sqrt()) - 1.0).abs() < 0.02, "{s}");
-        // Mean absolute deviation of Laplace(b) is b.
-        let mad = (0..n).map(|_| laplace(&mut noise, 3.0).abs()).sum::<f64>() / n as f64;
-        assert!((mad / 3.0 - 1.0).abs() < 0.02, "{mad}");
-        let (m, s) = sample_noise(n, || 5.0 * noise.standard_normal());
-        assert!(m.abs() < 0.05 && (s / 5.0 - 1.0).abs() < 0.01, "{m} {s}");
-    }
-
     /// How often `agg` answers `class` on `votes`, over 100 000 seeded draws.
     fn answer_rate(agg: Aggregator, votes: &[f64], class: usize, seed: u64) -> f64 {
         let mut noise = NoiseSource::from_seed(seed);
         let n = 100_000;
         (0..n)
-            .filter(|_| agg.answer(votes, None, &mut noise).0.class() == Some(class))
+            .filter(|_| agg.answer(votes, None, &mut noise).unwrap().0.class() == Some(class))
             .count() as f64
             / n as f64
     }
@@ -396,7 +385,12 @@ mod tests {
         let mut noise = NoiseSource::from_seed(3);
         let n = 100_000;
         let answers: Vec<Option<usize>> = (0..n)
-            .map(|_| agg.answer(&[40.0, 5.0, 5.0], None, &mut noise).0.class())
+            .map(|_| {
+                agg.answer(&[40.0, 5.0, 5.0], None, &mut noise)
+                    .unwrap()
+                    .0
+                    .class()
+            })
             .collect();
         let rate = answers.iter().filter(|a| a.is_some()).count() as f64 / n as f64;
         assert!((rate - 0.30854).abs() < 0.0059, "{rate}");
@@ -492,15 +486,17 @@ mod tests {
         assert_eq!(disagreement(&votes, None), 8.0);
         let mut noise = NoiseSource::from_seed(9);
         for _ in 0..200 {
-            let (a, c) = agg.answer(&votes, Some(&agrees), &mut noise);
+            let (a, c) = agg.answer(&votes, Some(&agrees), &mut noise).unwrap();
             assert_eq!(a, Answer::Student(0));
             assert!(!c.unwrap().passed);
-            let (a, c) = agg.answer(&votes, Some(&disagrees), &mut noise);
+            let (a, c) = agg.answer(&votes, Some(&disagrees), &mut noise).unwrap();
             assert_eq!(a, Answer::Teachers(0));
             assert!(c.unwrap().passed);
             // An unsure student is not trusted: refused.
             let unsure = [0.5f32, 0.3, 0.2];
-            let (a, _) = agg.answer(&[5.0, 3.0, 2.0], Some(&unsure), &mut noise);
+            let (a, _) = agg
+                .answer(&[5.0, 3.0, 2.0], Some(&unsure), &mut noise)
+                .unwrap();
             assert_eq!(a, Answer::Refused);
         }
     }

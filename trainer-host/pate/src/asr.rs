@@ -55,7 +55,7 @@ use hush_train::asr::{
     load_asr, load_asr_any_split, train_asr_on, AsrData, AsrTrainConfig, AsrTrainReport, Utterance,
 };
 
-use hush_models::dp::NoiseSource;
+use hush_models::dp::{GaussianNoise, NoiseSource};
 
 use super::PateError;
 use hush_privacy::accountant::SubsampledGaussian;
@@ -70,7 +70,6 @@ pub fn noisy_average_posteriors(
     sigma: f64,
     noise: &mut NoiseSource,
 ) -> Result<Vec<f32>, PateError> {
-    check_sigma(sigma)?;
     if posteriors.is_empty() {
         return Err(PateError::Option {
             option: "--teachers",
@@ -89,10 +88,11 @@ pub fn noisy_average_posteriors(
         });
     }
     let n = posteriors.len() as f64;
+    let gauss = gaussian(sigma)?;
     Ok((0..len)
         .map(|i| {
             let mean = posteriors.iter().map(|p| f64::from(p[i])).sum::<f64>() / n;
-            (mean + sigma * noise.standard_normal()) as f32
+            (mean + gauss.draw(noise)) as f32
         })
         .collect())
 }
@@ -104,7 +104,7 @@ pub fn posterior_average_event(
     teachers: usize,
     sigma: f64,
 ) -> Result<SubsampledGaussian, PateError> {
-    check_sigma(sigma)?;
+    gaussian(sigma)?;
     if frames.is_empty() || frames.contains(&0) || teachers == 0 {
         return Err(PateError::Option {
             option: "--public",
@@ -125,7 +125,7 @@ pub fn transcript_vote_event(
     utterances: usize,
     sigma: f64,
 ) -> Result<SubsampledGaussian, PateError> {
-    check_sigma(sigma)?;
+    gaussian(sigma)?;
     SubsampledGaussian::poisson(1.0, sigma / 2f64.sqrt(), utterances as u64).map_err(|e| {
         PateError::Option {
             option: "--sigma",
@@ -148,17 +148,18 @@ pub fn noisy_transcript_vote(
     sigma: f64,
     threshold: f64,
     noise: &mut NoiseSource,
-) -> Option<String> {
+) -> Result<Option<String>, PateError> {
+    let gauss = gaussian(sigma)?;
     let mut counts: std::collections::BTreeMap<&str, f64> = std::collections::BTreeMap::new();
     for t in transcripts {
         *counts.entry(t.as_str()).or_default() += 1.0;
     }
-    counts
+    Ok(counts
         .into_iter()
-        .map(|(t, c)| (t, c + sigma * noise.standard_normal()))
+        .map(|(t, c)| (t, c + gauss.draw(noise)))
         .max_by(|a, b| a.1.total_cmp(&b.1))
         .filter(|(_, c)| *c >= threshold)
-        .map(|(t, _)| t.to_string())
+        .map(|(t, _)| t.to_string()))
 }
 
 /// The ASR aggregators.
@@ -444,7 +445,7 @@ pub fn label_asr(
                     .iter()
                     .map(|p| vocab.decode(&greedy(p, v)))
                     .collect();
-                noisy_transcript_vote(&transcripts, sigma, threshold, &mut noise)
+                noisy_transcript_vote(&transcripts, sigma, threshold, &mut noise)?
             }
         };
         labels.push(AsrPublicLabel {
@@ -459,21 +460,27 @@ pub fn label_asr(
                 .filter(|t| !t.is_empty()),
         });
     }
-    let record = ledger.record(authorization).map_err(privacy)?;
-    let file = AsrLabelFile {
-        teachers: cfg.teachers.clone(),
-        num_teachers: n,
-        public: cfg.public.clone(),
-        aggregator: cfg.aggregator,
-        delta: cfg.delta,
-        epsilon,
-        answered: labels.iter().filter(|l| l.text.is_some()).count(),
-        ledger: cfg.ledger.display().to_string(),
-        ledger_record: record.id,
-        labels,
-    };
-    write_atomically(out, &file)?;
-    Ok(file)
+    // Recorded before the labels file exists (`Ledger::complete`).
+    ledger.complete(
+        authorization.release(),
+        |store, sealed| Ok(sealed.append_to(store)?),
+        |record| {
+            let file = AsrLabelFile {
+                teachers: cfg.teachers.clone(),
+                num_teachers: n,
+                public: cfg.public.clone(),
+                aggregator: cfg.aggregator,
+                delta: cfg.delta,
+                epsilon,
+                answered: labels.iter().filter(|l| l.text.is_some()).count(),
+                ledger: cfg.ledger.display().to_string(),
+                ledger_record: record.id,
+                labels,
+            };
+            write_atomically(out, &file)?;
+            Ok(file)
+        },
+    )
 }
 
 /// Trains the ASR student on the public corpus `cfg.data` with the transcripts of
@@ -532,9 +539,13 @@ pub fn train_asr_student(
     Ok(train_asr_on(cfg, &data, out, command, progress)?)
 }
 
-fn check_sigma(sigma: f64) -> Result<(), PateError> {
+/// The Gaussian noise of `--sigma` (finite and > 0).
+fn gaussian(sigma: f64) -> Result<GaussianNoise, PateError> {
     if sigma.is_finite() && sigma > 0.0 {
-        Ok(())
+        GaussianNoise::new(sigma).map_err(|e| PateError::Option {
+            option: "--sigma",
+            reason: e.to_string(),
+        })
     } else {
         Err(PateError::Option {
             option: "--sigma",
@@ -621,7 +632,11 @@ mod tests {
             |transcripts: &[&str], threshold: f64, trials: usize, noise: &mut NoiseSource| {
                 let t: Vec<String> = transcripts.iter().map(|s| s.to_string()).collect();
                 (0..trials)
-                    .filter(|_| noisy_transcript_vote(&t, 1.0, threshold, noise).is_some())
+                    .filter(|_| {
+                        noisy_transcript_vote(&t, 1.0, threshold, noise)
+                            .unwrap()
+                            .is_some()
+                    })
                     .count() as f64
                     / trials as f64
             };
@@ -637,7 +652,7 @@ mod tests {
         assert!((one - delta).abs() < 0.005, "{one} vs {delta}");
         // The winner is the majority when the noise is small.
         let t: Vec<String> = ["a", "b", "a"].iter().map(|s| s.to_string()).collect();
-        let won = noisy_transcript_vote(&t, 1e-6, 1.5, &mut noise);
+        let won = noisy_transcript_vote(&t, 1e-6, 1.5, &mut noise).unwrap();
         assert_eq!(won.as_deref(), Some("a"));
         // Its Gaussian: sensitivity √2 on the counts, RDP α·2/(2σ²) per utterance.
         let ev = transcript_vote_event(10, 2.0).unwrap();

@@ -47,7 +47,7 @@ use std::path::{Path, PathBuf};
 
 use hush_device::dataset::KwsLabels;
 use hush_device::infer::{card_features, clip_samples};
-use hush_models::dp::NoiseSource;
+use hush_models::dp::{GaussianNoise, NoiseSource};
 use hush_models::package::{ModelCard, MODEL_JSON};
 use serde::{Deserialize, Serialize};
 
@@ -120,8 +120,9 @@ pub struct ReleasedEpsilon {
 }
 
 impl ReleasedEpsilon {
-    /// The publishable part of `release` with the standard-normal draw `z`.
-    pub fn new(release: &SmoothSensitivityRelease, z: f64, delta: f64) -> Self {
+    /// The publishable part of `release`, with its one standard-normal draw from `noise`.
+    pub fn new(release: &SmoothSensitivityRelease, noise: &mut NoiseSource, delta: f64) -> Self {
+        let z = GaussianNoise::standard().draw(noise);
         Self {
             order: release.order,
             params: release.params,
@@ -366,7 +367,7 @@ pub fn label_public(
     let mut answers = Vec::with_capacity(queries.len());
     for (i, (clip, v)) in queries.iter().zip(&votes).enumerate() {
         let probs = student.as_ref().map(|p| p[i].as_slice());
-        let (answer, check) = cfg.aggregator.answer(v, probs, &mut noise);
+        let (answer, check) = cfg.aggregator.answer(v, probs, &mut noise)?;
         checks.extend(check);
         answers.push((clip, answer));
     }
@@ -393,7 +394,7 @@ pub fn label_public(
         })?;
     let smooth_sensitivity = analysis
         .smooth_sensitivity
-        .map(|release| ReleasedEpsilon::new(&release, noise.standard_normal(), cfg.delta));
+        .map(|release| ReleasedEpsilon::new(&release, &mut noise, cfg.delta));
     let mut note = format!(
         ": {answered} answered by the teachers, {kept_from_student} kept from the student, \
          {} refused; this entry is the data-independent bound",
@@ -417,45 +418,49 @@ pub fn label_public(
         Some(s) => release_cost(s.params)?,
         None => AdditionalCost::none(),
     };
-    let authorization = ledger
-        .authorize(&release(answered, &note, spent_on_release)?)
-        .map_err(privacy)?;
-    let record = ledger.record(authorization).map_err(privacy)?;
-    let labels: Vec<PublicLabel> = answers
-        .iter()
-        .map(|(clip, a)| PublicLabel {
-            file: clip
-                .path
-                .strip_prefix(&cfg.public)
-                .unwrap_or(&clip.path)
-                .to_path_buf(),
-            label: a.class().and_then(|c| classes.get(c).cloned()),
-            by_student: matches!(a, Answer::Student(_)),
-        })
-        .collect();
-    let file = LabelFile {
-        teachers: cfg.teachers.clone(),
-        num_teachers: teachers.len(),
-        public: cfg.public.clone(),
-        aggregator: cfg.aggregator,
-        classes,
-        delta: cfg.delta,
-        epsilon_data_independent: analysis.epsilon_data_independent.0,
-        smooth_sensitivity,
-        answered,
-        kept_from_student,
-        refused: answers.len() - answered - kept_from_student,
-        ledger: cfg.ledger.display().to_string(),
-        ledger_record: record.id,
-        labels,
-    };
-    write_atomically(out, &file)?;
-    Ok(LabelReport {
-        file,
-        analysis,
-        votes,
-        checks,
-    })
+    let actual = release(answered, &note, spent_on_release)?;
+    // Recorded before the labels file exists (`Ledger::complete`).
+    ledger.complete(
+        &actual,
+        |store, sealed| Ok(sealed.append_to(store)?),
+        |record| {
+            let labels: Vec<PublicLabel> = answers
+                .iter()
+                .map(|(clip, a)| PublicLabel {
+                    file: clip
+                        .path
+                        .strip_prefix(&cfg.public)
+                        .unwrap_or(&clip.path)
+                        .to_path_buf(),
+                    label: a.class().and_then(|c| classes.get(c).cloned()),
+                    by_student: matches!(a, Answer::Student(_)),
+                })
+                .collect();
+            let file = LabelFile {
+                teachers: cfg.teachers.clone(),
+                num_teachers: teachers.len(),
+                public: cfg.public.clone(),
+                aggregator: cfg.aggregator,
+                classes,
+                delta: cfg.delta,
+                epsilon_data_independent: analysis.epsilon_data_independent.0,
+                smooth_sensitivity,
+                answered,
+                kept_from_student,
+                refused: answers.len() - answered - kept_from_student,
+                ledger: cfg.ledger.display().to_string(),
+                ledger_record: record.id,
+                labels,
+            };
+            write_atomically(out, &file)?;
+            Ok(LabelReport {
+                file,
+                analysis,
+                votes,
+                checks,
+            })
+        },
+    )
 }
 
 /// Writes `file` as JSON to a scratch file beside `out`, then renames it into place.
@@ -472,10 +477,7 @@ pub(crate) fn write_atomically<T: Serialize>(out: &Path, file: &T) -> Result<(),
 
 /// A ledger error as the `--ledger` option's error.
 pub(crate) fn ledger_error(e: hush_privacy::ledger::LedgerError) -> PateError {
-    PateError::Option {
-        option: "--ledger",
-        reason: e.to_string(),
-    }
+    PateError::from(e)
 }
 
 /// The ledger of a labelling run (user level: a teacher's unit is its speakers, add/remove

@@ -68,6 +68,16 @@ pub enum PateError {
     Infer(#[from] hush_device::infer::InferError),
 }
 
+impl From<hush_privacy::ledger::LedgerError> for PateError {
+    /// The ledger (`--ledger`) refused or failed.
+    fn from(e: hush_privacy::ledger::LedgerError) -> Self {
+        PateError::Option {
+            option: "--ledger",
+            reason: e.to_string(),
+        }
+    }
+}
+
 /// Reads a JSON file of `what` (a labels file, a partition), naming the file in errors.
 pub(crate) fn read_json_file<T: serde::de::DeserializeOwned>(
     path: &std::path::Path,

@@ -7,22 +7,20 @@
 use std::path::{Path, PathBuf};
 
 use anyhow::{bail, Context};
-use hush_device::audio::{read_audio, write_wav_i16, Audio};
-use hush_device::features::npy::write_npy_f32;
+use hush_device::audio::read_audio;
+use hush_host::audit::artifacts::{write_attack_files, InvertReport};
 use hush_host::audit::attack::{
     attack_clip, AttackFeatures, AttackOptions, AttackTarget, MeanLeak,
 };
-use hush_host::audit::baseline::{other_speakers, score_baselines, Baselines, OTHER_SPEAKERS};
+use hush_host::audit::baseline::{other_speakers, score_baselines, OTHER_SPEAKERS};
 use hush_host::audit::invert::InvertConfig;
-use hush_host::audit::report::{pick_clips, run_report, write_report, ReportConfig};
+use hush_host::audit::report::{pick_clips, preamble, run_report, write_report, ReportConfig};
 use hush_host::audit::speaker::{train_speaker_model, SpeakerModel, SpeakerTrainConfig};
-use hush_host::audit::target::{target_config, twin_config};
 use hush_host::audit::update::{DpNoise, UpdateRule};
-use hush_host::audit::{pesq_mos, stoi, waveform_mse, PesqMode};
-use hush_host::plot::{heatmaps, Heatmap};
+use hush_host::audit::{PesqMode, RecordingMetrics};
+use hush_host::recipes::{target_config, twin_config};
 use hush_host::train::train_kws;
 use indicatif::{ProgressBar, ProgressStyle};
-use serde::Serialize;
 
 /// Subcommands of `hush-host audit`.
 #[derive(clap::Subcommand)]
@@ -229,17 +227,6 @@ pub struct MetricsArgs {
     json: bool,
 }
 
-#[derive(Serialize)]
-struct MetricsReport {
-    sample_rate: u32,
-    seconds: f64,
-    stoi: f64,
-    /// `None` at rates other than 8 and 16 kHz.
-    pesq: Option<f64>,
-    pesq_mode: Option<PesqMode>,
-    wmse: f64,
-}
-
 /// Runs an `audit` subcommand.
 pub fn run(cmd: AuditCommand) -> anyhow::Result<()> {
     match cmd {
@@ -274,24 +261,13 @@ fn metrics(args: MetricsArgs) -> anyhow::Result<()> {
             y.samples.len()
         );
     }
-    let pesq = match x.sample_rate {
-        8_000 | 16_000 => Some(pesq_mos(&x.samples, &y.samples, x.sample_rate)?),
-        _ => None,
-    };
-    let report = MetricsReport {
-        sample_rate: x.sample_rate,
-        seconds: x.duration_s(),
-        stoi: stoi(&x.samples, &y.samples, x.sample_rate)?,
-        pesq: pesq.map(|p| p.1),
-        pesq_mode: pesq.map(|p| p.0),
-        wmse: waveform_mse(&x.samples, &y.samples).unwrap_or(0.0),
-    };
+    let report = RecordingMetrics::of(&x.samples, &y.samples, x.sample_rate)?;
     if args.json {
         println!("{}", serde_json::to_string_pretty(&report)?);
     } else {
         println!("{:.2} s at {} Hz", report.seconds, report.sample_rate);
         println!("STOI   {:.4}", report.stoi);
-        match pesq {
+        match report.pesq_mode.zip(report.pesq) {
             Some((PesqMode::Wideband, v)) => println!("PESQ   {v:.3} (wideband MOS-LQO)"),
             Some((PesqMode::Narrowband, v)) => println!("PESQ   {v:.3} (narrowband MOS-LQO)"),
             None => println!("PESQ   - (defined at 8 and 16 kHz only)"),
@@ -310,34 +286,6 @@ fn bar(total: u64, what: &str) -> ProgressBar {
     }
     pb.set_message(what.to_string());
     pb
-}
-
-#[derive(Serialize)]
-struct InvertReport {
-    model: String,
-    input: String,
-    features: AttackFeatures,
-    options: AttackOptions,
-    true_label: String,
-    recovered_label: String,
-    label_recovered: bool,
-    grad_loss: f64,
-    metrics: hush_host::audit::attack::LeakMetrics,
-    /// What an attacker gets without the update, scored the same way.
-    baselines: Baselines,
-    other_speakers_mean: Option<hush_host::audit::attack::MeanLeak>,
-    /// The best realistic baseline (training mean, prior only, other speakers).
-    best_baseline_stoi: f64,
-    best_baseline_f_mse: f64,
-    speaker_threshold: Option<f64>,
-}
-
-fn write_wav(path: &Path, samples: &[f32], rate: u32) -> anyhow::Result<()> {
-    let audio = Audio {
-        samples: samples.to_vec(),
-        sample_rate: rate,
-    };
-    write_wav_i16(path, &audio).with_context(|| format!("writing {}", path.display()))
 }
 
 fn invert(args: InvertArgs) -> anyhow::Result<()> {
@@ -409,70 +357,17 @@ fn invert(args: InvertArgs) -> anyhow::Result<()> {
         &mut || pb.inc(1),
     )?;
     pb.finish_and_clear();
-    let rate = target.features.frame.sample_rate;
-    let (frames, dim) = (target.net.shape.frames, target.net.shape.bins);
-    write_wav(
-        &args.attack.out.join("reconstructed.wav"),
-        &a.reconstructed_wave,
-        rate,
-    )?;
-    write_wav(
-        &args.attack.out.join("original.wav"),
-        &a.original_wave,
-        rate,
-    )?;
-    for (name, data) in [
-        ("original_features.npy", &a.original_features),
-        ("reconstructed_features.npy", &a.reconstructed_features),
-    ] {
-        let p = args.attack.out.join(name);
-        write_npy_f32(&p, data, &[frames, dim])
-            .with_context(|| format!("writing {}", p.display()))?;
-    }
-    heatmaps(
-        &args.attack.out.join("spectrograms.png"),
-        &format!(
-            "{} features: original vs reconstructed from one update",
-            target.kind.name()
-        ),
-        &[
-            Heatmap {
-                title: "original",
-                values: &a.original_features,
-                rows: frames,
-                cols: dim,
-            },
-            Heatmap {
-                title: "reconstructed",
-                values: &a.reconstructed_features,
-                rows: frames,
-                cols: dim,
-            },
-        ],
-    )?;
-    let report = InvertReport {
-        model: args.model.display().to_string(),
-        input: args.input.display().to_string(),
-        features: target.kind,
-        options: opts,
-        true_label: target.labels[a.true_label].clone(),
-        recovered_label: target
-            .labels
-            .get(a.recovered_label)
-            .cloned()
-            .unwrap_or_default(),
-        label_recovered: a.true_label == a.recovered_label,
-        grad_loss: a.grad_loss,
-        metrics: a.metrics.clone(),
-        other_speakers_mean: baselines.other_speakers_mean(),
-        best_baseline_stoi: baselines.best_stoi(),
-        best_baseline_f_mse: baselines.best_f_mse(),
+    write_attack_files(&args.attack.out, &target, &a)?;
+    let report = InvertReport::new(
+        &args.model,
+        &args.input,
+        &target,
+        opts,
+        &a,
         baselines,
-        speaker_threshold: speaker.as_ref().map(|s| s.calibration.threshold),
-    };
-    let p = args.attack.out.join("report.json");
-    std::fs::write(&p, serde_json::to_string_pretty(&report)? + "\n")
-        .with_context(|| format!("writing {}", p.display()))?;
+        speaker.as_ref(),
+    );
+    report.write(&args.attack.out.join("report.json"))?;
     let m = &a.metrics;
     let fmt = |v: Option<f64>| v.map_or("-".to_string(), |v| format!("{v:.3}"));
     println!(
@@ -618,35 +513,9 @@ fn report(args: ReportArgs) -> anyhow::Result<()> {
         &mut || pb.inc(1),
     )?;
     pb.finish_and_clear();
-    let preamble = format!(
-        "Models: {} ({}), {} ({}); {} test clips ({}); the device shares {}; clip bound C = {}; \
-         {} iterations × {} restarts, lr {}, TV weight {}; Griffin-Lim {} iterations; seed {}. Speaker model: EER \
-         {:.3} at cosine {:.3} on {} held-out speakers.\n\nClips: {}.\n\nCommand: `{}`\n",
-        targets[0].dir.display(),
-        targets[0].kind.name(),
-        targets[1].dir.display(),
-        targets[1].kind.name(),
-        clips.len(),
-        args.data.display(),
-        cfg.update,
-        cfg.clip,
-        cfg.invert.iterations,
-        cfg.invert.restarts,
-        cfg.invert.lr,
-        cfg.invert.tv_weight,
-        cfg.griffin_lim_iterations,
-        cfg.invert.seed,
-        speaker.calibration.eer,
-        speaker.calibration.threshold,
-        speaker.calibration.heldout_speakers,
-        clips
-            .iter()
-            .map(|c| format!("`{}`", c.path.display()))
-            .collect::<Vec<_>>()
-            .join(", "),
-        std::env::args().collect::<Vec<_>>().join(" "),
-    );
-    write_report(&args.attack.out, &rows, &preamble)?;
+    let command = std::env::args().collect::<Vec<_>>().join(" ");
+    let head = preamble(&targets, &clips, &args.data, &cfg, &speaker, &command);
+    write_report(&args.attack.out, &rows, &head)?;
     print!("{}", hush_host::audit::report::markdown(&rows, ""));
     println!("wrote {}", args.attack.out.join("report.md").display());
     Ok(())

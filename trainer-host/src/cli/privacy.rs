@@ -11,6 +11,7 @@ use hush_host::accountant::{
 };
 use hush_host::ledger::sqlite::SqliteLedgerStore;
 use hush_host::ledger::{totals, LedgerStore, LedgerTotals, ReleaseRecord};
+use hush_host::pate::ReleasedEpsilon;
 use hush_models::dp::NoiseSource;
 use serde::Serialize;
 
@@ -309,13 +310,13 @@ fn pate_cmd(a: PateArgs) -> anyhow::Result<()> {
         accountant: Accountant::Rdp,
         optimal_order: Some(order),
     };
-    let smooth = analysis.smooth_sensitivity.map(|release| {
-        let z = NoiseSource::from_os().standard_normal();
-        SmoothSensitivityOutput {
+    let smooth = analysis
+        .smooth_sensitivity
+        .map(|release| SmoothSensitivityOutput {
             release,
-            released_epsilon: release.epsilon_with_noise(z, a.delta),
-        }
-    });
+            released_epsilon: ReleasedEpsilon::new(&release, &mut NoiseSource::from_os(), a.delta)
+                .released_epsilon,
+        });
     let out = PateOutput {
         queries: analysis.queries,
         sigma: a.sigma,

@@ -676,7 +676,7 @@ pub fn train_asr_dp_on(
     command: &str,
     progress: &mut dyn FnMut(&AsrEpochReport),
 ) -> Result<AsrDpTrainReport, TrainError> {
-    use super::dp_run::{mechanism, privacy_err, sampler_and_noise, DpPlan, DpRelease};
+    use super::dp_run::{dp_sgd, mechanism, privacy_err, DpPlan, DpRelease};
     cfg.check()?;
     dp.check()?;
     let not_here = |option: &'static str| {
@@ -730,7 +730,7 @@ pub fn train_asr_dp_on(
     // Refused here, before any training, when over budget.
     let release = DpRelease::open(dp, plan, format!("asr model {}", out.display()))?;
     let (bounds, mech) = mechanism(dp, dp.clip, &layers, plan.sigma, plan.expected)?;
-    let (mut sampler, mut noise) = sampler_and_noise(dp, plan.q, cfg.seed)?;
+    let mut sgd = dp_sgd(dp, plan.q, plan.n, cfg.seed)?;
     let bounding = if dp.normalize_layers {
         hush_models::dp::Bounding::Normalize
     } else {
@@ -752,21 +752,25 @@ pub fn train_asr_dp_on(
         let (mut loss_sum, mut seen) = (0f64, 0usize);
         let mut lr = schedule.lr(step);
         for _ in 0..plan.steps_per_epoch {
-            let picked: Vec<usize> = sampler
-                .sample(plan.n)
-                .into_iter()
-                .map(|i| run.usable[i])
-                .collect();
-            let (batch, _) = run.augmented_batch(cfg, data, &picked, &mean, &mut rng)?;
-            let mut sum =
-                hush_models::asr::ctc_clipped_sum(&model, &batch, &bounds, bounding, &device)?;
-            mech.privatize(&mut sum.sum, &mut noise)
-                .map_err(privacy_err)?;
-            let grads = model.grads_params(&sum.sum)?;
             lr = schedule.lr(step);
-            model = apply_grads(&mut optimizer, lr, model, grads);
-            loss_sum += f64::from(sum.loss_sum);
-            seen += sum.examples;
+            let stats;
+            (model, stats) = sgd.step(
+                model,
+                &mech,
+                |m, idx| {
+                    let picked: Vec<usize> = idx.iter().map(|&i| run.usable[i]).collect();
+                    let (batch, _) = run.augmented_batch(cfg, data, &picked, &mean, &mut rng)?;
+                    Ok::<_, TrainError>(hush_models::asr::ctc_clipped_sum(
+                        m, &batch, &bounds, bounding, &device,
+                    )?)
+                },
+                |m, g| {
+                    let grads = m.grads_params(g)?;
+                    Ok(apply_grads(&mut optimizer, lr, m, grads))
+                },
+            )?;
+            loss_sum += f64::from(stats.loss_sum);
+            seen += stats.examples;
             step += 1;
         }
         let train_loss = loss_sum / seen.max(1) as f64;
@@ -783,33 +787,34 @@ pub fn train_asr_dp_on(
         }
     }
     // Record the release (the steps actually run) before anything is published.
-    let (_, base) = release.record(dp, step as u64, &bounds, &mech)?;
-    let speakers: BTreeSet<&str> = run
-        .usable
-        .iter()
-        .map(|&i| data.train[i].speaker.as_str())
-        .collect();
-    let privacy = super::dp::PrivacyReport {
-        private_speakers: speakers.len(),
-        input_norm_source: norm_source.into(),
-        batch_norm_statistics: "none (ctc-gru has no batch norm)".into(),
-        ..base
-    };
-    let privacy_json = serde_json::to_value(&privacy).map_err(privacy_err)?;
-    let report = run.finish(
-        cfg,
-        data,
-        tracker,
-        &mean,
-        &plain,
-        serde_json::json!({ "dp": dp, "privacy": privacy_json }),
-        out,
-        command,
-    )?;
-    let path = out.join("privacy.json");
-    let text = serde_json::to_string_pretty(&privacy).map_err(privacy_err)?;
-    std::fs::write(&path, text).map_err(|source| TrainError::Io { path, source })?;
-    Ok(AsrDpTrainReport { report, privacy })
+    release.complete(dp, step as u64, &bounds, &mech, |_, base| {
+        let speakers: BTreeSet<&str> = run
+            .usable
+            .iter()
+            .map(|&i| data.train[i].speaker.as_str())
+            .collect();
+        let privacy = super::dp::PrivacyReport {
+            private_speakers: speakers.len(),
+            input_norm_source: norm_source.into(),
+            batch_norm_statistics: "none (ctc-gru has no batch norm)".into(),
+            ..base
+        };
+        let privacy_json = serde_json::to_value(&privacy).map_err(privacy_err)?;
+        let report = run.finish(
+            cfg,
+            data,
+            tracker,
+            &mean,
+            &plain,
+            serde_json::json!({ "dp": dp, "privacy": privacy_json }),
+            out,
+            command,
+        )?;
+        let path = out.join("privacy.json");
+        let text = serde_json::to_string_pretty(&privacy).map_err(privacy_err)?;
+        std::fs::write(&path, text).map_err(|source| TrainError::Io { path, source })?;
+        Ok(AsrDpTrainReport { report, privacy })
+    })
 }
 
 /// One ASR run's data, prepared once: the architecture, clean features of every split

@@ -9,6 +9,7 @@ use std::sync::Arc;
 
 use super::burst::add_release_burst;
 use super::resynth::resynthesize;
+use super::signal::rms;
 use hush_device::features::mel::{hz_to_mel, mel_to_hz};
 use hush_device::features::{FeatureConfig, FeatureKind, MelScale};
 use rand::Rng;
@@ -415,14 +416,6 @@ pub fn reverberate(x: &[f32], rir: &[f32]) -> Vec<f32> {
     let scale = rms(x) / rms(&y).max(1e-12);
     y.iter_mut().for_each(|v| *v *= scale);
     y
-}
-
-/// Root mean square (0 for an empty signal).
-pub(super) fn rms(x: &[f32]) -> f32 {
-    if x.is_empty() {
-        return 0.0;
-    }
-    (x.iter().map(|v| v * v).sum::<f32>() / x.len() as f32).sqrt()
 }
 
 /// Plays `x` `factor` times faster (linear interpolation).

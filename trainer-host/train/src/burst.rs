@@ -87,7 +87,7 @@ fn high_pass(x: &[f32], cutoff: f32, sample_rate: u32) -> Vec<f32> {
 
 #[cfg(test)]
 mod tests {
-    use super::super::augment::rms;
+    use super::super::signal::rms;
     use super::*;
     use rand::SeedableRng;
     use rand_chacha::ChaCha8Rng;

@@ -20,11 +20,12 @@
 //!    start each layer (trainable tensor) accumulates `Σ_steps ‖g_l‖² / d_l`; the
 //!    `⌊F·L⌋` layers with the least are frozen. DP then updates only the rest, and the clip
 //!    bounds (hence the sensitivity) cover only the rest.
-//! 4. **DP-SGD** on the private speakers: each step Poisson-samples examples with rate `q`
-//!    ([`PoissonSampler`], ChaCha20), sums per-example clipped (or layer-normalised)
-//!    gradients ([`clipped_grad_sum_with`]: vectorised per-example gradients in physical
-//!    batches within [`DpConfig::max_grad_memory_mb`]; batch norms on stored statistics, see
-//!    [`hush_models::dp::per_example`]), adds Gaussian noise `σ·sensitivity` to the sum
+//! 4. **DP-SGD** on the private speakers, one [`hush_models::dp::DpSgd::step`] per step
+//!    (the step every central DP trainer shares): Poisson-samples examples with rate `q`
+//!    ([`hush_models::dp::PoissonSampler`], ChaCha20), sums per-example clipped (or
+//!    layer-normalised) gradients ([`clipped_grad_sum_with`]: vectorised per-example
+//!    gradients in physical batches within [`DpConfig::max_grad_memory_mb`]; batch norms on
+//!    stored statistics, see [`hush_models::dp::per_example`]), adds Gaussian noise `σ·sensitivity` to the sum
 //!    and divides by the expected count `q·n` ([`GaussianMechanism::privatize`]), then
 //!    takes an AdamW step on the noisy mean (post-processing). With adaptive clipping
 //!    (`--adaptive-clip-quantile`, [`AdaptiveClip`]) the bound follows a quantile of the
@@ -33,7 +34,7 @@
 //!    `z_Δ = (σ⁻² − (2σ_b)⁻²)^(-1/2)`.
 //! 5. **Release**: the epoch with the best validation accuracy is kept; the release (the
 //!    steps actually run) is recorded durably in the ledger **before** the model package
-//!    is written; `privacy.json` (ε by RDP and PLD, δ, unit, adjacency) is written beside
+//!    is written ([`hush_privacy::ledger::Ledger::complete`], the one release order); `privacy.json` (ε by RDP and PLD, δ, unit, adjacency) is written beside
 //!    the model and copied into the card's provenance options.
 //!
 //! Not done yet: speaker-level (user) privacy in central DP-SGD (the unit is one example),
@@ -61,8 +62,7 @@ use sha2::{Digest, Sha256};
 
 use super::data::{load_kws, Clip};
 use super::dp_run::{
-    frozen_count, mechanism, privacy_err, sampler_and_noise, split_public, DpPlan, DpRelease,
-    LayerScores,
+    dp_sgd, frozen_count, mechanism, privacy_err, split_public, DpPlan, DpRelease, LayerScores,
 };
 use super::schedule::WarmupCosine;
 use super::{
@@ -555,7 +555,7 @@ pub fn train_kws_dp(
     // adaptive bound).
     let mechanism_for = |c: f32| mechanism(dp, c, &dp_layers, gradient_sigma, expected);
     let (initial_bounds, initial_mechanism) = mechanism_for(dp.clip)?;
-    let (mut sampler, mut noise) = sampler_and_noise(dp, q, cfg.seed)?;
+    let mut sgd = dp_sgd(dp, q, n, cfg.seed)?;
     let per_example = PerExampleConfig {
         method: dp.per_example_method,
         max_grad_memory: dp.max_grad_memory_mb << 20,
@@ -584,30 +584,42 @@ pub fn train_kws_dp(
         let (mut loss_sum, mut seen) = (0f64, 0usize);
         let mut lr = schedule.lr(step);
         for _ in 0..steps_per_epoch {
-            let idx = sampler.sample(n);
-            let batch = make_batch(&private_feats, &idx, per, dims);
             let (bounds, mechanism) = match &adaptive {
                 Some(a) => mechanism_for(a.clip() as f32)?,
                 None => (initial_bounds.clone(), initial_mechanism.clone()),
             };
-            let mut sum =
-                clipped_grad_sum_with(&model, &batch, &bounds, bounding, &per_example, &device)?;
-            mechanism
-                .privatize(&mut sum.sum, &mut noise)
-                .map_err(privacy_err)?;
+            lr = schedule.lr(step);
+            let stepped = sgd.step(
+                model,
+                &mechanism,
+                |m, idx| {
+                    let batch = make_batch(&private_feats, idx, per, dims);
+                    Ok::<_, TrainError>(clipped_grad_sum_with(
+                        m,
+                        &batch,
+                        &bounds,
+                        bounding,
+                        &per_example,
+                        &device,
+                    )?)
+                },
+                |m, mean| {
+                    let grads = m.grads_params(mean)?;
+                    Ok(apply_grads(&mut opt, lr, m, grads))
+                },
+            )?;
+            let stats;
+            (model, stats) = stepped;
             if let Some(a) = adaptive.as_mut() {
                 a.update(
-                    sum.examples - sum.clipped,
-                    sum.examples,
+                    stats.examples - stats.clipped,
+                    stats.examples,
                     expected,
-                    &mut noise,
+                    sgd.noise_mut(),
                 );
             }
-            let grads = model.grads_params(&sum.sum)?;
-            lr = schedule.lr(step);
-            model = apply_grads(&mut opt, lr, model, grads);
-            loss_sum += f64::from(sum.loss_sum);
-            seen += sum.examples;
+            loss_sum += f64::from(stats.loss_sum);
+            seen += stats.examples;
             step += 1;
         }
         let stop = tracker.end_epoch(
@@ -626,84 +638,92 @@ pub fn train_kws_dp(
     let (best_epoch, tensors, reports) = tracker.finish()?;
 
     // Record the release (the steps actually run) before anything is published.
-    let (record, base) = release.record(dp, step as u64, &initial_bounds, &initial_mechanism)?;
-    let count_speakers = |clips: &[Clip]| {
-        clips
-            .iter()
-            .map(|c| c.speaker.as_str())
-            .collect::<std::collections::BTreeSet<_>>()
-            .len()
-    };
-    let privacy = PrivacyReport {
-        public_speakers: count_speakers(&public),
-        public_examples: public.len(),
-        private_speakers: count_speakers(&private),
-        frozen_layers: frozen,
-        input_norm_source: norm_source.into(),
-        batch_norm_statistics: if public.is_empty() {
-            "initial (mean 0, variance 1), frozen".into()
-        } else {
-            "public warm start, frozen during DP".into()
-        },
-        adaptive_clip: adaptive.as_ref().map(|a| AdaptiveClipReport {
-            target_quantile: a.target_quantile(),
-            learning_rate: a.learning_rate(),
-            count_noise_std: a.count_noise_std(),
-            gradient_noise_multiplier: gradient_sigma,
-            final_clip: a.clip(),
-        }),
-        ..base
-    };
+    release.complete(
+        dp,
+        step as u64,
+        &initial_bounds,
+        &initial_mechanism,
+        |record, base| {
+            let count_speakers = |clips: &[Clip]| {
+                clips
+                    .iter()
+                    .map(|c| c.speaker.as_str())
+                    .collect::<std::collections::BTreeSet<_>>()
+                    .len()
+            };
+            let privacy = PrivacyReport {
+                public_speakers: count_speakers(&public),
+                public_examples: public.len(),
+                private_speakers: count_speakers(&private),
+                frozen_layers: frozen,
+                input_norm_source: norm_source.into(),
+                batch_norm_statistics: if public.is_empty() {
+                    "initial (mean 0, variance 1), frozen".into()
+                } else {
+                    "public warm start, frozen during DP".into()
+                },
+                adaptive_clip: adaptive.as_ref().map(|a| AdaptiveClipReport {
+                    target_quantile: a.target_quantile(),
+                    learning_rate: a.learning_rate(),
+                    count_noise_std: a.count_noise_std(),
+                    gradient_noise_multiplier: gradient_sigma,
+                    final_clip: a.clip(),
+                }),
+                ..base
+            };
 
-    let model = arch.init(&plain)?.load_tensors(
-        TensorSource::new(Path::new("<best epoch>"), tensors),
-        arch.name(),
-    )?;
-    let mut metrics = Metrics::default();
-    for (name, p) in [("validation", &val), ("test", &test)] {
-        let m = evaluate(&model, p, cfg.frames, bins, &labels.classes, &plain)?;
-        metrics.splits.insert(name.to_string(), m);
-    }
-    let features_json = serde_json::to_value(&cfg.features).map_err(|e| TrainError::Option {
-        option: "features",
-        reason: e.to_string(),
-    })?;
-    let privacy_json = serde_json::to_value(&privacy).map_err(privacy_err)?;
-    let mut card = ModelCard::new(arch, features_json, labels.classes.clone(), &model)?;
-    let mut summary = BTreeMap::new();
-    summary.insert("train_private".to_string(), private.len());
-    summary.insert("train_public".to_string(), public.len());
-    summary.insert("validation".to_string(), data.validation.len());
-    summary.insert("test".to_string(), data.test.len());
-    card.provenance = Some(Provenance {
-        command: command.to_string(),
-        data: cfg.data.display().to_string(),
-        data_summary: summary,
-        seed: cfg.seed,
-        options: serde_json::json!({
-            "epochs": cfg.epochs,
-            "batch_size": cfg.batch_size,
-            "lr": cfg.lr,
-            "weight_decay": cfg.weight_decay,
-            "patience": cfg.patience,
-            "optimizer": "adamw",
-            "schedule": "warmup-cosine",
-            "dp": dp,
-            "privacy": privacy_json,
-        }),
-        epochs_run: reports.len(),
-        best_epoch,
-        hush_version: env!("CARGO_PKG_VERSION").to_string(),
-    });
-    card.metrics = Some(metrics);
-    write_package(out, &card, &model)?;
-    let path = out.join("privacy.json");
-    let text = serde_json::to_string_pretty(&privacy).map_err(privacy_err)?;
-    std::fs::write(&path, text).map_err(|source| TrainError::Io { path, source })?;
-    Ok(DpTrainReport {
-        card,
-        epochs: reports,
-        privacy,
-        record,
-    })
+            let model = arch.init(&plain)?.load_tensors(
+                TensorSource::new(Path::new("<best epoch>"), tensors),
+                arch.name(),
+            )?;
+            let mut metrics = Metrics::default();
+            for (name, p) in [("validation", &val), ("test", &test)] {
+                let m = evaluate(&model, p, cfg.frames, bins, &labels.classes, &plain)?;
+                metrics.splits.insert(name.to_string(), m);
+            }
+            let features_json =
+                serde_json::to_value(&cfg.features).map_err(|e| TrainError::Option {
+                    option: "features",
+                    reason: e.to_string(),
+                })?;
+            let privacy_json = serde_json::to_value(&privacy).map_err(privacy_err)?;
+            let mut card = ModelCard::new(arch, features_json, labels.classes.clone(), &model)?;
+            let mut summary = BTreeMap::new();
+            summary.insert("train_private".to_string(), private.len());
+            summary.insert("train_public".to_string(), public.len());
+            summary.insert("validation".to_string(), data.validation.len());
+            summary.insert("test".to_string(), data.test.len());
+            card.provenance = Some(Provenance {
+                command: command.to_string(),
+                data: cfg.data.display().to_string(),
+                data_summary: summary,
+                seed: cfg.seed,
+                options: serde_json::json!({
+                    "epochs": cfg.epochs,
+                    "batch_size": cfg.batch_size,
+                    "lr": cfg.lr,
+                    "weight_decay": cfg.weight_decay,
+                    "patience": cfg.patience,
+                    "optimizer": "adamw",
+                    "schedule": "warmup-cosine",
+                    "dp": dp,
+                    "privacy": privacy_json,
+                }),
+                epochs_run: reports.len(),
+                best_epoch,
+                hush_version: env!("CARGO_PKG_VERSION").to_string(),
+            });
+            card.metrics = Some(metrics);
+            write_package(out, &card, &model)?;
+            let path = out.join("privacy.json");
+            let text = serde_json::to_string_pretty(&privacy).map_err(privacy_err)?;
+            std::fs::write(&path, text).map_err(|source| TrainError::Io { path, source })?;
+            Ok(DpTrainReport {
+                card,
+                epochs: reports,
+                privacy,
+                record: record.clone(),
+            })
+        },
+    )
 }

@@ -11,11 +11,12 @@
 //! - gradient-based layer freezing: ranking layers by their normalised squared gradient
 //!   norms during the public warm start ([`LayerScores`]);
 //! - clip bounds and the Gaussian mechanism for the layers DP trains ([`mechanism`]), and
-//!   seeded or OS sampling and noise ([`sampler_and_noise`]).
+//!   the run's seeded or OS sampling and noise ([`dp_sgd`]; the step itself is
+//!   [`hush_models::dp::DpSgd::step`], the same for every trainer).
 
 use hush_models::checkpoint::NamedTensor;
 use hush_models::dp::{
-    ClipBounds, ExpectedCount, GaussianMechanism, NoiseKind, NoiseSource, PoissonSampler,
+    ClipBounds, DpSgd, ExpectedCount, GaussianMechanism, NoiseKind, NoiseSource, PoissonSampler,
 };
 
 use super::dp::{is_public_speaker, DpConfig, NoiseTarget, PrivacyReport};
@@ -208,60 +209,69 @@ impl DpRelease {
         })
     }
 
-    /// Records the release of the `steps_run` steps actually run (durably, before the
-    /// caller publishes anything) and returns the record and the privacy report's
-    /// trainer-independent part: ε by RDP and PLD, the plan, the clipping of `bounds` and
-    /// the noise of `mechanism`. The trainer fills in the rest (public and private data,
-    /// frozen layers, input normalisation, batch norms, adaptive clipping).
-    pub fn record(
+    /// Completes the release of the `steps_run` steps actually run
+    /// ([`Ledger::complete`]: re-checked against the budget and recorded durably) and only
+    /// then calls `publish` with the record and the privacy report's trainer-independent
+    /// part: ε by RDP and PLD, the plan, the clipping of `bounds` and the noise of
+    /// `mechanism`. The trainer's `publish` fills in the rest (public and private data,
+    /// frozen layers, input normalisation, batch norms, adaptive clipping) and writes the
+    /// model.
+    pub fn complete<T>(
         mut self,
         dp: &DpConfig,
         steps_run: u64,
         bounds: &ClipBounds,
         mechanism: &GaussianMechanism,
-    ) -> Result<(ReleaseRecord, PrivacyReport), TrainError> {
-        let auth = self.ledger.authorize(&self.release(steps_run)?)?;
-        let record = self.ledger.record(auth)?;
-        let event = record.release.event;
-        let epsilon_rdp = event
-            .epsilon(Accountant::Rdp, Adjacency::AddRemove, dp.delta)
-            .map_err(privacy_err)?;
-        let epsilon_pld = event
-            .epsilon(Accountant::Pld, Adjacency::AddRemove, dp.delta)
-            .ok();
-        let report = PrivacyReport {
-            mechanism: Mechanism::DpSgd,
-            epsilon_rdp,
-            epsilon_pld,
-            delta: dp.delta,
-            unit: PrivacyUnit::Example,
-            adjacency: Adjacency::AddRemove,
-            noise_multiplier: self.plan.sigma,
-            target_epsilon: match dp.noise {
-                NoiseTarget::Epsilon(e) => Some(e),
-                NoiseTarget::NoiseMultiplier(_) => None,
+        publish: impl FnOnce(&ReleaseRecord, PrivacyReport) -> Result<T, TrainError>,
+    ) -> Result<T, TrainError> {
+        let actual = self.release(steps_run)?;
+        let plan = self.plan;
+        self.ledger.complete(
+            &actual,
+            |store, sealed| Ok(sealed.append_to(store)?),
+            |record| {
+                let event = record.release.event;
+                let epsilon_rdp = event
+                    .epsilon(Accountant::Rdp, Adjacency::AddRemove, dp.delta)
+                    .map_err(privacy_err)?;
+                let epsilon_pld = event
+                    .epsilon(Accountant::Pld, Adjacency::AddRemove, dp.delta)
+                    .ok();
+                let report = PrivacyReport {
+                    mechanism: Mechanism::DpSgd,
+                    epsilon_rdp,
+                    epsilon_pld,
+                    delta: dp.delta,
+                    unit: PrivacyUnit::Example,
+                    adjacency: Adjacency::AddRemove,
+                    noise_multiplier: plan.sigma,
+                    target_epsilon: match dp.noise {
+                        NoiseTarget::Epsilon(e) => Some(e),
+                        NoiseTarget::NoiseMultiplier(_) => None,
+                    },
+                    sampling_rate: plan.q,
+                    steps: event.steps,
+                    population: plan.n,
+                    expected_batch: plan.expected.get(),
+                    clip: dp.clip,
+                    clipping: dp.clipping,
+                    normalize_layers: dp.normalize_layers,
+                    sensitivity: bounds.sensitivity(),
+                    noise: mechanism.kind,
+                    public_speakers: 0,
+                    public_examples: 0,
+                    private_speakers: 0,
+                    frozen_layers: Vec::new(),
+                    input_norm_source: String::new(),
+                    batch_norm_statistics: String::new(),
+                    reproducible_noise: dp.reproducible,
+                    adaptive_clip: None,
+                    ledger: dp.ledger.display().to_string(),
+                    ledger_record: record.id,
+                };
+                publish(record, report)
             },
-            sampling_rate: self.plan.q,
-            steps: event.steps,
-            population: self.plan.n,
-            expected_batch: self.plan.expected.get(),
-            clip: dp.clip,
-            clipping: dp.clipping,
-            normalize_layers: dp.normalize_layers,
-            sensitivity: bounds.sensitivity(),
-            noise: mechanism.kind,
-            public_speakers: 0,
-            public_examples: 0,
-            private_speakers: 0,
-            frozen_layers: Vec::new(),
-            input_norm_source: String::new(),
-            batch_norm_statistics: String::new(),
-            reproducible_noise: dp.reproducible,
-            adaptive_clip: None,
-            ledger: dp.ledger.display().to_string(),
-            ledger_record: record.id,
-        };
-        Ok((record, report))
+        )
     }
 }
 
@@ -332,14 +342,11 @@ pub(crate) fn mechanism(
     Ok((bounds, mechanism))
 }
 
-/// The Poisson sampler and the noise source: from the OS, or seeded from `seed` when
+/// The run's DP-SGD randomness over `n` private examples at rate `q` ([`DpSgd`]: the
+/// Poisson sampler and the noise source): from the OS, or seeded from `seed` when
 /// `dp.reproducible` (tests and measurements only: the noise is then predictable).
-pub(crate) fn sampler_and_noise(
-    dp: &DpConfig,
-    q: f64,
-    seed: u64,
-) -> Result<(PoissonSampler, NoiseSource), TrainError> {
-    Ok(if dp.reproducible {
+pub(crate) fn dp_sgd(dp: &DpConfig, q: f64, n: usize, seed: u64) -> Result<DpSgd, TrainError> {
+    let (sampler, noise) = if dp.reproducible {
         (
             PoissonSampler::from_seed(q, seed ^ 0x5eed_0001).map_err(privacy_err)?,
             NoiseSource::from_seed(seed ^ 0x5eed_0002),
@@ -349,5 +356,6 @@ pub(crate) fn sampler_and_noise(
             PoissonSampler::from_os(q).map_err(privacy_err)?,
             NoiseSource::from_os(),
         )
-    })
+    };
+    Ok(DpSgd::new(sampler, noise, n))
 }

@@ -25,6 +25,7 @@ pub mod metrics;
 pub mod pretrain;
 pub mod resynth;
 pub mod schedule;
+mod signal;
 pub mod speech_bounds;
 
 use std::path::{Path, PathBuf};
@@ -110,6 +111,9 @@ pub enum TrainError {
     /// A privacy computation failed (DP training).
     #[error("privacy: {0}")]
     Privacy(String),
+    /// A DP primitive refused its input (DP training).
+    #[error("privacy: {0}")]
+    Dp(#[from] hush_models::dp::DpError),
 }
 
 /// Everything `hush-host train --task kws` decides.

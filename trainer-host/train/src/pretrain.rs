@@ -50,8 +50,7 @@ use serde::{Deserialize, Serialize};
 use super::asr::{load_asr, Utterance};
 use super::dp::{DpConfig, PrivacyReport};
 use super::dp_run::{
-    frozen_count, mechanism, privacy_err, sampler_and_noise, split_public, DpPlan, DpRelease,
-    LayerScores,
+    dp_sgd, frozen_count, mechanism, privacy_err, split_public, DpPlan, DpRelease, LayerScores,
 };
 use super::schedule::WarmupCosine;
 use super::{check_common, input_stats, TrainError};
@@ -325,7 +324,66 @@ pub fn pretrain_on(
         device: autodiff.clone(),
     };
 
-    let (privacy, record) = match dp {
+    // What is published: the encoder, its card and the privacy report — for a DP run only
+    // after the release is recorded (inside `DpRelease::complete`).
+    let publish = |model: &BestRq,
+                   curve: Vec<PretrainEpoch>,
+                   privacy: Option<PrivacyReport>,
+                   record: Option<ReleaseRecord>|
+     -> Result<PretrainReport, TrainError> {
+        let tensors = model.valid().encoder_tensors()?;
+        let features_json =
+            serde_json::to_value(&cfg.features).map_err(|e| TrainError::Option {
+                option: "features",
+                reason: e.to_string(),
+            })?;
+        let mut card = EncoderCard::new(arch, features_json, cfg.bestrq.clone(), &tensors);
+        card.loss_curve = curve;
+        card.privacy = privacy
+            .as_ref()
+            .map(serde_json::to_value)
+            .transpose()
+            .map_err(privacy_err)?;
+        let mut summary = BTreeMap::new();
+        summary.insert("validation".to_string(), val.len());
+        summary.insert("train_public".to_string(), public.len());
+        summary.insert("train_private".to_string(), private.len());
+        card.provenance = Some(Provenance {
+            command: command.to_string(),
+            data: cfg.data.display().to_string(),
+            data_summary: summary,
+            seed: cfg.seed,
+            options: serde_json::json!({
+                "epochs": cfg.epochs,
+                "batch_size": cfg.batch_size,
+                "lr": cfg.lr,
+                "weight_decay": cfg.weight_decay,
+                "grad_clip": cfg.grad_clip,
+                "optimizer": "adamw",
+                "schedule": "warmup-cosine",
+                "loss": "best-rq: cross-entropy of the quantizer's codes on masked steps",
+                "input_norm_source": norm_source,
+                "selection": "last epoch",
+                "dp": dp,
+            }),
+            epochs_run: cfg.epochs,
+            best_epoch: cfg.epochs,
+            hush_version: env!("CARGO_PKG_VERSION").to_string(),
+        });
+        write_encoder(out, &card, &tensors)?;
+        if let Some(p) = &privacy {
+            let path = out.join("privacy.json");
+            let text = serde_json::to_string_pretty(p).map_err(privacy_err)?;
+            std::fs::write(&path, text).map_err(|source| TrainError::Io { path, source })?;
+        }
+        Ok(PretrainReport {
+            card,
+            privacy,
+            record,
+        })
+    };
+
+    match dp {
         None => {
             let feats: Vec<&[f32]> = train.iter().map(|t| &t.1[..]).collect();
             model = train_plain(
@@ -341,7 +399,7 @@ pub fn pretrain_on(
                 },
                 val,
             )?;
-            (None, None)
+            publish(&model, curve, None, None)
         }
         Some(dp) => {
             let n_frozen = frozen_count(dp, layers.len())?;
@@ -373,7 +431,7 @@ pub fn pretrain_on(
             }
             let (frozen, dp_layers) = scores.freeze(n_frozen);
             let (bounds, mech) = mechanism(dp, dp.clip, &dp_layers, plan.sigma, plan.expected)?;
-            let (mut sampler, mut noise) = sampler_and_noise(dp, plan.q, cfg.seed)?;
+            let mut sgd = dp_sgd(dp, plan.q, plan.n, cfg.seed)?;
             let bounding = if dp.normalize_layers {
                 Bounding::Normalize
             } else {
@@ -393,20 +451,28 @@ pub fn pretrain_on(
                 let (mut loss_sum, mut seen) = (0f64, 0usize);
                 let mut lr = schedule.lr(step);
                 for _ in 0..plan.steps_per_epoch {
-                    let idx = sampler.sample(plan.n);
-                    let masked = idx
-                        .iter()
-                        .map(|&i| setup.mask(&private[i].1, &mut rng))
-                        .collect::<Result<Vec<_>, _>>()?;
-                    let refs: Vec<&MaskedUtterance> = masked.iter().collect();
-                    let mut sum = bestrq_clipped_sum(&model, &refs, &bounds, bounding, &autodiff)?;
-                    mech.privatize(&mut sum.sum, &mut noise)
-                        .map_err(privacy_err)?;
-                    let grads = write_grads(&model, &sum.sum)?;
                     lr = schedule.lr(step);
-                    model = apply_grads(&mut opt, lr, model, grads);
-                    loss_sum += f64::from(sum.loss_sum);
-                    seen += sum.examples;
+                    let stats;
+                    (model, stats) = sgd.step(
+                        model,
+                        &mech,
+                        |m, idx| {
+                            let masked = idx
+                                .iter()
+                                .map(|&i| setup.mask(&private[i].1, &mut rng))
+                                .collect::<Result<Vec<_>, _>>()?;
+                            let refs: Vec<&MaskedUtterance> = masked.iter().collect();
+                            Ok::<_, TrainError>(bestrq_clipped_sum(
+                                m, &refs, &bounds, bounding, &autodiff,
+                            )?)
+                        },
+                        |m, g| {
+                            let grads = write_grads(&m, g)?;
+                            Ok(apply_grads(&mut opt, lr, m, grads))
+                        },
+                    )?;
+                    loss_sum += f64::from(stats.loss_sum);
+                    seen += stats.examples;
                     step += 1;
                 }
                 let e = PretrainEpoch {
@@ -419,76 +485,27 @@ pub fn pretrain_on(
                 curve.push(e);
             }
             // Record the release (the steps actually run) before anything is published.
-            let (record, base) = release.record(dp, step as u64, &bounds, &mech)?;
-            let count = |items: &[&Spoken]| {
-                items
-                    .iter()
-                    .map(|t| t.0.as_str())
-                    .collect::<std::collections::BTreeSet<_>>()
-                    .len()
-            };
-            let privacy = PrivacyReport {
-                public_speakers: count(&public),
-                public_examples: public.len(),
-                private_speakers: count(&private),
-                frozen_layers: frozen,
-                input_norm_source: norm_source.into(),
-                batch_norm_statistics: "none (ctc-gru has no batch norm)".into(),
-                ..base
-            };
-            (Some(privacy), Some(record))
+            release.complete(dp, step as u64, &bounds, &mech, |record, base| {
+                let count = |items: &[&Spoken]| {
+                    items
+                        .iter()
+                        .map(|t| t.0.as_str())
+                        .collect::<std::collections::BTreeSet<_>>()
+                        .len()
+                };
+                let privacy = PrivacyReport {
+                    public_speakers: count(&public),
+                    public_examples: public.len(),
+                    private_speakers: count(&private),
+                    frozen_layers: frozen,
+                    input_norm_source: norm_source.into(),
+                    batch_norm_statistics: "none (ctc-gru has no batch norm)".into(),
+                    ..base
+                };
+                publish(&model, curve, Some(privacy), Some(record.clone()))
+            })
         }
-    };
-
-    let tensors = model.valid().encoder_tensors()?;
-    let features_json = serde_json::to_value(&cfg.features).map_err(|e| TrainError::Option {
-        option: "features",
-        reason: e.to_string(),
-    })?;
-    let mut card = EncoderCard::new(arch, features_json, cfg.bestrq.clone(), &tensors);
-    card.loss_curve = curve;
-    card.privacy = privacy
-        .as_ref()
-        .map(serde_json::to_value)
-        .transpose()
-        .map_err(privacy_err)?;
-    let mut summary = BTreeMap::new();
-    summary.insert("validation".to_string(), val.len());
-    summary.insert("train_public".to_string(), public.len());
-    summary.insert("train_private".to_string(), private.len());
-    card.provenance = Some(Provenance {
-        command: command.to_string(),
-        data: cfg.data.display().to_string(),
-        data_summary: summary,
-        seed: cfg.seed,
-        options: serde_json::json!({
-            "epochs": cfg.epochs,
-            "batch_size": cfg.batch_size,
-            "lr": cfg.lr,
-            "weight_decay": cfg.weight_decay,
-            "grad_clip": cfg.grad_clip,
-            "optimizer": "adamw",
-            "schedule": "warmup-cosine",
-            "loss": "best-rq: cross-entropy of the quantizer's codes on masked steps",
-            "input_norm_source": norm_source,
-            "selection": "last epoch",
-            "dp": dp,
-        }),
-        epochs_run: cfg.epochs,
-        best_epoch: cfg.epochs,
-        hush_version: env!("CARGO_PKG_VERSION").to_string(),
-    });
-    write_encoder(out, &card, &tensors)?;
-    if let Some(p) = &privacy {
-        let path = out.join("privacy.json");
-        let text = serde_json::to_string_pretty(p).map_err(privacy_err)?;
-        std::fs::write(&path, text).map_err(|source| TrainError::Io { path, source })?;
     }
-    Ok(PretrainReport {
-        card,
-        privacy,
-        record,
-    })
 }
 
 /// Non-private BEST-RQ training of `model` on `feats` for `epochs` epochs (AdamW with

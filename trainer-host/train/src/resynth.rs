@@ -12,7 +12,7 @@ use hush_device::features::window::window;
 use rand::Rng;
 use rand_distr::StandardNormal;
 
-use super::augment::rms;
+use super::signal::rms;
 
 /// Linear-prediction order at 16 kHz (2 + kHz, the usual rule).
 const LPC_ORDER: usize = 18;

@@ -3,7 +3,7 @@
 //! One non-private run, then for every target ε one DP-SGD run per variant: flat and
 //! per-layer-dim clipping, each without and with a public warm start followed by
 //! gradient-based layer freezing ([`hush_train::dp`]). All runs share the corpus, the
-//! architecture ([`crate::demo::small_kws_config`]: 49 × 20 fbank into the small 2-conv +
+//! architecture ([`crate::recipes::small_kws_config`]: 49 × 20 fbank into the small 2-conv +
 //! 2-FC CNN, 12 classes), the seed and δ. Every DP run has its own ledger (each release
 //! is authorised against a budget of its own target ε) and seeded noise and sampling
 //! (reproducible, which a real release must not be: this is a measurement).
@@ -26,7 +26,7 @@ use serde::{Deserialize, Serialize};
 use super::{
     fmt_opt, fresh_runs_dir, io_err, is_missing_or_empty, write_results_and_plot, ExperimentError,
 };
-use crate::demo::small_kws_config;
+use crate::recipes::small_kws_config;
 use hush_corpus::{synthesize, OutputFormat, SynthConfig};
 use hush_plot::Series;
 use hush_privacy::accountant::EpsilonReport;

@@ -37,7 +37,7 @@ use super::dp_sgd::{prepare_corpus, CorpusInfo, CorpusSpec};
 use super::{
     fmt_opt, fresh_runs_dir, io_err, series_by_method, write_results_and_plot, ExperimentError,
 };
-use crate::demo::small_kws_config;
+use crate::recipes::small_kws_config;
 use hush_pate::{label_public, train_student, train_teachers, Aggregator, LabelConfig};
 use hush_plot::Series;
 use hush_privacy::accountant::Accountant;

@@ -10,9 +10,11 @@
 //!
 //! [`Ledger`] adds a configured [`Budget`]: [`Ledger::authorize`] composes the planned event
 //! with everything recorded (with the budget's accountant) and refuses it if the total would
-//! exceed the budget — before any work is done. [`Ledger::record`] re-checks and appends the
-//! release in a committed transaction before returning, so the record exists before the model
-//! is published (DESIGN.md invariant 6).
+//! exceed the budget — before any work is done. [`Ledger::complete`] is the one order in
+//! which every private release in hush ends (DP-SGD, federated rounds, PATE labels): it
+//! re-checks the release as actually run, commits its record durably, and only then
+//! publishes, so the record exists before the model or labels do (DESIGN.md invariant 6).
+//! [`Ledger::record`] is its first two steps, for callers that publish nothing.
 //!
 //! ```
 //! use hush_privacy::accountant::{Accountant, Adjacency, PrivacyUnit, SubsampledGaussian};
@@ -377,8 +379,26 @@ impl<S: LedgerStore> Ledger<S> {
     /// Records an authorised release durably ([`Ledger::seal`], then append).
     pub fn record(&mut self, authorization: Authorization) -> Result<ReleaseRecord, LedgerError> {
         let sealed = self.seal(authorization)?;
-        self.store
-            .append(&sealed.release, sealed.epsilon_rdp, sealed.epsilon_pld)
+        sealed.append_to(&mut self.store)
+    }
+
+    /// Completes a private release in the one order every release in hush follows
+    /// (DP-SGD, federated rounds, PATE labels; DESIGN.md invariant 6), after it was
+    /// authorised before any work ([`Ledger::authorize`]) and run: authorise `actual` —
+    /// the release as it was really run (the steps taken, the queries answered) — against
+    /// the budget again and seal it ([`Ledger::seal`]); make the record durable with
+    /// `commit` ([`SealedRelease::append_to`] for a ledger of its own, or a store's one
+    /// transaction that records the release with what it releases); and only then
+    /// `publish`. A refusal or a failed commit publishes nothing.
+    pub fn complete<T, E: From<LedgerError>>(
+        &mut self,
+        actual: &Release,
+        commit: impl FnOnce(&mut S, SealedRelease) -> Result<ReleaseRecord, E>,
+        publish: impl FnOnce(&ReleaseRecord) -> Result<T, E>,
+    ) -> Result<T, E> {
+        let sealed = self.seal(self.authorize(actual)?)?;
+        let record = commit(&mut self.store, sealed)?;
+        publish(&record)
     }
 }
 
@@ -405,6 +425,18 @@ impl SealedRelease {
     /// Its own ε by PLD (`None` if PLD cannot account for it).
     pub fn epsilon_pld(&self) -> Option<f64> {
         self.epsilon_pld
+    }
+
+    /// Appends it to `store` (committed before returning).
+    pub fn append_to<S: LedgerStore>(&self, store: &mut S) -> Result<ReleaseRecord, LedgerError> {
+        store.append(&self.release, self.epsilon_rdp, self.epsilon_pld)
+    }
+}
+
+impl Authorization {
+    /// The release authorised.
+    pub fn release(&self) -> &Release {
+        &self.release
     }
 }
 

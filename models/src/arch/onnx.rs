@@ -11,14 +11,16 @@
 //!
 //! `producer_name` is `hush` and the metadata holds `hush.arch`.
 //!
-//! It does not run models: tract does that on the device.
+//! It does not run models: tract does that on the device. It lives beside the
+//! architectures that lay out their graphs with it; the export module re-exports it as
+//! `export::onnx` and writes whole packages with it.
 
 use burn::nn::conv::Conv2d;
 use burn::nn::{BatchNorm, Linear, PaddingConfig2d};
 use prost::Message;
 use tract_onnx::pb;
 
-use crate::arch::layers::named;
+use super::layers::named;
 use crate::checkpoint::NamedTensor;
 use crate::ModelError;
 

@@ -528,6 +528,19 @@ fn oversized_malformed_and_corrupted_bodies_are_refused() {
         (403, "device_mismatch")
     );
 
+    // Round ids no store can hold: a clear 404, never a 500.
+    for huge in [1u64 << 63, u64::MAX] {
+        let mut far = good.clone();
+        far.header.round = huge;
+        far.header.idempotency_key = Update::key(huge, a.device_id);
+        let r = upload(&host, &a.token, &far);
+        assert_eq!(
+            (r.status, r.error_code().as_str()),
+            (404, "unknown_round"),
+            "round {huge}"
+        );
+    }
+
     // None of it counted; the good body still goes through afterwards.
     assert_eq!(status(&host).reports_in_round, 0);
     let r = upload_body(&host, &a.token, 1, body);

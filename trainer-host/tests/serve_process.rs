@@ -98,6 +98,27 @@ impl Serve {
         }
     }
 
+    /// SIGTERM, as `systemctl stop` sends it; returns how the process exited.
+    fn terminate(mut self) -> std::process::ExitStatus {
+        let pid = self.child.id();
+        let sent = Command::new("sh")
+            .args(["-c", &format!("kill -TERM {pid}")])
+            .status()
+            .unwrap();
+        assert!(sent.success(), "kill -TERM {pid}");
+        let start = Instant::now();
+        loop {
+            if let Some(status) = self.child.try_wait().unwrap() {
+                return status;
+            }
+            assert!(
+                start.elapsed() < Duration::from_secs(60),
+                "hush-host serve did not stop on SIGTERM"
+            );
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+
     /// SIGKILL: no shutdown code runs.
     fn kill(mut self) {
         self.child.kill().unwrap();
@@ -404,4 +425,54 @@ fn fault_points_are_absent_from_the_default_build() {
     assert!(!build.contains("fault-points"), "{build}");
     // The same query over the test build's edges finds it, so the check can fail.
     assert!(tree("all,features").contains("fault-points"));
+}
+
+/// SIGTERM during an open round and when idle: `hush-host serve` exits 0 both times, and the
+/// restart is consistent (the open round abandoned with no ε, the tokens accepted, the next
+/// round released and recorded once).
+#[test]
+fn sigterm_stops_serve_with_exit_0_and_the_restart_carries_on() {
+    let tmp = tempfile::tempdir().unwrap();
+    let model = common::tiny_package(tmp.path());
+    let data = tmp.path().join("data");
+    let config = write_config(tmp.path(), &model, &data, 1);
+    let port = free_port();
+
+    let host = Serve::start(&config, port);
+    let anon = host.client();
+    let devices: Vec<(u64, String)> = ["a", "b"]
+        .iter()
+        .map(|l| {
+            let r = anon.register(l).unwrap();
+            (r.device_id, r.token)
+        })
+        .collect();
+    // Round 1 open, one of two updates in: then SIGTERM.
+    let a = host.client().with_token(&devices[0].1);
+    let t = task(&a);
+    let _ = task(&host.client().with_token(&devices[1].1));
+    a.upload(t.round, &small_update(&model, &t, devices[0].0))
+        .unwrap();
+    let status = host.terminate();
+    assert_eq!(status.code(), Some(0), "SIGTERM mid-round: {status}");
+
+    // Restarted: round 1 abandoned, the old tokens carry on and round 2 releases.
+    let host = Serve::start(&config, port);
+    assert_eq!(assert_consistent(&data, "after SIGTERM mid-round"), 0);
+    let s = host.client().status().unwrap();
+    assert_eq!((s.open_round, s.rounds_done), (None, 0));
+    let uploads = run_round(&host, &model, &devices);
+    assert!(uploads.iter().all(Result::is_ok), "{uploads:?}");
+    let start = Instant::now();
+    while !host.client().status().unwrap().finished {
+        assert!(
+            start.elapsed() < Duration::from_secs(60),
+            "round 2 never released"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let status = host.terminate();
+    assert_eq!(status.code(), Some(0), "SIGTERM idle: {status}");
+    assert_eq!(assert_consistent(&data, "after SIGTERM idle"), 1);
+    assert_eq!(ledger_len(&data), 1);
 }

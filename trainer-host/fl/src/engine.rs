@@ -655,6 +655,15 @@ impl<S: Store, C: Clock> RoundEngine<S, C> {
                 ),
             )));
         }
+        if round > i64::MAX as u64 {
+            // No round can have this id (stores keep ids as signed 64-bit integers): refused
+            // before anything reaches the store.
+            return Ok(Err(Rejection::new(
+                404,
+                "unknown_round",
+                format!("there is no round {round}"),
+            )));
+        }
         if self.store().accepted_key(&h.idempotency_key)?.is_some() {
             return Ok(Ok(UploadReceipt {
                 round,

@@ -391,6 +391,33 @@ async fn serve(
     }
 }
 
+/// Blocks until the process gets SIGTERM (what `systemctl stop` and `docker stop` send) or
+/// SIGINT (Ctrl-C), and says which: what `hush-host serve` waits for before
+/// [`HostHandle::shutdown`].
+pub fn wait_for_stop_signal() -> Result<&'static str, FlError> {
+    let failed = |e: std::io::Error| FlError::Server(format!("waiting for a stop signal: {e}"));
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .map_err(failed)?;
+    rt.block_on(async {
+        #[cfg(unix)]
+        {
+            let mut term =
+                tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())?;
+            tokio::select! {
+                _ = term.recv() => Ok("SIGTERM"),
+                r = tokio::signal::ctrl_c() => r.map(|()| "SIGINT"),
+            }
+        }
+        #[cfg(not(unix))]
+        {
+            tokio::signal::ctrl_c().await.map(|()| "Ctrl-C")
+        }
+    })
+    .map_err(failed)
+}
+
 /// A running host: its address and handles to stop it and to read its state.
 pub struct HostHandle {
     /// The bound address (the real port when the config asked for port 0).

@@ -1,10 +1,11 @@
-//! `hush-host serve --config hush.toml`: the federated round server until Ctrl-C.
+//! `hush-host serve --config hush.toml`: the federated round server until SIGTERM or
+//! Ctrl-C.
 
 use std::path::PathBuf;
 
 use anyhow::Context;
 use hush_host::fl::FlConfig;
-use hush_host::server::start_host;
+use hush_host::server::{start_host, wait_for_stop_signal};
 
 /// Arguments of `hush-host serve`.
 #[derive(clap::Args)]
@@ -17,8 +18,9 @@ pub struct ServeArgs {
     pub listen: Option<String>,
 }
 
-/// Loads the config, starts the host and serves until Ctrl-C; an open round is left for
-/// the next start to abandon (no release, no ε).
+/// Loads the config, starts the host and serves until SIGTERM or Ctrl-C, then stops
+/// accepting, lets in-flight requests (a release among them) finish and exits 0; an open
+/// round is left for the next start to abandon (no release, no ε).
 pub fn run(args: ServeArgs) -> anyhow::Result<()> {
     let _ = tracing_subscriber::fmt()
         .with_env_filter(
@@ -37,15 +39,10 @@ pub fn run(args: ServeArgs) -> anyhow::Result<()> {
     tracing::info!(
         url = %host.url(),
         data_dir = %data_dir.display(),
-        "serving; Ctrl-C to stop"
+        "serving; SIGTERM or Ctrl-C to stop"
     );
-    let rt = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .context("tokio runtime for the Ctrl-C handler")?;
-    rt.block_on(tokio::signal::ctrl_c())
-        .context("waiting for Ctrl-C")?;
-    tracing::info!("Ctrl-C: shutting down");
+    let signal = wait_for_stop_signal()?;
+    tracing::info!("{signal}: shutting down");
     host.shutdown().context("shutting down")?;
     Ok(())
 }

@@ -312,8 +312,20 @@ fn assert_consistent(data: &Path, when: &str) -> u64 {
     released.len() as u64
 }
 
-/// Both devices check in, train and upload until the host has released `rounds` rounds
-/// (or, with `abort_expected`, until it dies at its fault point).
+/// Registers devices `a` and `b`: their ids and tokens.
+fn register_two(host: &Serve) -> Vec<(u64, String)> {
+    let anon = host.client();
+    ["a", "b"]
+        .iter()
+        .map(|l| {
+            let r = anon.register(l).unwrap();
+            (r.device_id, r.token)
+        })
+        .collect()
+}
+
+/// Every device checks in for its task, then uploads a small update: one round's worth of
+/// uploads, each upload's result (an upload may fail when the host dies at a fault point).
 fn run_round(host: &Serve, model: &Path, devices: &[(u64, String)]) -> Vec<Result<(), String>> {
     let clients: Vec<HostClient> = devices
         .iter()
@@ -350,14 +362,7 @@ fn a_release_killed_at_any_fault_point_is_finished_or_undone_on_restart() {
         // Round 1 with the fault armed: the second upload closes the round, the release
         // starts, and the process aborts at `point`.
         let host = Serve::start_with_fault(&config, port, Some(point));
-        let anon = host.client();
-        let devices: Vec<(u64, String)> = ["a", "b"]
-            .iter()
-            .map(|l| {
-                let r = anon.register(l).unwrap();
-                (r.device_id, r.token)
-            })
-            .collect();
+        let devices = register_two(&host);
         let uploads = run_round(&host, &model, &devices);
         assert!(uploads[0].is_ok(), "{point}: {:?}", uploads[0]);
         host.wait_for_abort();
@@ -439,14 +444,7 @@ fn sigterm_stops_serve_with_exit_0_and_the_restart_carries_on() {
     let port = free_port();
 
     let host = Serve::start(&config, port);
-    let anon = host.client();
-    let devices: Vec<(u64, String)> = ["a", "b"]
-        .iter()
-        .map(|l| {
-            let r = anon.register(l).unwrap();
-            (r.device_id, r.token)
-        })
-        .collect();
+    let devices = register_two(&host);
     // Round 1 open, one of two updates in: then SIGTERM.
     let a = host.client().with_token(&devices[0].1);
     let t = task(&a);

@@ -20,16 +20,16 @@
 //!   update into the order-free fixed-point sum ([`Aggregator`]).
 //! - **Close.** At the deadline, or as soon as every eligible device has checked in and
 //!   every selected device has reported (accepted or rejected).
-//! - **Release** ([`RoundEngine`]'s `release`, the one place that orders it). Fewer than
-//!   `rounds.min_reports` accepted → abandoned: no release, no ε. Otherwise privatize the
-//!   sum ([`GaussianMechanism::privatize`]: noise keyed by the round, then divide by `C`),
-//!   re-check the budget ([`Ledger::seal`]), step a copy of the server optimizer, stage the
-//!   new model's files ([`ModelDirs::stage`], synced), then commit **one transaction** —
-//!   ledger record, round released, version row with the files' digest
-//!   ([`Store::commit_release`]) — and only then make the files visible. A failure before
-//!   the commit abandons the round with nothing recorded; a crash anywhere is finished or
-//!   undone by the next start ([`ModelDirs::recover`]). The named [`fault`] points sit
-//!   between these steps.
+//! - **Release** ([`RoundEngine`]'s `release`). Fewer than `rounds.min_reports` accepted →
+//!   abandoned: no release, no ε. Otherwise privatize the sum
+//!   ([`GaussianMechanism::privatize`]: noise keyed by the round, then divide by `C`), step
+//!   a copy of the server optimizer and stage the new model's files ([`ModelDirs::stage`],
+//!   synced); then [`Ledger::complete`], the one order of every private release: re-check
+//!   the budget and seal the record, commit **one transaction** — ledger record, round
+//!   released, version row with the files' digest ([`Store::commit_release`]) — and only
+//!   then make the files visible. A failure before the commit abandons the round with
+//!   nothing recorded; a crash anywhere is finished or undone by the next start
+//!   ([`ModelDirs::recover`]). The named [`fault`] points sit between these steps.
 //! - **Restart.** A round still open in the store lost its in-memory sum: it is marked
 //!   abandoned (no release, no ε) and the next check-in opens a fresh one. Tokens, draws and
 //!   reports are in the store. The server optimizer's state is written into each published

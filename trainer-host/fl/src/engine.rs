@@ -167,14 +167,16 @@ fn copy_package(from: &Path, to: &Path) -> Result<(), FlError> {
     Ok(())
 }
 
-fn abandoned(reason: String, open: &OpenRound, accepted: u64) -> RoundOutcome {
+/// How a round with `selected` drawn, `accepted` and `rejected` reports ended without a
+/// release, and why.
+fn abandoned(reason: String, selected: u64, accepted: u64, rejected: u64) -> RoundOutcome {
     RoundOutcome {
         state: RoundState::Abandoned,
         reason: Some(reason),
         released_version: None,
-        selected: open.selected,
+        selected,
         accepted,
-        rejected: open.rejected,
+        rejected,
         epsilon_rdp: None,
         epsilon_pld: None,
     }
@@ -769,8 +771,9 @@ impl<S: Store, C: Clock> RoundEngine<S, C> {
                     "closed ({why}) with {accepted} accepted reports; rounds.min_reports is \
                      {min}: abandoned, no release, no epsilon spent"
                 ),
-                &open,
+                open.selected,
                 accepted,
+                open.rejected,
             );
             info!(round = id, accepted, "round abandoned: too few reports");
             return self.abandon(id, &outcome);
@@ -782,17 +785,20 @@ impl<S: Store, C: Clock> RoundEngine<S, C> {
     /// the ledger record → step the optimizer → stage the files → commit one transaction →
     /// make the files visible.
     fn release(&mut self, open: OpenRound, why: &str) -> Result<(), FlError> {
-        let id = open.row.id;
-        let accepted = open.agg.accepted();
-        let version = self.model_version + 1;
         let OpenRound {
-            agg,
-            mechanism,
+            row,
             authorization,
+            mechanism,
+            agg,
+            selected,
+            rejected,
             ..
-        } = &open;
-        let mut mean = agg.clone().into_sum();
-        let step = match mechanism {
+        } = open;
+        let id = row.id;
+        let accepted = agg.accepted();
+        let version = self.model_version + 1;
+        let mut mean = agg.into_sum();
+        let step = match &mechanism {
             Some(mech) => {
                 let mut noise = match &self.noise {
                     NoiseKey::Os => NoiseSource::from_os(),
@@ -812,8 +818,9 @@ impl<S: Store, C: Clock> RoundEngine<S, C> {
             warn!(round = id, "round abandoned: {e}");
             let outcome = abandoned(
                 format!("aggregation failed: {e}; no release"),
-                &open,
+                selected,
                 accepted,
+                rejected,
             );
             return self.abandon(id, &outcome);
         }
@@ -832,8 +839,9 @@ impl<S: Store, C: Clock> RoundEngine<S, C> {
                 ));
                 let outcome = abandoned(
                     format!("the model could not be written: {e}; no release, no epsilon spent"),
-                    &open,
+                    selected,
                     accepted,
+                    rejected,
                 );
                 return self.abandon(id, &outcome);
             }
@@ -848,9 +856,9 @@ impl<S: Store, C: Clock> RoundEngine<S, C> {
                 state: RoundState::Released,
                 reason: None,
                 released_version: Some(version),
-                selected: open.selected,
+                selected,
                 accepted,
-                rejected: open.rejected,
+                rejected,
                 epsilon_rdp: None,
                 epsilon_pld: None,
             },
@@ -912,8 +920,9 @@ impl<S: Store, C: Clock> RoundEngine<S, C> {
                 }
                 let outcome = abandoned(
                     format!("the ledger refused the release: {e}"),
-                    &open,
+                    selected,
                     accepted,
+                    rejected,
                 );
                 return self.abandon(id, &outcome);
             }
@@ -925,8 +934,9 @@ impl<S: Store, C: Clock> RoundEngine<S, C> {
                 ));
                 let outcome = abandoned(
                     format!("the release could not be committed: {e}; no epsilon spent"),
-                    &open,
+                    selected,
                     accepted,
+                    rejected,
                 );
                 self.abandon(id, &outcome)?;
                 return Err(e);

@@ -45,7 +45,7 @@ use hush_fl::store::{
     ModelVersionRow, ReleaseCommit, ReportRow, RoundOutcome, RoundRow, RoundState, Store,
     StoreError, StoreResult,
 };
-use hush_privacy::ledger::sqlite::{append_on, create_schema, read_records};
+use hush_privacy::ledger::sqlite::{append_committed, append_on, create_schema, read_records};
 use hush_privacy::ledger::{LedgerError, LedgerStore, Release, ReleaseRecord};
 use rusqlite::{params, Connection, OptionalExtension};
 
@@ -267,16 +267,12 @@ impl LedgerStore for SqliteStore {
         epsilon_rdp: Option<f64>,
         epsilon_pld: Option<f64>,
     ) -> Result<ReleaseRecord, LedgerError> {
-        let now = std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .map_or(0, |d| d.as_millis() as i64);
-        append_on(
-            &self.conn,
+        append_committed(
+            &mut self.conn,
             &self.location,
             release,
             epsilon_rdp,
             epsilon_pld,
-            now,
         )
     }
 

@@ -502,4 +502,61 @@ mod tests {
         assert!(spent > alone && spent <= alone * 1.5, "{spent} vs {alone}");
         Ok(())
     }
+
+    /// `Ledger::complete` publishes only after a durable record: a release over budget or a
+    /// failed commit publishes nothing and records nothing; a completed one is in the store
+    /// when `publish` runs, and `publish` gets its record.
+    #[test]
+    fn complete_publishes_only_after_the_record_is_committed(
+    ) -> Result<(), Box<dyn std::error::Error>> {
+        let plain = release(AdditionalCost::none())?;
+        let alone = plain.epsilon(Accountant::Rdp)?.epsilon;
+        let budget = Budget::new(
+            alone * 1.05,
+            1e-5,
+            Accountant::Rdp,
+            Adjacency::AddRemove,
+            PrivacyUnit::User,
+        )?;
+        let mut ledger = Ledger::new(SqliteLedgerStore::open_in_memory()?, budget);
+        let mut published = Vec::new();
+
+        // The commit fails: nothing published, nothing recorded.
+        let failed: Result<(), LedgerError> = ledger.complete(
+            &plain,
+            |_, _| {
+                Err(LedgerError::Corrupt {
+                    id: 0,
+                    column: "test",
+                    value: "commit refused".into(),
+                })
+            },
+            |r| {
+                published.push(r.id);
+                Ok(())
+            },
+        );
+        assert!(failed.is_err() && published.is_empty());
+        assert!(ledger.store().records()?.is_empty());
+
+        // Completed: recorded first, then published with its record.
+        let seen = ledger.complete(
+            &plain,
+            |store, sealed| sealed.append_to(store),
+            |r| Ok::<_, LedgerError>(r.id),
+        )?;
+        let records = ledger.store().records()?;
+        assert_eq!(records.len(), 1);
+        assert_eq!(seen, records[0].id);
+
+        // A second one would exceed the budget: refused before commit or publish.
+        let refused: Result<(), LedgerError> = ledger.complete(
+            &plain,
+            |_, _| panic!("a refused release must not be committed"),
+            |_| panic!("a refused release must not be published"),
+        );
+        assert!(matches!(refused, Err(LedgerError::BudgetExceeded { .. })));
+        assert_eq!(ledger.store().records()?.len(), 1);
+        Ok(())
+    }
 }

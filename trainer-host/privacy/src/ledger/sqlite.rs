@@ -331,6 +331,26 @@ pub fn read_records(conn: &Connection, location: &str) -> Result<Vec<ReleaseReco
     Ok(out)
 }
 
+/// Appends `release` to the ledger on `conn` in a transaction of its own, stamped with the
+/// current time, committed before returning ([`LedgerStore::append`] of every SQLite store
+/// that keeps this table).
+pub fn append_committed(
+    conn: &mut Connection,
+    location: &str,
+    release: &Release,
+    epsilon_rdp: Option<f64>,
+    epsilon_pld: Option<f64>,
+) -> Result<ReleaseRecord, LedgerError> {
+    let now_ms = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|d| d.as_millis() as i64)
+        .unwrap_or(0);
+    let tx = conn.transaction().map_err(store_err(location))?;
+    let record = append_on(&tx, location, release, epsilon_rdp, epsilon_pld, now_ms)?;
+    tx.commit().map_err(store_err(location))?;
+    Ok(record)
+}
+
 impl LedgerStore for SqliteLedgerStore {
     fn append(
         &mut self,
@@ -338,15 +358,13 @@ impl LedgerStore for SqliteLedgerStore {
         epsilon_rdp: Option<f64>,
         epsilon_pld: Option<f64>,
     ) -> Result<ReleaseRecord, LedgerError> {
-        let now_ms = SystemTime::now()
-            .duration_since(UNIX_EPOCH)
-            .map(|d| d.as_millis() as i64)
-            .unwrap_or(0);
-        let loc = self.location.clone();
-        let tx = self.conn.transaction().map_err(store_err(&loc))?;
-        let record = append_on(&tx, &loc, release, epsilon_rdp, epsilon_pld, now_ms)?;
-        tx.commit().map_err(store_err(&loc))?;
-        Ok(record)
+        append_committed(
+            &mut self.conn,
+            &self.location,
+            release,
+            epsilon_rdp,
+            epsilon_pld,
+        )
     }
 
     fn records(&self) -> Result<Vec<ReleaseRecord>, LedgerError> {

@@ -375,16 +375,6 @@ impl<S: Store, C: Clock> RoundEngine<S, C> {
         self.validator.clone()
     }
 
-    /// What the upload decoder expects (layout and byte limit).
-    pub fn limits(&self) -> &UpdateLimits {
-        &self.validator.limits
-    }
-
-    /// The data directory's model versions folder.
-    pub fn models_dir(&self) -> &Path {
-        self.models.root()
-    }
-
     /// Latest published model version and its package directory.
     pub fn latest_model(&self) -> (u64, PathBuf) {
         (

@@ -82,11 +82,6 @@ impl ModelDirs {
         Ok(Self { root })
     }
 
-    /// `models/`.
-    pub fn root(&self) -> &Path {
-        &self.root
-    }
-
     /// `models/v{version}`: where a published version's files are.
     pub fn version_dir(&self, version: u64) -> PathBuf {
         self.root.join(format!("v{version}"))

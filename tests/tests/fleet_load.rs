@@ -6,7 +6,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-use hush_device::client::HostClient;
+use hush_device::client::{ClientError, HostClient};
 use hush_device::protocol::{
     encode_update, Assignment, CheckInRequest, LayerDelta, Update, UpdateHeader,
     UPDATE_FORMAT_VERSION,
@@ -32,19 +32,26 @@ fn a_thousand_concurrent_uploads_are_each_counted_once() {
     cfg.dp.noise_multiplier = 1.0;
     cfg.budget.epsilon = 1e6;
     cfg.seed = Some(1);
+    // One loopback address stands for a fleet's many: only per-device limits apply.
+    cfg.limits.register_per_address_per_minute = 1e6;
+    cfg.limits.checkin_per_address_per_second = 1e6;
     let host = start_host(cfg).unwrap();
     let url = host.url();
+    let enrolment = host
+        .enrol("load", DEVICES as u64, Duration::from_secs(3600))
+        .unwrap();
 
     let accepted = Arc::new(AtomicU64::new(0));
     let duplicates = Arc::new(AtomicU64::new(0));
     let workers: Vec<_> = (0..THREADS)
         .map(|w| {
             let (url, accepted, duplicates) = (url.clone(), accepted.clone(), duplicates.clone());
+            let enrolment = enrolment.clone();
             std::thread::spawn(move || {
                 let anon = HostClient::new(&url, Duration::from_secs(120)).unwrap();
                 let mut devices: Vec<(u64, HostClient)> = (0..DEVICES / THREADS)
                     .map(|i| {
-                        let r = anon.register(&format!("load-{w}-{i}")).unwrap();
+                        let r = anon.register(&format!("load-{w}-{i}"), &enrolment).unwrap();
                         (r.device_id, anon.clone().with_token(&r.token))
                     })
                     .collect();
@@ -53,12 +60,12 @@ fn a_thousand_concurrent_uploads_are_each_counted_once() {
                 while !devices.is_empty() {
                     let mut waiting = Vec::new();
                     for (id, client) in devices {
-                        let a = client
-                            .check_in(&CheckInRequest {
+                        let a = honouring_retry_after(|| {
+                            client.check_in(&CheckInRequest {
                                 model_version: None,
                                 examples: 1,
                             })
-                            .unwrap();
+                        });
                         match a {
                             Assignment::Train(task) => {
                                 let card = card.get_or_insert_with(|| {
@@ -85,8 +92,10 @@ fn a_thousand_concurrent_uploads_are_each_counted_once() {
                                     layers,
                                 };
                                 let body = encode_update(&update).unwrap();
-                                let first = client.upload(task.round, &body).unwrap();
-                                let again = client.upload(task.round, &body).unwrap();
+                                let first =
+                                    honouring_retry_after(|| client.upload(task.round, &body));
+                                let again =
+                                    honouring_retry_after(|| client.upload(task.round, &body));
                                 assert!(!first.duplicate);
                                 assert!(again.duplicate);
                                 accepted.fetch_add(1, Ordering::Relaxed);
@@ -120,6 +129,21 @@ fn a_thousand_concurrent_uploads_are_each_counted_once() {
     assert_eq!(accepted.load(Ordering::Relaxed), DEVICES as u64);
     assert_eq!(duplicates.load(Ordering::Relaxed), DEVICES as u64);
     host.shutdown().unwrap();
+}
+
+/// Calls `f` until it succeeds, waiting out each 429 or 503 for its `Retry-After` (as the
+/// device's own loop does); any other error fails the test.
+fn honouring_retry_after<T>(mut f: impl FnMut() -> Result<T, ClientError>) -> T {
+    for _ in 0..100 {
+        match f() {
+            Ok(v) => return v,
+            Err(e) => match e.retry_after() {
+                Some(wait) => std::thread::sleep(wait),
+                None => panic!("{e}"),
+            },
+        }
+    }
+    panic!("still refused after 100 waits")
 }
 
 /// A zero delta of the right shape for `name`, from the model card's parameter list.

@@ -119,7 +119,8 @@ fn a_device_dying_mid_upload_leaves_the_host_serving() {
     cfg.seed = Some(3);
     let host = start_host(cfg).unwrap();
     let client = HostClient::new(&host.url(), Duration::from_secs(10)).unwrap();
-    let reg = client.register("dies").unwrap();
+    let enrolment = host.enrol("t", 1, Duration::from_secs(60)).unwrap();
+    let reg = client.register("dies", &enrolment).unwrap();
     // Claim a 10 MB body, send 1 KB, vanish.
     let mut s = TcpStream::connect(host.addr).unwrap();
     write!(
@@ -132,7 +133,7 @@ fn a_device_dying_mid_upload_leaves_the_host_serving() {
     s.write_all(&[7u8; 1024]).unwrap();
     drop(s);
     // The host still answers, the device's token still works, nothing was counted.
-    let status = client.status().unwrap();
+    let status = host.status().unwrap();
     assert_eq!(status.reports_in_round, 0);
     assert_eq!(status.reports_rejected, 0);
     let again = client.with_token(&reg.token);

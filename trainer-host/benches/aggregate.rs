@@ -215,9 +215,10 @@ fn upload_latency() {
     cfg.seed = Some(1);
     let host = start_host(cfg).unwrap();
     let anon = HostClient::new(&host.url(), Duration::from_secs(60)).unwrap();
+    let enrolment = host.enrol("bench", 2, Duration::from_secs(3600)).unwrap();
     let devices: Vec<(u64, HostClient)> = (0..2)
         .map(|i| {
-            let r = anon.register(&format!("bench-{i}")).unwrap();
+            let r = anon.register(&format!("bench-{i}"), &enrolment).unwrap();
             (r.device_id, anon.clone().with_token(&r.token))
         })
         .collect();

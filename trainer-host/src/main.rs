@@ -37,6 +37,9 @@ enum Command {
     Pretrain(cli::pretrain::PretrainArgs),
     /// Run the federated round server (devices register, train, upload): `--config hush.toml`.
     Serve(cli::serve::ServeArgs),
+    /// Who may join: issue enrolment tokens, list devices, revoke either.
+    #[command(subcommand)]
+    Devices(cli::devices::DevicesCommand),
     /// Privacy audits: gradient inversion of shared updates (`audit invert`, `audit report`)
     /// and the speech-quality metrics of reconstructed audio (`audit metrics`).
     #[command(subcommand)]
@@ -60,6 +63,7 @@ fn main() -> anyhow::Result<()> {
         Command::Export(args) => cli::export::run(args),
         Command::Pretrain(args) => cli::pretrain::run(args),
         Command::Serve(args) => cli::serve::run(args),
+        Command::Devices(cmd) => cli::devices::run(cmd),
         Command::Simulate(args) => cli::simulate::run(args),
         Command::Audit(cmd) => cli::audit::run(cmd),
         Command::Pate(cmd) => cli::pate::run(cmd),

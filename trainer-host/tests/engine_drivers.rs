@@ -101,8 +101,13 @@ fn in_process(model: &Path, data: &Path) -> Released {
     let store = SqliteStore::open(&data.join(DB_FILE)).unwrap();
     let clock = ManualClock::new(1_000_000);
     let mut engine = RoundEngine::open(config(model, data), store, clock.clone()).unwrap();
+    let enrolment = engine
+        .issue_enrolment("fleet", DEVICES, Duration::from_secs(3600))
+        .unwrap()
+        .token;
     for d in 1..=DEVICES {
-        assert_eq!(engine.register(&format!("d{d}")).unwrap().device_id, d);
+        let r = engine.register(&format!("d{d}"), &enrolment).unwrap();
+        assert_eq!(r.unwrap().device_id, d);
     }
     let req = CheckInRequest {
         model_version: None,
@@ -133,9 +138,12 @@ fn in_process(model: &Path, data: &Path) -> Released {
 fn over_http(model: &Path, data: &Path) -> Released {
     let host = start_host(config(model, data)).unwrap();
     let anon = HostClient::new(&host.url(), Duration::from_secs(10)).unwrap();
+    let enrolment = host
+        .enrol("fleet", DEVICES, Duration::from_secs(3600))
+        .unwrap();
     let clients: Vec<(u64, HostClient)> = (1..=DEVICES)
         .map(|d| {
-            let r = anon.register(&format!("d{d}")).unwrap();
+            let r = anon.register(&format!("d{d}"), &enrolment).unwrap();
             assert_eq!(r.device_id, d);
             (d, anon.clone().with_token(&r.token))
         })

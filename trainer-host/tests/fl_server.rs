@@ -126,13 +126,20 @@ fn get(host: &HostHandle, path: &str, token: Option<&str>) -> Reply {
     }
 }
 
+/// An enrolment token for one device, issued by the running host.
+fn enrolment(host: &HostHandle) -> String {
+    host.enrol("test", 1, Duration::from_secs(3600)).unwrap()
+}
+
 fn register(host: &HostHandle, label: &str) -> RegisterResponse {
+    let token = enrolment(host);
     let r = post(
         host,
         "/v1/devices",
         None,
         &[("content-type", "application/json")],
-        serde_json::to_vec(&serde_json::json!({ "label": label })).unwrap(),
+        serde_json::to_vec(&serde_json::json!({ "label": label, "enrolment_token": token }))
+            .unwrap(),
     );
     assert_eq!(r.status, 200);
     r.json()
@@ -158,7 +165,7 @@ fn train_task(host: &HostHandle, token: &str) -> TrainTask {
 }
 
 fn status(host: &HostHandle) -> StatusReport {
-    let r = get(host, "/v1/status", None);
+    let r = get(host, "/v1/status", Some(host.operator_token()));
     assert_eq!(r.status, 200);
     r.json()
 }
@@ -688,7 +695,12 @@ fn restart_mid_round_abandons_it_and_spends_no_epsilon_twice() {
     let host = start_host(config(&f, 2)).unwrap();
     let log = host.round_log().unwrap();
     assert_eq!(log[0].state, RoundState::Abandoned);
-    assert!(log[0].reason.as_deref().unwrap_or("").contains("restarted"));
+    // The shutdown itself recorded why (a crash would leave it to the restart).
+    let reason = log[0].reason.as_deref().unwrap_or("");
+    assert!(
+        reason.contains("host stopped") && reason.contains("no epsilon spent"),
+        "{reason}"
+    );
     assert_eq!(status(&host).open_round, None);
     // Tokens are still valid; a fresh round opens; the old round's upload is late.
     let ta = train_task(&host, &a.token);
@@ -895,8 +907,8 @@ fn tls_host_runs_a_round_for_a_device_that_trusts_its_ca() {
     assert!(url.starts_with("https://localhost:"), "{url}");
     let ca = std::fs::read(tls_fixture("ca.pem")).unwrap();
     let anon = HostClient::with_ca_pem(&url, Duration::from_secs(10), &ca).unwrap();
-    let reg = anon.register("over-tls").unwrap();
-    let device = anon.with_token(&reg.token);
+    let reg = anon.register("over-tls", &enrolment(&host)).unwrap();
+    let device = anon.clone().with_token(&reg.token);
     let req = CheckInRequest {
         model_version: None,
         examples: 10,
@@ -912,7 +924,8 @@ fn tls_host_runs_a_round_for_a_device_that_trusts_its_ca() {
     let body = encode_update(&update(&before, &task, reg.device_id, v)).unwrap();
     let receipt = device.upload(task.round, &body).unwrap();
     assert!(!receipt.duplicate);
-    wait_until("model v1", || device.status().unwrap().model_version == 1);
+    let operator = anon.clone().with_token(host.operator_token());
+    wait_until("model v1", || operator.status().unwrap().model_version == 1);
     for (b, n) in before.iter().zip(trainable(&host)) {
         assert!((b.data[0] + v - n.data[0]).abs() < 1e-5);
     }
@@ -925,7 +938,9 @@ fn tls_host_is_refused_by_clients_that_do_not_trust_it_and_refuses_plain_http() 
     let host = start_host(tls_config(&f)).unwrap();
     // Mozilla's roots do not include the test CA: the handshake fails, nothing is sent.
     let public_roots = HostClient::new(&host.url(), Duration::from_secs(10)).unwrap();
-    let err = public_roots.register("untrusted").unwrap_err();
+    let err = public_roots
+        .register("untrusted", &enrolment(&host))
+        .unwrap_err();
     assert!(
         !err.is_transient(),
         "an untrusted certificate is not retried: {err}"
@@ -946,6 +961,7 @@ fn status_over_tls(host: &HostHandle) -> StatusReport {
     let ca = std::fs::read(tls_fixture("ca.pem")).unwrap();
     HostClient::with_ca_pem(&host.url(), Duration::from_secs(10), &ca)
         .unwrap()
+        .with_token(host.operator_token())
         .status()
         .unwrap()
 }

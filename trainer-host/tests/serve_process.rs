@@ -7,7 +7,7 @@
 
 mod common;
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
@@ -16,8 +16,10 @@ use hush_device::protocol::{encode_update, Assignment, CheckInRequest, TrainTask
 use hush_host::fl::fault::{self, FAULT_POINT_ENV, RELEASE_POINTS};
 use hush_host::fl::publish::digest;
 use hush_host::fl::store::{RoundState, Store};
+use hush_host::fl::FlConfig;
 use hush_host::ledger::sqlite::SqliteLedgerStore;
 use hush_host::ledger::LedgerStore;
+use hush_host::server::OPERATOR_TOKEN_FILE;
 use hush_host::store::{SqliteStore, DB_FILE};
 use hush_models::arch::is_trainable;
 use hush_models::package::load_package;
@@ -34,6 +36,8 @@ fn free_port() -> u16 {
 struct Serve {
     child: Child,
     url: String,
+    config: PathBuf,
+    operator: String,
 }
 
 impl Serve {
@@ -43,7 +47,17 @@ impl Serve {
 
     /// Started with `HUSH_FAULT_POINT=<fault>`: it aborts when it reaches that point.
     fn start_with_fault(config: &Path, port: u16, fault: Option<&str>) -> Serve {
-        let mut cmd = Command::new(env!("CARGO_BIN_EXE_hush-host"));
+        Self::start_as(
+            Command::new(env!("CARGO_BIN_EXE_hush-host")),
+            config,
+            port,
+            fault,
+        )
+    }
+
+    /// Started by `cmd` (the binary itself, or a wrapper such as `prlimit` with the binary
+    /// as its argument).
+    fn start_as(mut cmd: Command, config: &Path, port: u16, fault: Option<&str>) -> Serve {
         cmd.args(["serve", "--config"])
             .arg(config)
             .args(["--listen", &format!("127.0.0.1:{port}")])
@@ -62,9 +76,22 @@ impl Serve {
         }
         let mut child = cmd.spawn().unwrap();
         let url = format!("http://127.0.0.1:{port}");
-        let probe = HostClient::new(&url, Duration::from_secs(5)).unwrap();
+        let token_file = FlConfig::load(config)
+            .unwrap()
+            .server
+            .data_dir
+            .join(OPERATOR_TOKEN_FILE);
         let start = Instant::now();
-        while probe.status().is_err() {
+        // Up once the operator token is written and the operator's status answers.
+        let operator = loop {
+            let token = std::fs::read_to_string(&token_file).unwrap_or_default();
+            let token = token.trim();
+            let probe = HostClient::new(&url, Duration::from_secs(5))
+                .unwrap()
+                .with_token(token);
+            if !token.is_empty() && probe.status().is_ok() {
+                break token.to_string();
+            }
             if let Some(status) = child.try_wait().unwrap() {
                 let log = std::fs::read_to_string(config.with_extension("log")).unwrap();
                 panic!("hush-host serve exited at start ({status}); its log:\n{log}");
@@ -74,12 +101,39 @@ impl Serve {
                 "hush-host serve did not come up on {url}"
             );
             std::thread::sleep(Duration::from_millis(50));
+        };
+        Serve {
+            child,
+            url,
+            config: config.to_path_buf(),
+            operator,
         }
-        Serve { child, url }
     }
 
-    fn client(&self) -> HostClient {
+    /// A client without a token (registration, or a device's once given its token).
+    fn anon(&self) -> HostClient {
         HostClient::new(&self.url, Duration::from_secs(10)).unwrap()
+    }
+
+    /// The operator's client (`/v1/status`).
+    fn client(&self) -> HostClient {
+        self.anon().with_token(&self.operator)
+    }
+
+    /// `hush-host devices enrol --quota <quota>` on this host's config: the token.
+    fn enrol(&self, quota: u64) -> String {
+        let out = Command::new(env!("CARGO_BIN_EXE_hush-host"))
+            .args(["devices", "enrol", "--config"])
+            .arg(&self.config)
+            .args(["--quota", &quota.to_string(), "--label", "test"])
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "devices enrol: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        String::from_utf8(out.stdout).unwrap().trim().to_string()
     }
 
     /// Waits for the process to die by itself (a fault point), and checks it aborted.
@@ -186,26 +240,27 @@ fn serve_killed_mid_round_restarts_with_no_epsilon_lost_or_spent_twice() {
 
     // Two devices, a round opens, one reports; then the host is killed.
     let host = Serve::start(&config, port);
-    let anon = host.client();
-    let a = anon.register("a").unwrap();
-    let b = anon.register("b").unwrap();
+    let anon = host.anon();
+    let enrolment = host.enrol(2);
+    let a = anon.register("a", &enrolment).unwrap();
+    let b = anon.register("b", &enrolment).unwrap();
     let (ca, cb) = (anon.clone().with_token(&a.token), anon.with_token(&b.token));
     let ta = task(&ca);
     let _ = task(&cb);
     assert_eq!(ta.round, 1);
     ca.upload(ta.round, &small_update(&model, &ta, a.device_id))
         .unwrap();
-    assert_eq!(ca.status().unwrap().reports_in_round, 1);
+    assert_eq!(host.client().status().unwrap().reports_in_round, 1);
     host.kill();
     assert_eq!(ledger_len(&data), 0, "nothing was released before the kill");
 
     // Restarted on the same data: round 1 is abandoned, the tokens still work.
     let host = Serve::start(&config, port);
     let (ca, cb) = (
-        host.client().with_token(&a.token),
-        host.client().with_token(&b.token),
+        host.anon().with_token(&a.token),
+        host.anon().with_token(&b.token),
     );
-    let s = ca.status().unwrap();
+    let s = host.client().status().unwrap();
     assert_eq!(
         (s.open_round, s.rounds_done, s.epsilon_rdp),
         (None, 0, Some(0.0)),
@@ -218,7 +273,7 @@ fn serve_killed_mid_round_restarts_with_no_epsilon_lost_or_spent_twice() {
     cb.upload(tb.round, &small_update(&model, &tb, b.device_id))
         .unwrap();
     let start = Instant::now();
-    while ca.status().unwrap().model_version < 1 {
+    while host.client().status().unwrap().model_version < 1 {
         assert!(
             start.elapsed() < Duration::from_secs(60),
             "round 2 never released"
@@ -226,7 +281,7 @@ fn serve_killed_mid_round_restarts_with_no_epsilon_lost_or_spent_twice() {
         std::thread::sleep(Duration::from_millis(50));
     }
     assert_eq!(ledger_len(&data), 1, "one release, recorded once");
-    let eps = ca.status().unwrap().epsilon_rdp.unwrap();
+    let eps = host.client().status().unwrap().epsilon_rdp.unwrap();
     host.kill();
 
     // A third start reads the same ε back: nothing lost, nothing counted twice.
@@ -314,11 +369,12 @@ fn assert_consistent(data: &Path, when: &str) -> u64 {
 
 /// Registers devices `a` and `b`: their ids and tokens.
 fn register_two(host: &Serve) -> Vec<(u64, String)> {
-    let anon = host.client();
+    let anon = host.anon();
+    let enrolment = host.enrol(2);
     ["a", "b"]
         .iter()
         .map(|l| {
-            let r = anon.register(l).unwrap();
+            let r = anon.register(l, &enrolment).unwrap();
             (r.device_id, r.token)
         })
         .collect()
@@ -329,7 +385,7 @@ fn register_two(host: &Serve) -> Vec<(u64, String)> {
 fn run_round(host: &Serve, model: &Path, devices: &[(u64, String)]) -> Vec<Result<(), String>> {
     let clients: Vec<HostClient> = devices
         .iter()
-        .map(|(_, t)| host.client().with_token(t))
+        .map(|(_, t)| host.anon().with_token(t))
         .collect();
     let tasks: Vec<TrainTask> = clients.iter().map(task).collect();
     clients
@@ -446,9 +502,9 @@ fn sigterm_stops_serve_with_exit_0_and_the_restart_carries_on() {
     let host = Serve::start(&config, port);
     let devices = register_two(&host);
     // Round 1 open, one of two updates in: then SIGTERM.
-    let a = host.client().with_token(&devices[0].1);
+    let a = host.anon().with_token(&devices[0].1);
     let t = task(&a);
-    let _ = task(&host.client().with_token(&devices[1].1));
+    let _ = task(&host.anon().with_token(&devices[1].1));
     a.upload(t.round, &small_update(&model, &t, devices[0].0))
         .unwrap();
     let status = host.terminate();
@@ -473,4 +529,150 @@ fn sigterm_stops_serve_with_exit_0_and_the_restart_carries_on() {
     assert_eq!(status.code(), Some(0), "SIGTERM idle: {status}");
     assert_eq!(assert_consistent(&data, "after SIGTERM idle"), 1);
     assert_eq!(ledger_len(&data), 1);
+}
+
+/// SIGTERM while a release is in progress (the host paused at the fault point between
+/// staging the files and the commit): the release finishes, the upload that closed the
+/// round gets its answer, the process exits 0, and the restart finds one consistent
+/// release.
+#[test]
+fn sigterm_during_a_release_lets_it_finish_and_exits_0() {
+    let tmp = tempfile::tempdir().unwrap();
+    let model = common::tiny_package(tmp.path());
+    let data = tmp.path().join("data");
+    let config = write_config(tmp.path(), &model, &data, 2);
+    let port = free_port();
+    let pause = format!("{}:pause=2000", fault::RELEASE_BEFORE_COMMIT);
+    let host = Serve::start_with_fault(&config, port, Some(&pause));
+    let devices = register_two(&host);
+    let clients: Vec<HostClient> = devices
+        .iter()
+        .map(|(_, t)| host.anon().with_token(t))
+        .collect();
+    let tasks: Vec<TrainTask> = clients.iter().map(task).collect();
+    clients[0]
+        .upload(
+            tasks[0].round,
+            &small_update(&model, &tasks[0], devices[0].0),
+        )
+        .unwrap();
+    // The second upload closes the round and starts the release, which pauses.
+    let last = {
+        let (c, t, body) = (
+            clients[1].clone(),
+            tasks[1].clone(),
+            small_update(&model, &tasks[1], devices[1].0),
+        );
+        std::thread::spawn(move || c.upload(t.round, &body))
+    };
+    let log = config.with_extension("log");
+    let start = Instant::now();
+    while !std::fs::read_to_string(&log)
+        .unwrap_or_default()
+        .contains("pausing")
+    {
+        assert!(
+            start.elapsed() < Duration::from_secs(60),
+            "the release never reached its pause"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let status = host.terminate();
+    assert_eq!(status.code(), Some(0), "SIGTERM during a release: {status}");
+    let receipt = last.join().unwrap();
+    assert!(
+        receipt.is_ok(),
+        "the in-flight upload was answered: {receipt:?}"
+    );
+    assert_eq!(assert_consistent(&data, "after SIGTERM in a release"), 1);
+    assert_eq!(ledger_len(&data), 1);
+
+    // The restart carries on to the planned two rounds with the same tokens.
+    let host = Serve::start(&config, port);
+    let uploads = run_round(&host, &model, &devices);
+    assert!(uploads.iter().all(Result::is_ok), "{uploads:?}");
+    let start = Instant::now();
+    while !host.client().status().unwrap().finished {
+        assert!(start.elapsed() < Duration::from_secs(60), "round 2 stuck");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    host.kill();
+    assert_eq!(assert_consistent(&data, "at the end"), 2);
+}
+
+/// Raises this test process's soft open-file limit to at least `want` (it opens more
+/// sockets than the usual 1 024 soft limit allows).
+fn raise_own_open_file_limit(want: u64) {
+    let mut lim = libc::rlimit {
+        rlim_cur: 0,
+        rlim_max: 0,
+    };
+    // SAFETY: getrlimit and setrlimit only read and write the struct passed to them.
+    #[allow(unsafe_code)]
+    unsafe {
+        assert_eq!(libc::getrlimit(libc::RLIMIT_NOFILE, &mut lim), 0);
+        if lim.rlim_cur < want {
+            assert!(
+                lim.rlim_max >= want,
+                "this test needs an open-file hard limit of {want}; it is {}",
+                lim.rlim_max
+            );
+            lim.rlim_cur = want;
+            assert_eq!(libc::setrlimit(libc::RLIMIT_NOFILE, &lim), 0);
+        }
+    }
+}
+
+/// The host in its own process with an open-file limit of 1 024: 1 100 idle connections
+/// (more than it can hold) do not keep a device from registering and checking in — the
+/// oldest idle ones are evicted to make room. Counted by the host's own metrics.
+#[test]
+fn eleven_hundred_idle_connections_under_a_1024_file_limit_do_not_keep_a_device_out() {
+    raise_own_open_file_limit(4096);
+    let tmp = tempfile::tempdir().unwrap();
+    let model = common::tiny_package(tmp.path());
+    let data = tmp.path().join("data");
+    let config = write_config(tmp.path(), &model, &data, 1);
+    let port = free_port();
+    let mut prlimit = Command::new("prlimit");
+    prlimit
+        .args(["--nofile=1024:1024", "--"])
+        .arg(env!("CARGO_BIN_EXE_hush-host"));
+    let host = Serve::start_as(prlimit, &config, port, None);
+    let enrolment = host.enrol(2);
+
+    let idle: Vec<std::net::TcpStream> = (0..1100)
+        .map(|_| std::net::TcpStream::connect(("127.0.0.1", port)).unwrap())
+        .collect();
+    let started = Instant::now();
+    let anon = HostClient::new(&host.url, Duration::from_secs(30)).unwrap();
+    let a = anon.register("a", &enrolment).unwrap();
+    let a = anon.with_token(&a.token);
+    let assignment = a
+        .check_in(&CheckInRequest {
+            model_version: None,
+            examples: 1,
+        })
+        .unwrap();
+    let took = started.elapsed();
+    assert!(
+        matches!(assignment, Assignment::Train(_) | Assignment::Wait { .. }),
+        "{assignment:?}"
+    );
+    eprintln!("register + check-in beside 1 100 idle connections: {took:?}");
+    let metrics = ureq::Agent::new_with_defaults()
+        .get(format!("{}/metrics", host.url))
+        .header("Authorization", format!("Bearer {}", host.operator))
+        .call()
+        .unwrap()
+        .body_mut()
+        .read_to_string()
+        .unwrap();
+    let evicted = metrics
+        .lines()
+        .find_map(|l| l.strip_prefix("hush_connections_closed_total{reason=\"evicted\"} "))
+        .map_or(0.0, |v| v.parse::<f64>().unwrap());
+    assert!(evicted >= 1.0, "no idle connection was evicted:\n{metrics}");
+    drop(idle);
+    host.kill();
 }

@@ -34,6 +34,11 @@ pub struct JoinArgs {
     /// CA certificates in this PEM file (default: Mozilla's root certificates).
     #[arg(long)]
     pub ca_cert: Option<PathBuf>,
+    /// The enrolment token the host's operator issued (`hush-host devices enrol`), needed
+    /// the first time this device registers; a file holding it works too
+    /// (`--enrolment-token @token.txt`), so it stays out of shell history.
+    #[arg(long, default_value = "")]
+    pub enrolment_token: String,
 }
 
 /// Runs the device loop, printing one line per event.
@@ -47,6 +52,13 @@ pub fn run(args: JoinArgs) -> anyhow::Result<()> {
     cfg.label = args.label;
     cfg.timeout = Duration::from_secs(args.timeout_s.max(1));
     cfg.ca_cert = args.ca_cert;
+    cfg.enrolment_token = match args.enrolment_token.strip_prefix('@') {
+        Some(path) => std::fs::read_to_string(path)
+            .with_context(|| format!("--enrolment-token @{path}: cannot read the file"))?
+            .trim()
+            .to_string(),
+        None => args.enrolment_token,
+    };
     let summary = join(&cfg, &stop, &mut |e| match e {
         JoinEvent::Joined { device_id, new } => {
             let how = if new { "registered as" } else { "resuming as" };

@@ -104,6 +104,15 @@ impl HostClient {
     ) -> Result<Vec<u8>, ClientError> {
         let mut resp = result.map_err(|e| transport_error(what, &e))?;
         let status = resp.status().as_u16();
+        // Back-pressure (503) and rate limits (429) say when to come back, in seconds; a
+        // device waits at least that long, at most a minute.
+        let retry_after = resp
+            .headers()
+            .get("retry-after")
+            .and_then(|v| v.to_str().ok())
+            .and_then(|v| v.trim().parse::<f64>().ok())
+            .filter(|s| s.is_finite() && *s >= 0.0)
+            .map(|s| Duration::from_secs_f64(s.min(60.0)));
         let body = resp
             .body_mut()
             .with_config()
@@ -125,6 +134,7 @@ impl HostClient {
             status,
             code: api.code,
             message: api.error,
+            retry_after,
         })
     }
 
@@ -156,13 +166,18 @@ impl HostClient {
         Self::json(what, &reply)
     }
 
-    /// `POST /v1/devices`.
-    pub fn register(&self, label: &str) -> Result<RegisterResponse, ClientError> {
+    /// `POST /v1/devices` with the enrolment token the operator issued.
+    pub fn register(
+        &self,
+        label: &str,
+        enrolment_token: &str,
+    ) -> Result<RegisterResponse, ClientError> {
         self.post_json(
             "register",
             "/v1/devices",
             &RegisterRequest {
                 label: label.to_string(),
+                enrolment_token: enrolment_token.to_string(),
             },
         )
     }
@@ -199,13 +214,13 @@ impl HostClient {
         Self::json(&what, &reply)
     }
 
-    /// `GET /v1/status`.
+    /// `GET /v1/status` (the operator's: this client must hold the operator token).
     pub fn status(&self) -> Result<StatusReport, ClientError> {
-        let reply = self.finish(
-            "status",
-            self.agent.get(&self.url("/v1/status")).call(),
-            1 << 20,
-        )?;
+        let mut r = self.agent.get(&self.url("/v1/status"));
+        if let Some(a) = self.auth() {
+            r = r.header("authorization", &a);
+        }
+        let reply = self.finish("status", r.call(), 1 << 20)?;
         Self::json("status", &reply)
     }
 }
@@ -231,5 +246,51 @@ fn transport_error(what: &str, e: &ureq::Error) -> ClientError {
             what: what.to_string(),
             reason,
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::io::{Read, Write};
+
+    /// A one-shot HTTP server on loopback answering every request with `reply`.
+    fn answering(reply: &'static str) -> String {
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let addr = listener.local_addr().unwrap();
+        std::thread::spawn(move || {
+            if let Ok((mut s, _)) = listener.accept() {
+                let mut buf = [0u8; 4096];
+                let _ = s.read(&mut buf);
+                let _ = s.write_all(reply.as_bytes());
+            }
+        });
+        format!("http://{addr}")
+    }
+
+    #[test]
+    fn a_busy_host_s_retry_after_is_kept_for_the_retry() {
+        let url = answering(
+            "HTTP/1.1 503 Service Unavailable\r\nRetry-After: 3\r\nContent-Type: application/json\r\n\
+             Content-Length: 32\r\nConnection: close\r\n\r\n{\"code\":\"busy\",\"error\":\"later\"}\n",
+        );
+        let client = HostClient::new(&url, Duration::from_secs(10)).unwrap();
+        let e = client.upload(1, b"x").unwrap_err();
+        assert!(e.is_transient(), "{e}");
+        assert_eq!(e.retry_after(), Some(Duration::from_secs(3)), "{e}");
+        assert!(e.to_string().contains("busy"), "{e}");
+    }
+
+    #[test]
+    fn a_refusal_without_retry_after_has_none() {
+        let url = answering(
+            "HTTP/1.1 403 Forbidden\r\nContent-Type: application/json\r\nContent-Length: 47\r\n\
+             Connection: close\r\n\r\n{\"code\":\"enrolment_refused\",\"error\":\"no seat\"}\n",
+        );
+        let client = HostClient::new(&url, Duration::from_secs(10)).unwrap();
+        let e = client.register("d", "hush-enrol-x").unwrap_err();
+        assert!(!e.is_transient(), "{e}");
+        assert_eq!(e.retry_after(), None);
+        assert!(e.to_string().contains("enrolment_refused"), "{e}");
     }
 }

@@ -38,6 +38,9 @@ pub struct JoinConfig {
     /// Trust only the CA certificates in this PEM file for an `https://` host (default:
     /// Mozilla's roots).
     pub ca_cert: Option<PathBuf>,
+    /// The enrolment token the operator issued, needed to register (not once the device
+    /// holds an identity).
+    pub enrolment_token: String,
 }
 
 impl JoinConfig {
@@ -54,6 +57,7 @@ impl JoinConfig {
             max_backoff: Duration::from_secs(10),
             upload_attempts: 5,
             ca_cert: None,
+            enrolment_token: String::new(),
         }
     }
 }
@@ -189,7 +193,7 @@ pub fn join(
                 });
                 break id;
             }
-            None => match anonymous.register(&cfg.label) {
+            None => match anonymous.register(&cfg.label, &cfg.enrolment_token) {
                 Ok(r) => {
                     let id = DeviceIdentity {
                         server: cfg.server.clone(),
@@ -204,11 +208,9 @@ pub fn join(
                     break id;
                 }
                 Err(e) if e.is_transient() => {
-                    events(JoinEvent::Retrying {
-                        error: &e,
-                        wait: backoff,
-                    });
-                    if !nap(backoff, stop) {
+                    let wait = e.retry_after().unwrap_or(backoff).max(backoff);
+                    events(JoinEvent::Retrying { error: &e, wait });
+                    if !nap(wait, stop) {
                         return Err(e);
                     }
                     backoff = (backoff * 2).min(cfg.max_backoff);
@@ -242,11 +244,9 @@ pub fn join(
                 a
             }
             Err(e) if e.is_transient() => {
-                events(JoinEvent::Retrying {
-                    error: &e,
-                    wait: backoff,
-                });
-                nap(backoff, stop);
+                let wait = e.retry_after().unwrap_or(backoff).max(backoff);
+                events(JoinEvent::Retrying { error: &e, wait });
+                nap(wait, stop);
                 backoff = (backoff * 2).min(cfg.max_backoff);
                 continue;
             }
@@ -326,8 +326,13 @@ fn train_and_upload(
         match client.upload(task.round, &body) {
             Ok(receipt) => return Ok(Some(receipt.duplicate)),
             Err(e) if e.is_transient() && attempt < cfg.upload_attempts => {
-                events(JoinEvent::Retrying { error: &e, wait });
-                if !nap(wait, stop) {
+                // The host's Retry-After (back-pressure) overrides the doubling backoff.
+                let pause = e.retry_after().unwrap_or(wait).max(wait);
+                events(JoinEvent::Retrying {
+                    error: &e,
+                    wait: pause,
+                });
+                if !nap(pause, stop) {
                     return Ok(None);
                 }
                 wait = (wait * 2).min(cfg.max_backoff);

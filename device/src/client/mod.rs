@@ -61,6 +61,8 @@ pub enum ClientError {
         code: String,
         /// The host's explanation.
         message: String,
+        /// How long the host asked the client to wait (`Retry-After` on a 429 or 503).
+        retry_after: Option<std::time::Duration>,
     },
     /// The host's reply does not decode.
     #[error("{what}: the host's reply is not what the protocol says: {reason}")]
@@ -94,6 +96,14 @@ impl ClientError {
             Self::Transport { .. } => true,
             Self::Refused { status, .. } => *status >= 500 || *status == 429,
             _ => false,
+        }
+    }
+
+    /// The wait the host asked for before a retry (`Retry-After`), if it named one.
+    pub fn retry_after(&self) -> Option<std::time::Duration> {
+        match self {
+            Self::Refused { retry_after, .. } => *retry_after,
+            _ => None,
         }
     }
 }

@@ -72,6 +72,10 @@ pub struct ApiError {
 pub struct RegisterRequest {
     /// Free-form label for operators (not used for any decision).
     pub label: String,
+    /// The enrolment token the operator issued (`hush-host devices enrol`); without a valid
+    /// one the host refuses the registration.
+    #[serde(default)]
+    pub enrolment_token: String,
 }
 
 /// The host's answer to a registration: the device's id and its secret token. The host
@@ -82,6 +86,9 @@ pub struct RegisterResponse {
     pub device_id: u64,
     /// Bearer token for every later call.
     pub token: String,
+    /// When the token expires (Unix ms; `None` from hosts that do not say).
+    #[serde(default)]
+    pub expires_at_ms: Option<u64>,
 }
 
 /// `POST /v1/checkin`: the device says it is online and eligible.

@@ -35,6 +35,12 @@ pub struct FlConfig {
     /// `[budget]`: the privacy budget the ledger enforces.
     #[serde(default)]
     pub budget: BudgetSection,
+    /// `[limits]`: timeouts, connection and upload limits, request rates.
+    #[serde(default)]
+    pub limits: LimitsSection,
+    /// `[enrolment]`: how long device tokens live.
+    #[serde(default)]
+    pub enrolment: EnrolmentSection,
     /// Seed for reproducible simulations (noise and cohort draws become predictable to
     /// anyone who knows it). Default: none, OS entropy.
     #[serde(default)]
@@ -342,6 +348,82 @@ impl Default for BudgetSection {
     }
 }
 
+/// `[limits]`: what one client may hold or ask of the server. Every value has a default
+/// safe on a public network; a connection closed by one of them is counted by reason in
+/// `/metrics` (`hush_connections_closed_total`).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct LimitsSection {
+    /// Seconds a client has to send a request's headers once its first byte arrived
+    /// (default 10); then the connection is closed (`header_timeout`).
+    pub header_timeout_secs: f64,
+    /// Seconds a keep-alive connection may sit idle between requests (default 30; closed as
+    /// `idle_timeout`).
+    pub idle_timeout_secs: f64,
+    /// Seconds allowed for reading a request body, on top of its size at
+    /// `body_min_bytes_per_sec` (default 10); a slower body is answered 408 and the
+    /// connection closed (`body_timeout`).
+    pub body_timeout_secs: f64,
+    /// The slowest body upload allowed, in bytes per second (default 1024).
+    pub body_min_bytes_per_sec: f64,
+    /// Seconds from a request's headers to its answer (default 120; closed as
+    /// `request_timeout`).
+    pub request_timeout_secs: f64,
+    /// Seconds for a TLS handshake (default 10; closed as `tls_handshake_timeout`).
+    pub tls_handshake_timeout_secs: f64,
+    /// Most open connections (default: the process's open-file limit, raised to its hard
+    /// limit at start, less 128 kept for the database and model files). At the limit, a new
+    /// connection makes the server close its oldest idle one (`evicted`); if none is idle,
+    /// the new one is closed (`connection_limit`).
+    pub max_connections: Option<usize>,
+    /// Most uploads read and checked at once (default 64); more are answered 503 with
+    /// `Retry-After`, which devices honour.
+    pub max_concurrent_uploads: usize,
+    /// Registrations one address may make per minute (default 30; burst the same).
+    pub register_per_address_per_minute: f64,
+    /// Check-ins one address may make per second (default 50; burst 2 s worth). Devices
+    /// behind one NAT share it.
+    pub checkin_per_address_per_second: f64,
+    /// Check-ins one device may make per second (default 2; burst 2 s worth).
+    pub checkin_per_device_per_second: f64,
+}
+
+impl Default for LimitsSection {
+    fn default() -> Self {
+        Self {
+            header_timeout_secs: 10.0,
+            idle_timeout_secs: 30.0,
+            body_timeout_secs: 10.0,
+            body_min_bytes_per_sec: 1024.0,
+            request_timeout_secs: 120.0,
+            tls_handshake_timeout_secs: 10.0,
+            max_connections: None,
+            max_concurrent_uploads: 64,
+            register_per_address_per_minute: 30.0,
+            checkin_per_address_per_second: 50.0,
+            checkin_per_device_per_second: 2.0,
+        }
+    }
+}
+
+/// `[enrolment]`: devices register only with an enrolment token the operator issued
+/// (`hush-host devices enrol`); the device token they get back expires.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct EnrolmentSection {
+    /// Days a device token stays valid after registration (default 365); an expired device
+    /// enrols again.
+    pub device_token_days: f64,
+}
+
+impl Default for EnrolmentSection {
+    fn default() -> Self {
+        Self {
+            device_token_days: 365.0,
+        }
+    }
+}
+
 impl FlConfig {
     /// A configuration with every default and `initial_model` set.
     pub fn with_model(initial_model: &Path, data_dir: &Path) -> Self {
@@ -356,6 +438,8 @@ impl FlConfig {
             local: LocalSection::default(),
             optimizer: OptimizerSection::default(),
             budget: BudgetSection::default(),
+            limits: LimitsSection::default(),
+            enrolment: EnrolmentSection::default(),
             seed: None,
         }
     }
@@ -520,6 +604,50 @@ impl FlConfig {
             )?;
         }
         self.optimizer.resolve()?;
+        let l = &self.limits;
+        for (key, v) in [
+            ("limits.header_timeout_secs", l.header_timeout_secs),
+            ("limits.idle_timeout_secs", l.idle_timeout_secs),
+            ("limits.body_timeout_secs", l.body_timeout_secs),
+            ("limits.body_min_bytes_per_sec", l.body_min_bytes_per_sec),
+            ("limits.request_timeout_secs", l.request_timeout_secs),
+            (
+                "limits.tls_handshake_timeout_secs",
+                l.tls_handshake_timeout_secs,
+            ),
+            (
+                "limits.register_per_address_per_minute",
+                l.register_per_address_per_minute,
+            ),
+            (
+                "limits.checkin_per_address_per_second",
+                l.checkin_per_address_per_second,
+            ),
+            (
+                "limits.checkin_per_device_per_second",
+                l.checkin_per_device_per_second,
+            ),
+            (
+                "enrolment.device_token_days",
+                self.enrolment.device_token_days,
+            ),
+        ] {
+            need(
+                v.is_finite() && v > 0.0 && v <= 1e9,
+                key,
+                format!("= {v}: must be a positive number"),
+            )?;
+        }
+        need(
+            l.max_connections.is_none_or(|n| n >= 2),
+            "limits.max_connections",
+            "must be at least 2".into(),
+        )?;
+        need(
+            l.max_concurrent_uploads > 0,
+            "limits.max_concurrent_uploads",
+            "must be > 0".into(),
+        )?;
         let b = &self.budget;
         need(
             b.epsilon.is_finite() && b.epsilon > 0.0,
@@ -579,6 +707,9 @@ mod tests {
         let text = include_str!("../../hush.example.toml");
         let cfg = FlConfig::from_toml(text).unwrap();
         assert!(cfg.dp.enabled);
+        // The values the example writes out are the defaults.
+        assert_eq!(cfg.limits, LimitsSection::default());
+        assert_eq!(cfg.enrolment, EnrolmentSection::default());
         assert_eq!(
             cfg.server.tls, None,
             "plain HTTP unless [server.tls] is given"

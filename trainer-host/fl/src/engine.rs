@@ -57,7 +57,7 @@ use hush_privacy::ledger::{
     totals, Authorization, Budget, Ledger, LedgerError, Mechanism, Release, ReleaseRecord,
     SealedRelease,
 };
-use rand::{Rng, SeedableRng};
+use rand::SeedableRng;
 use rand_chacha::ChaCha20Rng;
 use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
@@ -65,11 +65,12 @@ use tracing::{info, warn};
 
 use crate::aggregate::{Aggregator, CheckedUpdate, Rejection, UpdateValidator};
 use crate::clock::Clock;
+use crate::enrolment::random_token;
 use crate::fault;
 use crate::publish::ModelDirs;
 pub use crate::publish::OPTIMIZER_STATE;
 use crate::store::{
-    ModelVersionRow, ReleaseCommit, ReportRow, RoundOutcome, RoundRow, RoundState, Store,
+    ModelVersionRow, NewDevice, ReleaseCommit, ReportRow, RoundOutcome, RoundRow, RoundState, Store,
 };
 use crate::{FlConfig, FlError};
 
@@ -388,28 +389,85 @@ impl<S: Store, C: Clock> RoundEngine<S, C> {
         self.finished.as_deref()
     }
 
-    /// Registers a device: a fresh random token (returned once; only its hash is stored).
-    pub fn register(&mut self, label: &str) -> Result<RegisterResponse, FlError> {
-        let bytes: [u8; 32] = self.tokens.random();
-        let token: String = bytes.iter().map(|b| format!("{b:02x}")).collect();
+    /// Registers a device that presents an operator-issued `enrolment_token`
+    /// ([`crate::enrolment`]): a fresh random device token (returned once; only its hash is
+    /// stored) that expires after `enrolment.device_token_days`. `Ok(Err(_))` is a refusal
+    /// for the client (403: no, unknown, revoked, expired or used-up enrolment token).
+    pub fn register(
+        &mut self,
+        label: &str,
+        enrolment_token: &str,
+    ) -> Result<Result<RegisterResponse, Rejection>, FlError> {
+        if enrolment_token.is_empty() {
+            return Ok(Err(Rejection::new(
+                403,
+                "enrolment_required",
+                "registration needs an enrolment token issued by the operator \
+                 (`hush-host devices enrol`): send it as `enrolment_token`",
+            )));
+        }
+        let token = random_token("", &mut self.tokens);
         let now = self.clock.now_ms();
-        let device_id = self
-            .store_mut()
-            .register_device(label, &token_hash(&token), now)?;
-        info!(device_id, label, "device registered");
-        Ok(RegisterResponse { device_id, token })
+        let valid_ms = (self.cfg.enrolment.device_token_days * 86_400_000.0) as u64;
+        let expires_at_ms = now.saturating_add(valid_ms);
+        let device = NewDevice {
+            enrolment_hash: &token_hash(enrolment_token),
+            label,
+            token_hash: &token_hash(&token),
+            expires_at_ms,
+        };
+        match self.store_mut().enrol_device(&device, now)? {
+            Ok(device_id) => {
+                info!(device_id, label, "device registered");
+                Ok(Ok(RegisterResponse {
+                    device_id,
+                    token,
+                    expires_at_ms: Some(expires_at_ms),
+                }))
+            }
+            Err(refusal) => {
+                warn!(label, "registration refused: {refusal}");
+                Ok(Err(Rejection::new(
+                    403,
+                    "enrolment_refused",
+                    format!("{refusal}; ask the operator for a valid enrolment token"),
+                )))
+            }
+        }
     }
 
-    /// The device holding `token`, if any.
-    pub fn authenticate(&self, token: &str) -> Result<Option<u64>, FlError> {
-        Ok(self.store().device_by_token_hash(&token_hash(token))?)
+    /// Issues an enrolment token for `quota` devices, valid for `valid`, on this engine's
+    /// store and clock ([`crate::enrolment::issue`]).
+    pub fn issue_enrolment(
+        &mut self,
+        label: &str,
+        quota: u64,
+        valid: std::time::Duration,
+    ) -> Result<crate::enrolment::Issued, FlError> {
+        let now = self.clock.now_ms();
+        let valid_ms = u64::try_from(valid.as_millis()).unwrap_or(u64::MAX);
+        crate::enrolment::issue(self.store_mut(), label, quota, valid_ms, now)
+    }
+
+    /// The device holding `token`, or why the token is refused (unknown, revoked, expired).
+    pub fn authenticate(&self, token: &str) -> Result<Result<u64, &'static str>, FlError> {
+        let Some(device) = self.store().device_by_token_hash(&token_hash(token))? else {
+            return Ok(Err("unknown token"));
+        };
+        Ok(if device.revoked_at_ms.is_some() {
+            Err("the device token was revoked by the operator")
+        } else if !device.active(self.clock.now_ms()) {
+            Err("the device token has expired: register again with an enrolment token")
+        } else {
+            Ok(device.id)
+        })
     }
 
     fn try_open_round(&mut self) -> Result<(), FlError> {
         if self.open.is_some() || self.finished.is_some() {
             return Ok(());
         }
-        let (population, max_device_id) = self.store().devices()?;
+        let (population, max_device_id) = self.store().devices(self.clock.now_ms())?;
         if population < self.cfg.rounds.min_devices {
             return Ok(());
         }
@@ -748,6 +806,27 @@ impl<S: Store, C: Clock> RoundEngine<S, C> {
         Ok(self.store_mut().close_round(id, outcome, now)?)
     }
 
+    /// The host is stopping: the open round, if any, is abandoned now — recorded as such,
+    /// no release, no ε spent — rather than left for the next start to find. A release in
+    /// progress has already finished (it runs under the same `&mut self`).
+    pub fn stop(&mut self, why: &str) -> Result<(), FlError> {
+        let Some(open) = self.open.take() else {
+            return Ok(());
+        };
+        let id = open.row.id;
+        let outcome = abandoned(
+            format!(
+                "{why} while the round was open: its partial sum is dropped; no release, \
+                 no epsilon spent"
+            ),
+            open.selected,
+            open.agg.accepted(),
+            open.rejected,
+        );
+        info!(round = id, "round abandoned: {why}");
+        self.abandon(id, &outcome)
+    }
+
     fn close_round(&mut self, why: &str) -> Result<(), FlError> {
         let Some(open) = self.open.take() else {
             return Ok(());
@@ -1028,7 +1107,7 @@ impl<S: Store, C: Clock> RoundEngine<S, C> {
 
     /// `GET /v1/status`.
     pub fn status(&self) -> Result<StatusReport, FlError> {
-        let (devices, _) = self.store().devices()?;
+        let (devices, _) = self.store().devices(self.clock.now_ms())?;
         Ok(StatusReport {
             model_version: self.model_version,
             open_round: self.open.as_ref().map(|o| o.row.id),

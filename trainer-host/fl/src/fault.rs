@@ -5,7 +5,9 @@
 //! `fault-points` (never part of a default or release build; `hush-host`'s tests turn it
 //! on, and a test checks that `cargo build -p hush-host` resolves without it). With the
 //! feature, the environment variable `HUSH_FAULT_POINT=<name>` makes the process abort at
-//! the point of that name, with no destructor, flush or shutdown code running.
+//! the point of that name, with no destructor, flush or shutdown code running;
+//! `HUSH_FAULT_POINT=<name>:pause=<ms>` makes it stop there for that long instead and go
+//! on (so a test can signal the process while it is exactly there).
 //!
 //! The points of a release, in order ([`crate::engine`]): [`RELEASE_STAGING`] (some
 //! model files written, not synced), [`RELEASE_BEFORE_COMMIT`] (files synced, nothing
@@ -37,14 +39,28 @@ pub fn enabled() -> bool {
     cfg!(feature = "fault-points")
 }
 
-/// Aborts the process if `HUSH_FAULT_POINT` names `name` (only with the `fault-points`
-/// feature; otherwise nothing).
+/// Aborts the process if `HUSH_FAULT_POINT` names `name`, or pauses it there if it says
+/// `<name>:pause=<ms>` (only with the `fault-points` feature; otherwise nothing).
 #[inline]
 pub fn point(name: &str) {
     #[cfg(feature = "fault-points")]
-    if std::env::var(FAULT_POINT_ENV).is_ok_and(|v| v == name) {
-        eprintln!("hush: fault point {name} reached; aborting as {FAULT_POINT_ENV} asks");
-        std::process::abort();
+    if let Ok(v) = std::env::var(FAULT_POINT_ENV) {
+        let (point, action) = v.split_once(':').unwrap_or((&v, ""));
+        if point == name {
+            match action.strip_prefix("pause=").map(str::parse::<u64>) {
+                Some(Ok(ms)) => {
+                    eprintln!("hush: fault point {name} reached; pausing {ms} ms");
+                    std::thread::sleep(std::time::Duration::from_millis(ms));
+                    eprintln!("hush: fault point {name}: going on");
+                }
+                _ => {
+                    eprintln!(
+                        "hush: fault point {name} reached; aborting as {FAULT_POINT_ENV} asks"
+                    );
+                    std::process::abort();
+                }
+            }
+        }
     }
     #[cfg(not(feature = "fault-points"))]
     let _ = name;

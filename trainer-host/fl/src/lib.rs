@@ -7,6 +7,7 @@
 //!   server in `hush-server`, or an in-process simulator;
 //! - [`store`]: the durable state it needs, behind one synchronous trait ([`Store`];
 //!   `hush-store` implements it on SQLite);
+//! - [`enrolment`]: who may register (operator-issued enrolment tokens, revocation);
 //! - [`clock`]: time ([`SystemClock`], [`ManualClock`]);
 //! - [`aggregate`]: the per-upload checks and the order-free streaming sum;
 //! - [`publish`]: model versions on disk, staged and recovered after a crash;
@@ -24,6 +25,7 @@ pub mod aggregate;
 pub mod clock;
 pub mod config;
 pub mod engine;
+pub mod enrolment;
 pub mod fault;
 pub mod publish;
 pub mod store;
@@ -77,6 +79,9 @@ pub enum FlError {
     /// The listener could not be bound or the runtime failed.
     #[error("server: {0}")]
     Server(String),
+    /// An operator's enrolment command was refused (bad quota, unknown id).
+    #[error("{0}")]
+    Enrolment(String),
 }
 
 impl FlError {

@@ -160,6 +160,84 @@ pub struct ModelVersionRow {
     pub digest: String,
 }
 
+/// A registered device as the store keeps it (its token only as a hash).
+#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
+pub struct DeviceRow {
+    /// Device id (1, 2, …, never reused).
+    pub id: u64,
+    /// The label it registered with.
+    pub label: String,
+    /// Registration time (Unix ms).
+    pub registered_at_ms: u64,
+    /// The enrolment token it registered with (`None` for devices registered before
+    /// enrolment existed).
+    pub enrolment: Option<u64>,
+    /// When its token stops working (`None`: never, for devices registered before tokens
+    /// expired).
+    pub expires_at_ms: Option<u64>,
+    /// When the operator revoked it.
+    pub revoked_at_ms: Option<u64>,
+}
+
+impl DeviceRow {
+    /// Whether its token is accepted at `now_ms`.
+    pub fn active(&self, now_ms: u64) -> bool {
+        self.revoked_at_ms.is_none() && self.expires_at_ms.is_none_or(|e| now_ms < e)
+    }
+}
+
+/// An enrolment token the operator issued (kept only as a hash).
+#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
+pub struct EnrolmentRow {
+    /// Enrolment id.
+    pub id: u64,
+    /// What the operator called it.
+    pub label: String,
+    /// Devices it may register.
+    pub quota: u64,
+    /// Devices it has registered.
+    pub used: u64,
+    /// Issue time (Unix ms).
+    pub created_at_ms: u64,
+    /// After this no device registers with it (Unix ms).
+    pub expires_at_ms: u64,
+    /// When the operator revoked it.
+    pub revoked_at_ms: Option<u64>,
+}
+
+/// Why a registration was refused.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum EnrolRefusal {
+    /// No enrolment token has that hash.
+    #[error("the enrolment token is not one this host issued")]
+    Unknown,
+    /// The operator revoked it.
+    #[error("the enrolment token was revoked")]
+    Revoked,
+    /// Past its expiry.
+    #[error("the enrolment token has expired")]
+    Expired,
+    /// Every seat it had is taken.
+    #[error("the enrolment token's quota of {quota} devices is used up")]
+    QuotaUsed {
+        /// Its quota.
+        quota: u64,
+    },
+}
+
+/// A new device, as [`Store::enrol_device`] records it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct NewDevice<'a> {
+    /// SHA-256 hex of the enrolment token presented.
+    pub enrolment_hash: &'a str,
+    /// The device's label.
+    pub label: &'a str,
+    /// SHA-256 hex of the device token issued.
+    pub token_hash: &'a str,
+    /// When the device token expires (Unix ms).
+    pub expires_at_ms: u64,
+}
+
 /// Everything a release changes, committed together by [`Store::commit_release`].
 #[derive(Debug, Clone)]
 pub struct ReleaseCommit {
@@ -179,12 +257,36 @@ pub struct ReleaseCommit {
 pub trait Store: LedgerStore + Send {
     /// The cohort key: the stored one, or `fresh` stored now if there is none yet.
     fn cohort_key(&mut self, fresh: [u8; 32]) -> StoreResult<[u8; 32]>;
-    /// Adds a device; returns its id.
-    fn register_device(&mut self, label: &str, token_hash: &str, now_ms: u64) -> StoreResult<u64>;
-    /// The device holding the token with this hash.
-    fn device_by_token_hash(&self, token_hash: &str) -> StoreResult<Option<u64>>;
-    /// `(count, highest id)` of registered devices.
-    fn devices(&self) -> StoreResult<(u64, u64)>;
+    /// Issues an enrolment token (stored as its hash) for `quota` devices until
+    /// `expires_at_ms`; returns its id.
+    fn add_enrolment(
+        &mut self,
+        token_hash: &str,
+        label: &str,
+        quota: u64,
+        expires_at_ms: u64,
+        now_ms: u64,
+    ) -> StoreResult<u64>;
+    /// One transaction: checks the enrolment token (known, not revoked, not expired, a seat
+    /// left), takes a seat and adds the device. Returns its id, or why not.
+    fn enrol_device(
+        &mut self,
+        device: &NewDevice<'_>,
+        now_ms: u64,
+    ) -> StoreResult<Result<u64, EnrolRefusal>>;
+    /// The device holding the token with this hash (revoked and expired ones too).
+    fn device_by_token_hash(&self, token_hash: &str) -> StoreResult<Option<DeviceRow>>;
+    /// `(count, highest id)` of the devices active at `now_ms` (not revoked, not expired).
+    fn devices(&self, now_ms: u64) -> StoreResult<(u64, u64)>;
+    /// Every device, by id.
+    fn device_list(&self) -> StoreResult<Vec<DeviceRow>>;
+    /// Every enrolment token, by id.
+    fn enrolments(&self) -> StoreResult<Vec<EnrolmentRow>>;
+    /// Revokes device `id`'s token; `false` if there is no such device or it was revoked.
+    fn revoke_device(&mut self, id: u64, now_ms: u64) -> StoreResult<bool>;
+    /// Revokes enrolment token `id` (its devices keep theirs); `false` if there is none or
+    /// it was revoked.
+    fn revoke_enrolment(&mut self, id: u64, now_ms: u64) -> StoreResult<bool>;
     /// Inserts a newly opened round.
     fn insert_round(&mut self, round: &RoundRow) -> StoreResult<()>;
     /// Every round, by id.

@@ -331,8 +331,18 @@ pub fn simulate(
             host_cfg.budget.epsilon, host_cfg.budget.delta, host_cfg.budget.accountant
         ));
     }
+    // The whole fleet shares one address (loopback): per-address limits would throttle it
+    // as one device behind a NAT; per-device limits still apply.
+    host_cfg.limits.register_per_address_per_minute = 1e6;
+    host_cfg.limits.checkin_per_address_per_second = 1e6;
     let host = start_host(host_cfg.clone())?;
     log(&format!("host listening on {}", host.url()));
+    // The operator enrols exactly the simulated fleet.
+    let enrolment = host.enrol(
+        "simulation",
+        train.len() as u64,
+        Duration::from_secs(86_400),
+    )?;
 
     // Devices register in speaker order before any of them starts: device ids key the
     // cohort draws, so each id must be the same speaker in every run of a seed.
@@ -343,7 +353,7 @@ pub fn simulate(
         let state = DeviceState::open(&cfg.out.join("devices").join(format!("device-{i:03}")))
             .map_err(device)?;
         let r = anonymous
-            .register(&format!("sim-{speaker}"))
+            .register(&format!("sim-{speaker}"), &enrolment)
             .map_err(device)?;
         state
             .save_identity(&DeviceIdentity {

@@ -1,39 +1,62 @@
 //! The round server: the federated round engine ([`hush_fl::RoundEngine`]) over HTTP
-//! (axum) or HTTPS ([`tls`], rustls), on the SQLite store ([`hush_store::SqliteStore`]),
-//! and [`start_host`] / [`HostHandle`] for the CLI, the demo and tests.
+//! or HTTPS ([`tls`], rustls), on the SQLite store ([`hush_store::SqliteStore`]), and
+//! [`start_host`] / [`HostHandle`] for the CLI, the demo and tests.
 //!
-//! Endpoints are those of [`hush_device::protocol`]. Every error is an HTTP status with a
-//! JSON [`ApiError`] body: `unauthorized` (401: missing or unknown bearer token),
-//! `too_large` (413: checked from `Content-Length` before reading, and while reading),
+//! Connections are accepted and timed by [`conn`] (header, idle, request and TLS handshake
+//! timeouts; a connection limit that evicts idle sockets first), counted in [`metrics`],
+//! and rate-limited per address and per device by [`ratelimit`]. Endpoints are those of
+//! [`hush_device::protocol`], plus `GET /metrics` (Prometheus); `/v1/status` and
+//! `/metrics` need the operator token (`<data_dir>/operator.token`, written at first
+//! start), everything else a device token, and registration an enrolment token
+//! ([`hush_fl::enrolment`]).
+//!
+//! Every error is an HTTP status with a JSON [`ApiError`] body: `unauthorized` (401),
+//! `enrolment_required` / `enrolment_refused` (403), `too_large` (413: checked from
+//! `Content-Length` before reading, and while reading), `body_timeout` (408: a body slower
+//! than `limits.body_min_bytes_per_sec`; the connection is closed), `rate_limited` (429)
+//! and `busy` (503, too many uploads at once) — both with `Retry-After` —,
 //! `malformed` / `bad_checksum` / `invalid_update` / `bad_path` (400), `not_found` (404),
 //! `method_not_allowed` (405), the upload refusals of [`hush_fl::aggregate`], and `internal`
-//! (500). Handlers never unwrap request data; work on the shared state runs on blocking
-//! threads, and a panic there becomes a 500, not a dead server. An upload is decoded and
-//! its norms checked ([`hush_fl::aggregate::UpdateValidator`]) before the engine's lock is
-//! taken, so uploads are checked in parallel.
+//! (500, a host failure). Handlers never unwrap request data; work on the engine runs on
+//! blocking threads, and a panic there becomes a 500, not a dead server. An upload is
+//! decoded and its norms checked ([`hush_fl::aggregate::UpdateValidator`]) before the
+//! engine's lock is taken, so uploads are checked in parallel.
 
+pub mod conn;
+pub mod metrics;
+pub mod ratelimit;
 pub mod tls;
 
-use std::net::SocketAddr;
-use std::path::PathBuf;
+use std::net::{IpAddr, SocketAddr};
+use std::path::{Path as FsPath, PathBuf};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
 use axum::body::{to_bytes, Body, Bytes};
 use axum::extract::rejection::PathRejection;
-use axum::extract::{Path, State};
-use axum::http::{header, HeaderMap, StatusCode};
+use axum::extract::{Path, Request, State};
+use axum::http::{header, HeaderMap, HeaderValue, StatusCode};
+use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
-use axum::{Json, Router};
+use axum::{Extension, Json, Router};
 use hush_device::protocol::{
     ApiError, CheckInRequest, ProtocolError, RegisterRequest, StatusReport, CHECKSUM_HEADER,
 };
 use hush_fl::aggregate::{Rejection, UpdateValidator};
+use hush_fl::config::LimitsSection;
+use hush_fl::engine::token_hash;
+use hush_fl::enrolment::random_token;
 use hush_fl::{FlConfig, FlError, RoundEngine, RoundLog, SystemClock};
 use hush_store::{SqliteStore, DB_FILE};
+use rand::SeedableRng;
 use serde::de::DeserializeOwned;
+use tokio::sync::Semaphore;
 use tracing::{info, warn};
+
+use crate::conn::{ConnLimits, PeerAddr};
+use crate::metrics::Metrics;
+use crate::ratelimit::RateLimiter;
 
 /// The engine as the server runs it: the SQLite store and the system clock.
 pub type HostEngine = RoundEngine<SqliteStore, SystemClock>;
@@ -42,10 +65,21 @@ pub type HostEngine = RoundEngine<SqliteStore, SystemClock>;
 const MAX_JSON_BYTES: usize = 64 * 1024;
 /// Longest device label kept.
 const MAX_LABEL_CHARS: usize = 256;
+/// The operator token's file in the data directory.
+pub const OPERATOR_TOKEN_FILE: &str = "operator.token";
+/// Descriptors kept free of connections (database, WAL, model files, the listener).
+const RESERVED_FDS: usize = 128;
 
 struct Shared {
     mgr: Mutex<HostEngine>,
     validator: Arc<UpdateValidator>,
+    metrics: Arc<Metrics>,
+    limits: LimitsSection,
+    uploads: Arc<Semaphore>,
+    register_per_address: RateLimiter<IpAddr>,
+    checkin_per_address: RateLimiter<IpAddr>,
+    checkin_per_device: RateLimiter<u64>,
+    operator_token_hash: String,
 }
 
 impl Shared {
@@ -58,15 +92,30 @@ impl Shared {
 
 type AppState = Arc<Shared>;
 
+/// The JSON error code of a response, for the refusal counter.
+#[derive(Clone)]
+struct ErrorCode(String);
+
 fn api_error(status: StatusCode, code: &str, error: impl Into<String>) -> Response {
-    (
+    let mut resp = (
         status,
         Json(ApiError {
             code: code.into(),
             error: error.into(),
         }),
     )
-        .into_response()
+        .into_response();
+    resp.extensions_mut().insert(ErrorCode(code.to_string()));
+    resp
+}
+
+/// 429 or 503 with `Retry-After` (whole seconds, at least 1).
+fn retry_later(status: StatusCode, code: &str, error: String, wait: Duration) -> Response {
+    let mut resp = api_error(status, code, error);
+    let secs = wait.as_secs_f64().ceil().max(1.0) as u64;
+    resp.headers_mut()
+        .insert(header::RETRY_AFTER, HeaderValue::from(secs));
+    resp
 }
 
 fn internal(e: impl std::fmt::Display) -> Response {
@@ -77,6 +126,15 @@ fn internal(e: impl std::fmt::Display) -> Response {
 fn rejection(r: Rejection) -> Response {
     let status = StatusCode::from_u16(r.status).unwrap_or(StatusCode::BAD_REQUEST);
     api_error(status, r.code, r.error)
+}
+
+/// Counts every JSON error by its code (the `hush_requests_refused_total` metric).
+async fn count_refusals(State(state): State<AppState>, req: Request, next: Next) -> Response {
+    let resp = next.run(req).await;
+    if let Some(ErrorCode(code)) = resp.extensions().get::<ErrorCode>() {
+        state.metrics.refused(code);
+    }
+    resp
 }
 
 /// Runs `f` on the manager on a blocking thread.
@@ -92,31 +150,55 @@ async fn with_mgr<T: Send + 'static>(
     }
 }
 
-async fn authenticate(state: &AppState, headers: &HeaderMap) -> Result<u64, Response> {
-    let unauthorized = |why: &str| {
-        api_error(
-            StatusCode::UNAUTHORIZED,
-            "unauthorized",
-            format!("{why}; send `Authorization: Bearer <token>` with the token from registration"),
-        )
-    };
-    let Some(value) = headers.get(header::AUTHORIZATION) else {
-        return Err(unauthorized("missing Authorization header"));
-    };
-    let token = value
+fn unauthorized(why: &str, which: &str) -> Response {
+    api_error(
+        StatusCode::UNAUTHORIZED,
+        "unauthorized",
+        format!("{why}; send `Authorization: Bearer <token>` with {which}"),
+    )
+}
+
+/// The bearer token of `headers`, if well-formed.
+fn bearer(headers: &HeaderMap) -> Result<String, &'static str> {
+    let value = headers
+        .get(header::AUTHORIZATION)
+        .ok_or("missing Authorization header")?;
+    value
         .to_str()
         .ok()
         .and_then(|v| v.strip_prefix("Bearer "))
         .map(str::trim)
         .filter(|t| !t.is_empty() && t.len() <= 256)
-        .map(str::to_string);
-    let Some(token) = token else {
-        return Err(unauthorized("Authorization header is not `Bearer <token>`"));
-    };
+        .map(str::to_string)
+        .ok_or("Authorization header is not `Bearer <token>`")
+}
+
+async fn authenticate(state: &AppState, headers: &HeaderMap) -> Result<u64, Response> {
+    const WHICH: &str = "the token from registration";
+    let token = bearer(headers).map_err(|why| unauthorized(why, WHICH))?;
     match with_mgr(state, move |m| m.authenticate(&token)).await? {
-        Some(id) => Ok(id),
-        None => Err(unauthorized("unknown token")),
+        Ok(id) => Ok(id),
+        Err(why) => Err(unauthorized(why, WHICH)),
     }
+}
+
+/// Only the operator (`/v1/status`, `/metrics`): the refusal for anyone else.
+fn refuse_unless_operator(state: &AppState, headers: &HeaderMap) -> Option<Response> {
+    const WHICH: &str = "the operator token (the host's data directory, `operator.token`)";
+    match bearer(headers) {
+        Err(why) => Some(unauthorized(why, WHICH)),
+        Ok(token) if token_hash(&token) == state.operator_token_hash => None,
+        Ok(_) => Some(unauthorized("not the operator token", WHICH)),
+    }
+}
+
+fn rate_limited(what: &str, wait: Duration) -> Response {
+    retry_later(
+        StatusCode::TOO_MANY_REQUESTS,
+        "rate_limited",
+        format!("too many {what}; retry after the time in Retry-After"),
+        wait,
+    )
 }
 
 fn content_length(headers: &HeaderMap) -> Option<u64> {
@@ -130,8 +212,14 @@ fn content_length(headers: &HeaderMap) -> Option<u64> {
 }
 
 /// Reads a body of at most `limit` bytes: 413 from `Content-Length` before reading, or as
-/// soon as the stream passes the limit.
-async fn read_body(headers: &HeaderMap, body: Body, limit: usize) -> Result<Bytes, Response> {
+/// soon as the stream passes the limit; 408 (and the connection closed) if it arrives
+/// slower than `limits.body_min_bytes_per_sec` after `limits.body_timeout_secs` of grace.
+async fn read_body(
+    state: &AppState,
+    headers: &HeaderMap,
+    body: Body,
+    limit: usize,
+) -> Result<Bytes, Response> {
     let too_large = |got: String| {
         api_error(
             StatusCode::PAYLOAD_TOO_LARGE,
@@ -139,26 +227,52 @@ async fn read_body(headers: &HeaderMap, body: Body, limit: usize) -> Result<Byte
             format!("body is {got} bytes; the limit is {limit}"),
         )
     };
-    if let Some(n) = content_length(headers) {
+    let declared = content_length(headers);
+    if let Some(n) = declared {
         if n > limit as u64 {
             return Err(too_large(n.to_string()));
         }
     }
-    to_bytes(body, limit).await.map_err(|e| {
-        if e.to_string().contains("length limit") {
-            too_large(format!("more than {limit}"))
-        } else {
-            api_error(
-                StatusCode::BAD_REQUEST,
-                "incomplete_body",
-                format!("the body could not be read: {e}"),
-            )
+    let l = &state.limits;
+    let expected = declared.unwrap_or(limit as u64) as f64;
+    let allowed =
+        Duration::from_secs_f64(l.body_timeout_secs + expected / l.body_min_bytes_per_sec);
+    match tokio::time::timeout(allowed, to_bytes(body, limit)).await {
+        Ok(Ok(bytes)) => Ok(bytes),
+        Ok(Err(e)) if e.to_string().contains("length limit") => {
+            Err(too_large(format!("more than {limit}")))
         }
-    })
+        Ok(Err(e)) => Err(api_error(
+            StatusCode::BAD_REQUEST,
+            "incomplete_body",
+            format!("the body could not be read: {e}"),
+        )),
+        Err(_) => {
+            state.metrics.connection_closed(conn::reason::BODY);
+            let mut resp = api_error(
+                StatusCode::REQUEST_TIMEOUT,
+                "body_timeout",
+                format!(
+                    "the body did not arrive within {:.1} s (limits.body_timeout_secs plus \
+                     its size at limits.body_min_bytes_per_sec = {} B/s); closing the \
+                     connection",
+                    allowed.as_secs_f64(),
+                    l.body_min_bytes_per_sec
+                ),
+            );
+            resp.headers_mut()
+                .insert(header::CONNECTION, HeaderValue::from_static("close"));
+            Err(resp)
+        }
+    }
 }
 
-async fn read_json<T: DeserializeOwned>(headers: &HeaderMap, body: Body) -> Result<T, Response> {
-    let bytes = read_body(headers, body, MAX_JSON_BYTES).await?;
+async fn read_json<T: DeserializeOwned>(
+    state: &AppState,
+    headers: &HeaderMap,
+    body: Body,
+) -> Result<T, Response> {
+    let bytes = read_body(state, headers, body, MAX_JSON_BYTES).await?;
     serde_json::from_slice(&bytes).map_err(|e| {
         api_error(
             StatusCode::BAD_REQUEST,
@@ -171,31 +285,55 @@ async fn read_json<T: DeserializeOwned>(headers: &HeaderMap, body: Body) -> Resu
     })
 }
 
-async fn register(State(state): State<AppState>, headers: HeaderMap, body: Body) -> Response {
-    let req: RegisterRequest = match read_json(&headers, body).await {
+async fn register(
+    State(state): State<AppState>,
+    Extension(PeerAddr(peer)): Extension<PeerAddr>,
+    headers: HeaderMap,
+    body: Body,
+) -> Response {
+    if let Err(wait) = state.register_per_address.check(&peer.ip()) {
+        return rate_limited("registrations from this address", wait);
+    }
+    let req: RegisterRequest = match read_json(&state, &headers, body).await {
         Ok(r) => r,
         Err(resp) => return resp,
     };
     let label: String = req.label.chars().take(MAX_LABEL_CHARS).collect();
-    match with_mgr(&state, move |m| m.register(&label)).await {
-        Ok(r) => (StatusCode::OK, Json(r)).into_response(),
+    let enrolment = req.enrolment_token;
+    match with_mgr(&state, move |m| m.register(&label, &enrolment)).await {
+        Ok(Ok(r)) => (StatusCode::OK, Json(r)).into_response(),
+        Ok(Err(rej)) => rejection(rej),
         Err(resp) => resp,
     }
 }
 
-async fn check_in(State(state): State<AppState>, headers: HeaderMap, body: Body) -> Response {
+async fn check_in(
+    State(state): State<AppState>,
+    Extension(PeerAddr(peer)): Extension<PeerAddr>,
+    headers: HeaderMap,
+    body: Body,
+) -> Response {
+    let started = Instant::now();
+    if let Err(wait) = state.checkin_per_address.check(&peer.ip()) {
+        return rate_limited("check-ins from this address", wait);
+    }
     let device = match authenticate(&state, &headers).await {
         Ok(d) => d,
         Err(resp) => return resp,
     };
-    let req: CheckInRequest = match read_json(&headers, body).await {
+    if let Err(wait) = state.checkin_per_device.check(&device) {
+        return rate_limited("check-ins from this device", wait);
+    }
+    let req: CheckInRequest = match read_json(&state, &headers, body).await {
         Ok(r) => r,
         Err(resp) => return resp,
     };
-    match with_mgr(&state, move |m| m.check_in(device, &req)).await {
+    let resp = match with_mgr(&state, move |m| m.check_in(device, &req)).await {
         Ok(a) => (StatusCode::OK, Json(a)).into_response(),
         Err(resp) => resp,
-    }
+    };
+    state.metrics.checkin.observe(started.elapsed());
+    resp
 }
 
 fn protocol_error(e: ProtocolError) -> Response {
@@ -214,6 +352,7 @@ async fn upload(
     headers: HeaderMap,
     body: Body,
 ) -> Response {
+    let started = Instant::now();
     let device = match authenticate(&state, &headers).await {
         Ok(d) => d,
         Err(resp) => return resp,
@@ -228,7 +367,20 @@ async fn upload(
             )
         }
     };
-    let bytes = match read_body(&headers, body, state.validator.limits.max_bytes).await {
+    // Back-pressure: a bounded number of bodies in memory and decoders running.
+    let Ok(_permit) = state.uploads.clone().try_acquire_owned() else {
+        return retry_later(
+            StatusCode::SERVICE_UNAVAILABLE,
+            "busy",
+            format!(
+                "{} uploads are being read already (limits.max_concurrent_uploads); retry \
+                 after the time in Retry-After",
+                state.limits.max_concurrent_uploads
+            ),
+            Duration::from_secs(1),
+        );
+    };
+    let bytes = match read_body(&state, &headers, body, state.validator.limits.max_bytes).await {
         Ok(b) => b,
         Err(resp) => return resp,
     };
@@ -255,11 +407,16 @@ async fn upload(
         Ok(Err(e)) => return protocol_error(e),
         Err(e) => return internal(format!("decoding failed: {e}")),
     };
-    match with_mgr(&state, move |m| m.accept(device, round, update)).await {
-        Ok(Ok(receipt)) => (StatusCode::OK, Json(receipt)).into_response(),
+    let resp = match with_mgr(&state, move |m| m.accept(device, round, update)).await {
+        Ok(Ok(receipt)) => {
+            state.metrics.upload_accepted();
+            (StatusCode::OK, Json(receipt)).into_response()
+        }
         Ok(Err(rej)) => rejection(rej),
         Err(resp) => resp,
-    }
+    };
+    state.metrics.upload.observe(started.elapsed());
+    resp
 }
 
 async fn model_file(
@@ -321,9 +478,26 @@ async fn model_file(
     }
 }
 
-async fn status(State(state): State<AppState>) -> Response {
+async fn status(State(state): State<AppState>, headers: HeaderMap) -> Response {
+    if let Some(refused) = refuse_unless_operator(&state, &headers) {
+        return refused;
+    }
     match with_mgr(&state, |m| m.status()).await {
         Ok(s) => (StatusCode::OK, Json(s)).into_response(),
+        Err(resp) => resp,
+    }
+}
+
+async fn metrics(State(state): State<AppState>, headers: HeaderMap) -> Response {
+    if let Some(refused) = refuse_unless_operator(&state, &headers) {
+        return refused;
+    }
+    match with_mgr(&state, |m| Ok((m.status()?, m.round_log()?))).await {
+        Ok((status, rounds)) => (
+            [(header::CONTENT_TYPE, "text/plain; version=0.0.4")],
+            state.metrics.render(&status, &rounds),
+        )
+            .into_response(),
         Err(resp) => resp,
     }
 }
@@ -351,43 +525,103 @@ fn router(state: AppState) -> Router {
         .route("/v1/models/{version}/{file}", get(model_file))
         .route("/v1/rounds/{round}/update", post(upload))
         .route("/v1/status", get(status))
+        .route("/metrics", get(metrics))
         .fallback(not_found)
         .method_not_allowed_fallback(method_not_allowed)
+        .layer(axum::middleware::from_fn_with_state(
+            state.clone(),
+            count_refusals,
+        ))
         .with_state(state)
 }
 
-/// Serves `app` on `listener` until `shutdown` resolves: plain HTTP with axum, or HTTPS
-/// through rustls when `tls` is set. In-flight requests finish either way.
-async fn serve(
-    listener: std::net::TcpListener,
-    app: Router,
-    tls: Option<Arc<rustls::ServerConfig>>,
-    shutdown: impl std::future::Future<Output = ()> + Send + 'static,
-) -> Result<(), FlError> {
-    let failed = |e: std::io::Error| FlError::Server(format!("serve: {e}"));
-    match tls {
-        None => {
-            let listener = tokio::net::TcpListener::from_std(listener).map_err(failed)?;
-            axum::serve(listener, app)
-                .with_graceful_shutdown(shutdown)
-                .await
-                .map_err(failed)
+/// The operator token: read from `<data_dir>/operator.token`, or made and written there
+/// (owner-only, via a temporary file and a rename) on first start.
+fn operator_token(data_dir: &FsPath) -> Result<String, FlError> {
+    let path = data_dir.join(OPERATOR_TOKEN_FILE);
+    match std::fs::read_to_string(&path) {
+        Ok(t) if !t.trim().is_empty() => return Ok(t.trim().to_string()),
+        Ok(_) => {}
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+        Err(e) => return Err(FlError::Io { path, source: e }),
+    }
+    let token = random_token("hush-op-", &mut rand_chacha::ChaCha20Rng::from_os_rng());
+    let tmp = data_dir.join(format!("{OPERATOR_TOKEN_FILE}.tmp"));
+    {
+        use std::io::Write;
+        let mut opts = std::fs::OpenOptions::new();
+        opts.write(true).create(true).truncate(true);
+        #[cfg(unix)]
+        std::os::unix::fs::OpenOptionsExt::mode(&mut opts, 0o600);
+        let mut f = opts.open(&tmp).map_err(FlError::io(&tmp))?;
+        writeln!(f, "{token}").map_err(FlError::io(&tmp))?;
+        f.sync_all().map_err(FlError::io(&tmp))?;
+    }
+    std::fs::rename(&tmp, &path).map_err(FlError::io(&path))?;
+    info!(path = %path.display(), "operator token written");
+    Ok(token)
+}
+
+/// Raises this process's soft open-file limit to its hard limit and returns the soft
+/// limit now in force (`None` where it cannot be read).
+fn raise_open_file_limit() -> Option<usize> {
+    #[cfg(unix)]
+    {
+        let mut lim = libc::rlimit {
+            rlim_cur: 0,
+            rlim_max: 0,
+        };
+        // SAFETY: getrlimit and setrlimit only read and write the struct passed to them.
+        #[allow(unsafe_code)]
+        unsafe {
+            if libc::getrlimit(libc::RLIMIT_NOFILE, &mut lim) != 0 {
+                return None;
+            }
+            if lim.rlim_cur < lim.rlim_max {
+                let raised = libc::rlimit {
+                    rlim_cur: lim.rlim_max,
+                    rlim_max: lim.rlim_max,
+                };
+                if libc::setrlimit(libc::RLIMIT_NOFILE, &raised) == 0 {
+                    lim = raised;
+                }
+            }
         }
-        Some(config) => {
-            let handle = axum_server::Handle::new();
-            let stopper = handle.clone();
-            tokio::spawn(async move {
-                shutdown.await;
-                stopper.graceful_shutdown(Some(Duration::from_secs(5)));
-            });
-            let config = axum_server::tls_rustls::RustlsConfig::from_config(config);
-            axum_server::tls_rustls::from_tcp_rustls(listener, config)
-                .map_err(failed)?
-                .handle(handle)
-                .serve(app.into_make_service())
-                .await
-                .map_err(failed)
-        }
+        Some(usize::try_from(lim.rlim_cur).unwrap_or(usize::MAX))
+    }
+    #[cfg(not(unix))]
+    {
+        None
+    }
+}
+
+/// The connection limit: `limits.max_connections`, or what the open-file limit allows;
+/// an explicit value the limit cannot hold is an error naming the key.
+fn connection_limit(limits: &LimitsSection) -> Result<usize, FlError> {
+    let fds = raise_open_file_limit();
+    let room = fds.map(|n| n.saturating_sub(RESERVED_FDS).max(2));
+    match (limits.max_connections, room) {
+        (Some(n), Some(room)) if n > room => Err(FlError::config(
+            "limits.max_connections",
+            &format!(
+                "= {n}, but the open-file limit ({}) leaves room for {room} connections \
+                 beside {RESERVED_FDS} descriptors for files; raise `ulimit -n` or lower it",
+                fds.unwrap_or(0)
+            ),
+        )),
+        (Some(n), _) => Ok(n),
+        (None, Some(room)) => Ok(room),
+        (None, None) => Ok(1024 - RESERVED_FDS),
+    }
+}
+
+fn conn_limits(l: &LimitsSection, max_connections: usize) -> ConnLimits {
+    ConnLimits {
+        header_timeout: Duration::from_secs_f64(l.header_timeout_secs),
+        idle_timeout: Duration::from_secs_f64(l.idle_timeout_secs),
+        request_timeout: Duration::from_secs_f64(l.request_timeout_secs),
+        tls_handshake_timeout: Duration::from_secs_f64(l.tls_handshake_timeout_secs),
+        max_connections,
     }
 }
 
@@ -423,8 +657,9 @@ pub struct HostHandle {
     /// The bound address (the real port when the config asked for port 0).
     pub addr: SocketAddr,
     https: bool,
+    operator_token: String,
     shared: AppState,
-    shutdown: Option<tokio::sync::oneshot::Sender<()>>,
+    shutdown: Option<tokio::sync::watch::Sender<bool>>,
     thread: Option<std::thread::JoinHandle<Result<(), FlError>>>,
 }
 
@@ -440,14 +675,33 @@ pub fn start_host(config: FlConfig) -> Result<HostHandle, FlError> {
         .map(tls::server_config)
         .transpose()?;
     let tick = Duration::from_millis(config.server.tick_ms);
+    let limits = config.limits.clone();
+    let max_connections = connection_limit(&limits)?;
     let data = &config.server.data_dir;
     std::fs::create_dir_all(data).map_err(FlError::io(data))?;
+    let operator = operator_token(data)?;
     let store = SqliteStore::open(&data.join(DB_FILE))?;
     let mgr = RoundEngine::open(config, store, SystemClock)?;
     let validator = mgr.validator();
     let shared = Arc::new(Shared {
         mgr: Mutex::new(mgr),
         validator,
+        metrics: Arc::new(Metrics::default()),
+        uploads: Arc::new(Semaphore::new(limits.max_concurrent_uploads)),
+        register_per_address: RateLimiter::new(
+            limits.register_per_address_per_minute / 60.0,
+            limits.register_per_address_per_minute,
+        ),
+        checkin_per_address: RateLimiter::new(
+            limits.checkin_per_address_per_second,
+            2.0 * limits.checkin_per_address_per_second,
+        ),
+        checkin_per_device: RateLimiter::new(
+            limits.checkin_per_device_per_second,
+            2.0 * limits.checkin_per_device_per_second,
+        ),
+        operator_token_hash: token_hash(&operator),
+        limits,
     });
     let listener = std::net::TcpListener::bind(addr)
         .map_err(|e| FlError::Server(format!("bind {addr}: {e}")))?;
@@ -464,7 +718,7 @@ pub fn start_host(config: FlConfig) -> Result<HostHandle, FlError> {
         .build()
         .map_err(|e| FlError::Server(format!("tokio runtime: {e}")))?;
     let https = tls.is_some();
-    let (tx, rx) = tokio::sync::oneshot::channel::<()>();
+    let (tx, rx) = tokio::sync::watch::channel(false);
     let state = shared.clone();
     let thread = std::thread::Builder::new()
         .name("hush-host-server".into())
@@ -480,14 +734,21 @@ pub fn start_host(config: FlConfig) -> Result<HostHandle, FlError> {
                         }
                     }
                 });
-                info!(addr = %local, tls = tls.is_some(), "hush host listening");
-                let served = serve(listener, router(state), tls, async {
-                    let _ = rx.await;
-                })
-                .await;
+                info!(addr = %local, tls = tls.is_some(), max_connections, "hush host listening");
+                let listener = tokio::net::TcpListener::from_std(listener)
+                    .map_err(|e| FlError::Server(format!("listener: {e}")))?;
+                let serving = conn::Serving {
+                    app: router(state.clone()),
+                    tls,
+                    limits: conn_limits(&state.limits, max_connections),
+                    metrics: state.metrics.clone(),
+                };
+                conn::serve(listener, serving, rx, Duration::from_secs(10)).await;
                 ticker.abort();
-                served.map_err(|e| FlError::Server(format!("serve: {e}")))
+                Ok::<(), FlError>(())
             })?;
+            // Requests still on blocking threads (a release among them) hold the engine's
+            // lock; `stop` takes it after this returns, so they finish first.
             rt.shutdown_timeout(Duration::from_secs(5));
             Ok(())
         })
@@ -495,6 +756,7 @@ pub fn start_host(config: FlConfig) -> Result<HostHandle, FlError> {
     Ok(HostHandle {
         addr: local,
         https,
+        operator_token: operator,
         shared,
         shutdown: Some(tx),
         thread: Some(thread),
@@ -512,23 +774,44 @@ impl HostHandle {
         }
     }
 
-    /// Stops serving (in-flight requests finish) and waits for the server thread. An open
-    /// round is left open in the store, exactly as if the process had been killed: the
-    /// next start from the same data directory abandons it.
+    /// The operator token (`/v1/status`, `/metrics`).
+    pub fn operator_token(&self) -> &str {
+        &self.operator_token
+    }
+
+    /// The server's counters.
+    pub fn metrics(&self) -> &Metrics {
+        &self.shared.metrics
+    }
+
+    /// Issues an enrolment token for `quota` devices, valid for `valid` (what
+    /// `hush-host devices enrol` does, on the running host's store).
+    pub fn enrol(&self, label: &str, quota: u64, valid: Duration) -> Result<String, FlError> {
+        let mut engine = self.shared.lock();
+        Ok(engine.issue_enrolment(label, quota, valid)?.token)
+    }
+
+    /// Stops accepting, lets in-flight requests finish (a release among them), waits for
+    /// the server thread, then abandons the open round, if any (recorded: no release, no
+    /// ε spent). A restart from the same data directory carries on.
     pub fn shutdown(mut self) -> Result<(), FlError> {
         self.stop()
     }
 
     fn stop(&mut self) -> Result<(), FlError> {
-        if let Some(tx) = self.shutdown.take() {
-            let _ = tx.send(());
-        }
-        match self.thread.take() {
+        let Some(tx) = self.shutdown.take() else {
+            return Ok(());
+        };
+        let _ = tx.send(true);
+        let served = match self.thread.take() {
             Some(t) => t
                 .join()
                 .map_err(|_| FlError::Server("the server thread panicked".into()))?,
             None => Ok(()),
-        }
+        };
+        // The lock waits for any request still running on a blocking thread.
+        self.shared.lock().stop("the host stopped")?;
+        served
     }
 
     /// Whether training has finished (rounds done, budget exhausted or a failed publish).

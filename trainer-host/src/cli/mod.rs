@@ -4,6 +4,7 @@
 pub mod audit;
 pub mod corpus;
 pub mod demo;
+pub mod devices;
 pub mod experiment;
 pub mod export;
 pub mod pate;

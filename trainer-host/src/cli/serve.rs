@@ -16,18 +16,32 @@ pub struct ServeArgs {
     /// Override `server.listen`.
     #[arg(long)]
     pub listen: Option<String>,
+    /// Log lines as `text` or as one JSON object per line (`json`, for log collectors).
+    /// The level is set by `RUST_LOG` (default `info`).
+    #[arg(long, value_enum, default_value = "text")]
+    pub log_format: LogFormat,
+}
+
+/// How log lines are written.
+#[derive(Clone, Copy, clap::ValueEnum)]
+pub enum LogFormat {
+    /// Human-readable lines.
+    Text,
+    /// One JSON object per line.
+    Json,
 }
 
 /// Loads the config, starts the host and serves until SIGTERM or Ctrl-C, then stops
-/// accepting, lets in-flight requests (a release among them) finish and exits 0; an open
-/// round is left for the next start to abandon (no release, no ε).
+/// accepting, lets in-flight requests (a release among them) finish, abandons the open
+/// round (no release, no ε) and exits 0.
 pub fn run(args: ServeArgs) -> anyhow::Result<()> {
-    let _ = tracing_subscriber::fmt()
-        .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_default_env()
-                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info")),
-        )
-        .try_init();
+    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
+    let logs = tracing_subscriber::fmt().with_env_filter(filter);
+    let _ = match args.log_format {
+        LogFormat::Text => logs.try_init(),
+        LogFormat::Json => logs.json().try_init(),
+    };
     let mut config = FlConfig::load(&args.config)
         .with_context(|| format!("reading {}", args.config.display()))?;
     if let Some(listen) = args.listen {

@@ -8,7 +8,14 @@
 //!
 //! ```sql
 //! devices(id INTEGER PRIMARY KEY AUTOINCREMENT, token_hash TEXT UNIQUE NOT NULL,
-//!         label TEXT NOT NULL, registered_at_ms INTEGER NOT NULL)
+//!         label TEXT NOT NULL, registered_at_ms INTEGER NOT NULL,
+//!         enrolment INTEGER,                  -- the enrolment token it used (NULL: older)
+//!         expires_at_ms INTEGER,              -- token expiry (NULL: never, older devices)
+//!         revoked_at_ms INTEGER)              -- set by `hush-host devices revoke`
+//! enrolments(id INTEGER PRIMARY KEY AUTOINCREMENT, token_hash TEXT UNIQUE NOT NULL,
+//!            label TEXT NOT NULL, quota INTEGER NOT NULL, used INTEGER NOT NULL,
+//!            created_at_ms INTEGER NOT NULL, expires_at_ms INTEGER NOT NULL,
+//!            revoked_at_ms INTEGER)
 //! rounds(id INTEGER PRIMARY KEY,              -- 1, 2, … (never reused)
 //!        model_version INTEGER NOT NULL,      -- version the cohort trains from
 //!        state TEXT NOT NULL,                 -- open | released | abandoned | release_failed
@@ -37,13 +44,14 @@
 //! ```
 //!
 //! Tokens are stored only as SHA-256 hashes. A database written by a host before this
-//! store (no `digest` column, no `host` table) is upgraded in place on open.
+//! store (no `digest` column, no `host` or `enrolments` table, devices without expiry) is
+//! upgraded in place on open.
 
 use std::path::Path;
 
 use hush_fl::store::{
-    ModelVersionRow, ReleaseCommit, ReportRow, RoundOutcome, RoundRow, RoundState, Store,
-    StoreError, StoreResult,
+    DeviceRow, EnrolRefusal, EnrolmentRow, ModelVersionRow, NewDevice, ReleaseCommit, ReportRow,
+    RoundOutcome, RoundRow, RoundState, Store, StoreError, StoreResult,
 };
 use hush_privacy::ledger::sqlite::{append_committed, append_on, create_schema, read_records};
 use hush_privacy::ledger::{LedgerError, LedgerStore, Release, ReleaseRecord};
@@ -101,6 +109,16 @@ CREATE TABLE IF NOT EXISTS model_versions (
     path            TEXT    NOT NULL,
     published_at_ms INTEGER NOT NULL
 );
+CREATE TABLE IF NOT EXISTS enrolments (
+    id            INTEGER PRIMARY KEY AUTOINCREMENT,
+    token_hash    TEXT    NOT NULL UNIQUE,
+    label         TEXT    NOT NULL,
+    quota         INTEGER NOT NULL,
+    used          INTEGER NOT NULL,
+    created_at_ms INTEGER NOT NULL,
+    expires_at_ms INTEGER NOT NULL,
+    revoked_at_ms INTEGER
+);
 CREATE TABLE IF NOT EXISTS host (
     key   TEXT PRIMARY KEY,
     value BLOB NOT NULL
@@ -154,16 +172,24 @@ impl SqliteStore {
         conn.pragma_update(None, "synchronous", "FULL")
             .map_err(op)?;
         conn.execute_batch(SCHEMA).map_err(op)?;
-        let has_digest: i64 = conn
-            .query_row(
-                "SELECT COUNT(*) FROM pragma_table_info('model_versions') WHERE name = 'digest'",
-                [],
-                |r| r.get(0),
-            )
-            .map_err(op)?;
-        if has_digest == 0 {
-            conn.execute_batch("ALTER TABLE model_versions ADD COLUMN digest TEXT")
+        for (table, column) in [
+            ("model_versions", "digest TEXT"),
+            ("devices", "enrolment INTEGER"),
+            ("devices", "expires_at_ms INTEGER"),
+            ("devices", "revoked_at_ms INTEGER"),
+        ] {
+            let name = column.split(' ').next().unwrap_or(column);
+            let has: i64 = conn
+                .query_row(
+                    "SELECT COUNT(*) FROM pragma_table_info(?1) WHERE name = ?2",
+                    params![table, name],
+                    |r| r.get(0),
+                )
                 .map_err(op)?;
+            if has == 0 {
+                conn.execute_batch(&format!("ALTER TABLE {table} ADD COLUMN {column}"))
+                    .map_err(op)?;
+            }
         }
         create_schema(&conn, &location).map_err(ledger_err)?;
         Ok(Self { conn, location })
@@ -207,6 +233,34 @@ fn decode_round(r: RawRound) -> StoreResult<RoundRow> {
         rejected: to_u64(rejected, "rejected")?,
         epsilon_rdp: er,
         epsilon_pld: ep,
+    })
+}
+
+const DEVICE_COLUMNS: &str = "id, label, registered_at_ms, enrolment, expires_at_ms, revoked_at_ms";
+
+type RawDevice = (i64, String, i64, Option<i64>, Option<i64>, Option<i64>);
+
+fn raw_device(r: &rusqlite::Row<'_>) -> rusqlite::Result<RawDevice> {
+    Ok((
+        r.get(0)?,
+        r.get(1)?,
+        r.get(2)?,
+        r.get(3)?,
+        r.get(4)?,
+        r.get(5)?,
+    ))
+}
+
+fn decode_device(r: RawDevice) -> StoreResult<DeviceRow> {
+    let (id, label, registered, enrolment, expires, revoked) = r;
+    let opt = |v: Option<i64>, what| v.map(|v| to_u64(v, what)).transpose();
+    Ok(DeviceRow {
+        id: to_u64(id, "device id")?,
+        label,
+        registered_at_ms: to_u64(registered, "registered_at_ms")?,
+        enrolment: opt(enrolment, "enrolment")?,
+        expires_at_ms: opt(expires, "expires_at_ms")?,
+        revoked_at_ms: opt(revoked, "revoked_at_ms")?,
     })
 }
 
@@ -303,40 +357,188 @@ impl Store for SqliteStore {
         })
     }
 
-    fn register_device(&mut self, label: &str, token_hash: &str, now_ms: u64) -> StoreResult<u64> {
+    fn add_enrolment(
+        &mut self,
+        token_hash: &str,
+        label: &str,
+        quota: u64,
+        expires_at_ms: u64,
+        now_ms: u64,
+    ) -> StoreResult<u64> {
         self.conn
             .execute(
-                "INSERT INTO devices (token_hash, label, registered_at_ms) VALUES (?1, ?2, ?3)",
-                params![token_hash, label, to_i64(now_ms, "time")?],
+                "INSERT INTO enrolments (token_hash, label, quota, used, created_at_ms,
+                     expires_at_ms) VALUES (?1, ?2, ?3, 0, ?4, ?5)",
+                params![
+                    token_hash,
+                    label,
+                    to_i64(quota, "quota")?,
+                    to_i64(now_ms, "time")?,
+                    to_i64(expires_at_ms, "expiry")?
+                ],
             )
-            .map_err(err("register device"))?;
-        to_u64(self.conn.last_insert_rowid(), "device id")
+            .map_err(err("add enrolment token"))?;
+        to_u64(self.conn.last_insert_rowid(), "enrolment id")
     }
 
-    fn device_by_token_hash(&self, token_hash: &str) -> StoreResult<Option<u64>> {
-        let id: Option<i64> = self
+    fn enrol_device(
+        &mut self,
+        d: &NewDevice<'_>,
+        now_ms: u64,
+    ) -> StoreResult<Result<u64, EnrolRefusal>> {
+        let now = to_i64(now_ms, "time")?;
+        // IMMEDIATE: the seat count is read and taken under the write lock, so two hosts
+        // (or a host and the CLI) cannot both take the last seat.
+        let tx = self
             .conn
+            .transaction_with_behavior(rusqlite::TransactionBehavior::Immediate)
+            .map_err(err("enrol device"))?;
+        let found: Option<(i64, i64, i64, i64, Option<i64>)> = tx
             .query_row(
-                "SELECT id FROM devices WHERE token_hash = ?1",
-                params![token_hash],
-                |r| r.get(0),
+                "SELECT id, quota, used, expires_at_ms, revoked_at_ms FROM enrolments
+                 WHERE token_hash = ?1",
+                params![d.enrolment_hash],
+                |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?, r.get(4)?)),
             )
             .optional()
-            .map_err(err("look up token"))?;
-        id.map(|i| to_u64(i, "device id")).transpose()
+            .map_err(err("enrol device"))?;
+        let Some((enrolment, quota, used, expires, revoked)) = found else {
+            return Ok(Err(EnrolRefusal::Unknown));
+        };
+        if revoked.is_some() {
+            return Ok(Err(EnrolRefusal::Revoked));
+        }
+        if now >= expires {
+            return Ok(Err(EnrolRefusal::Expired));
+        }
+        if used >= quota {
+            return Ok(Err(EnrolRefusal::QuotaUsed {
+                quota: to_u64(quota, "quota")?,
+            }));
+        }
+        tx.execute(
+            "UPDATE enrolments SET used = used + 1 WHERE id = ?1",
+            params![enrolment],
+        )
+        .map_err(err("enrol device"))?;
+        tx.execute(
+            "INSERT INTO devices (token_hash, label, registered_at_ms, enrolment, expires_at_ms)
+             VALUES (?1, ?2, ?3, ?4, ?5)",
+            params![
+                d.token_hash,
+                d.label,
+                now,
+                enrolment,
+                to_i64(d.expires_at_ms, "expiry")?
+            ],
+        )
+        .map_err(err("enrol device"))?;
+        let id = to_u64(tx.last_insert_rowid(), "device id")?;
+        tx.commit().map_err(err("enrol device"))?;
+        Ok(Ok(id))
     }
 
-    fn devices(&self) -> StoreResult<(u64, u64)> {
+    fn device_by_token_hash(&self, token_hash: &str) -> StoreResult<Option<DeviceRow>> {
+        self.conn
+            .query_row(
+                &format!("SELECT {DEVICE_COLUMNS} FROM devices WHERE token_hash = ?1"),
+                params![token_hash],
+                raw_device,
+            )
+            .optional()
+            .map_err(err("look up token"))?
+            .map(decode_device)
+            .transpose()
+    }
+
+    fn devices(&self, now_ms: u64) -> StoreResult<(u64, u64)> {
         let (n, max): (i64, Option<i64>) = self
             .conn
-            .query_row("SELECT COUNT(*), MAX(id) FROM devices", [], |r| {
-                Ok((r.get(0)?, r.get(1)?))
-            })
+            .query_row(
+                "SELECT COUNT(*), MAX(id) FROM devices WHERE revoked_at_ms IS NULL
+                     AND (expires_at_ms IS NULL OR expires_at_ms > ?1)",
+                params![to_i64(now_ms, "time")?],
+                |r| Ok((r.get(0)?, r.get(1)?)),
+            )
             .map_err(err("count devices"))?;
         Ok((
             to_u64(n, "device count")?,
             to_u64(max.unwrap_or(0), "device id")?,
         ))
+    }
+
+    fn device_list(&self) -> StoreResult<Vec<DeviceRow>> {
+        let mut stmt = self
+            .conn
+            .prepare(&format!("SELECT {DEVICE_COLUMNS} FROM devices ORDER BY id"))
+            .map_err(err("list devices"))?;
+        let rows = stmt
+            .query_map([], raw_device)
+            .map_err(err("list devices"))?
+            .collect::<Result<Vec<_>, _>>()
+            .map_err(err("list devices"))?;
+        rows.into_iter().map(decode_device).collect()
+    }
+
+    fn enrolments(&self) -> StoreResult<Vec<EnrolmentRow>> {
+        let mut stmt = self
+            .conn
+            .prepare(
+                "SELECT id, label, quota, used, created_at_ms, expires_at_ms, revoked_at_ms
+                 FROM enrolments ORDER BY id",
+            )
+            .map_err(err("list enrolments"))?;
+        type Raw = (i64, String, i64, i64, i64, i64, Option<i64>);
+        let rows: Vec<Raw> = stmt
+            .query_map([], |r| {
+                Ok((
+                    r.get(0)?,
+                    r.get(1)?,
+                    r.get(2)?,
+                    r.get(3)?,
+                    r.get(4)?,
+                    r.get(5)?,
+                    r.get(6)?,
+                ))
+            })
+            .map_err(err("list enrolments"))?
+            .collect::<Result<_, _>>()
+            .map_err(err("list enrolments"))?;
+        rows.into_iter()
+            .map(|(id, label, quota, used, created, expires, revoked)| {
+                Ok(EnrolmentRow {
+                    id: to_u64(id, "enrolment id")?,
+                    label,
+                    quota: to_u64(quota, "quota")?,
+                    used: to_u64(used, "used")?,
+                    created_at_ms: to_u64(created, "created_at_ms")?,
+                    expires_at_ms: to_u64(expires, "expires_at_ms")?,
+                    revoked_at_ms: revoked.map(|r| to_u64(r, "revoked_at_ms")).transpose()?,
+                })
+            })
+            .collect()
+    }
+
+    fn revoke_device(&mut self, id: u64, now_ms: u64) -> StoreResult<bool> {
+        let n = self
+            .conn
+            .execute(
+                "UPDATE devices SET revoked_at_ms = ?2 WHERE id = ?1 AND revoked_at_ms IS NULL",
+                params![to_i64(id, "device id")?, to_i64(now_ms, "time")?],
+            )
+            .map_err(err("revoke device"))?;
+        Ok(n == 1)
+    }
+
+    fn revoke_enrolment(&mut self, id: u64, now_ms: u64) -> StoreResult<bool> {
+        let n = self
+            .conn
+            .execute(
+                "UPDATE enrolments SET revoked_at_ms = ?2 WHERE id = ?1 AND revoked_at_ms IS NULL",
+                params![to_i64(id, "enrolment id")?, to_i64(now_ms, "time")?],
+            )
+            .map_err(err("revoke enrolment"))?;
+        Ok(n == 1)
     }
 
     fn insert_round(&mut self, r: &RoundRow) -> StoreResult<()> {

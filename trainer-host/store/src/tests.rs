@@ -82,10 +82,11 @@ fn commit(round: u64, v: ModelVersionRow) -> ReleaseCommit {
 #[test]
 fn draws_are_recorded_once_and_keys_are_unique() {
     let mut s = SqliteStore::open_in_memory().unwrap();
-    let d = s.register_device("a", "h1", 1).unwrap();
-    assert_eq!(s.device_by_token_hash("h1").unwrap(), Some(d));
+    s.add_enrolment("e", "batch", 5, 100, 1).unwrap();
+    let d = enrol(&mut s, "h1").unwrap().unwrap();
+    assert_eq!(s.device_by_token_hash("h1").unwrap().unwrap().id, d);
     assert_eq!(s.device_by_token_hash("h2").unwrap(), None);
-    assert!(s.register_device("b", "h1", 1).is_err());
+    assert!(enrol(&mut s, "h1").is_err());
     s.record_draw(1, d, true, 1).unwrap();
     assert_eq!(s.cohort_draw(1, d).unwrap(), Some(true));
     assert!(s.record_draw(1, d, false, 1).is_err());
@@ -176,4 +177,77 @@ fn a_database_from_before_digests_is_upgraded_in_place() {
             digest: String::new()
         }]
     );
+}
+
+fn enrol(s: &mut SqliteStore, token_hash: &str) -> StoreResult<Result<u64, EnrolRefusal>> {
+    s.enrol_device(
+        &NewDevice {
+            enrolment_hash: "e",
+            label: "d",
+            token_hash,
+            expires_at_ms: 50,
+        },
+        10,
+    )
+}
+
+#[test]
+fn an_enrolment_token_registers_at_most_its_quota_and_nothing_after_revocation() {
+    let mut s = SqliteStore::open_in_memory().unwrap();
+    assert_eq!(enrol(&mut s, "h0").unwrap(), Err(EnrolRefusal::Unknown));
+    let e = s.add_enrolment("e", "batch", 2, 100, 1).unwrap();
+    let a = enrol(&mut s, "h1").unwrap().unwrap();
+    let b = enrol(&mut s, "h2").unwrap().unwrap();
+    assert_eq!(
+        enrol(&mut s, "h3").unwrap(),
+        Err(EnrolRefusal::QuotaUsed { quota: 2 })
+    );
+    // A refused registration adds no device and takes no seat.
+    assert_eq!(s.device_list().unwrap().len(), 2);
+    assert_eq!(s.enrolments().unwrap()[0].used, 2);
+    // Devices count while active: until revoked, and until their token expires (50).
+    assert_eq!(s.devices(10).unwrap(), (2, b));
+    assert!(s.revoke_device(a, 20).unwrap());
+    assert!(!s.revoke_device(a, 21).unwrap(), "already revoked");
+    assert_eq!(s.devices(30).unwrap(), (1, b));
+    assert_eq!(s.devices(50).unwrap(), (0, 0));
+    let row = s.device_by_token_hash("h1").unwrap().unwrap();
+    assert_eq!(row.revoked_at_ms, Some(20));
+    assert!(!row.active(30));
+    assert!(s.device_by_token_hash("h2").unwrap().unwrap().active(49));
+    // A revoked or expired enrolment token registers nobody.
+    s.add_enrolment("e2", "more", 10, 100, 1).unwrap();
+    assert!(s.revoke_enrolment(e, 30).unwrap());
+    assert_eq!(enrol(&mut s, "h4").unwrap(), Err(EnrolRefusal::Revoked));
+    let late = s.enrol_device(
+        &NewDevice {
+            enrolment_hash: "e2",
+            label: "late",
+            token_hash: "h5",
+            expires_at_ms: 500,
+        },
+        100,
+    );
+    assert_eq!(late.unwrap(), Err(EnrolRefusal::Expired));
+}
+
+#[test]
+fn a_store_from_before_enrolment_is_upgraded_and_its_devices_keep_working() {
+    let tmp = tempfile::tempdir().unwrap();
+    let path = tmp.path().join(DB_FILE);
+    {
+        let c = rusqlite::Connection::open(&path).unwrap();
+        c.execute_batch(
+            "CREATE TABLE devices (id INTEGER PRIMARY KEY AUTOINCREMENT,
+                 token_hash TEXT NOT NULL UNIQUE, label TEXT NOT NULL,
+                 registered_at_ms INTEGER NOT NULL);
+             INSERT INTO devices (token_hash, label, registered_at_ms) VALUES ('old', 'x', 1);",
+        )
+        .unwrap();
+    }
+    let s = SqliteStore::open(&path).unwrap();
+    let d = s.device_by_token_hash("old").unwrap().unwrap();
+    assert_eq!((d.id, d.expires_at_ms, d.enrolment), (1, None, None));
+    assert!(d.active(u64::MAX - 1));
+    assert_eq!(s.devices(1_000).unwrap(), (1, 1));
 }

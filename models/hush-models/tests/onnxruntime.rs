@@ -10,7 +10,7 @@
 //!
 //! ```text
 //! cargo test -p hush-models --test onnxruntime -- --ignored write_fixture_models
-//! /work/venv-ort/bin/python models/tests/fixtures/onnxruntime/make.py
+//! /work/venv-ort/bin/python models/hush-models/tests/fixtures/onnxruntime/make.py
 //! ```
 
 // Test helpers panic on failure, like the tests that call them.

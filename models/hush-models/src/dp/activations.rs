@@ -22,7 +22,7 @@
 //!
 //! A layer run twice in one forward (none of hush's architectures does) adds its uses'
 //! per-example gradients. Tests check this method against the per-example loop for every
-//! architecture (`models/tests/dp.rs`).
+//! architecture (`models/hush-models/tests/dp.rs`).
 
 use std::cell::RefCell;
 use std::collections::HashMap;

@@ -47,20 +47,23 @@ impl Serve {
 
     /// Started with `HUSH_FAULT_POINT=<fault>`: it aborts when it reaches that point.
     fn start_with_fault(config: &Path, port: u16, fault: Option<&str>) -> Serve {
-        Self::start_as(
-            Command::new(env!("CARGO_BIN_EXE_hush-host")),
-            config,
-            port,
-            fault,
-        )
+        let cmd = Command::new(env!("CARGO_BIN_EXE_hush-host"));
+        Self::start_as(cmd, config, port, fault, &[])
     }
 
     /// Started by `cmd` (the binary itself, or a wrapper such as `prlimit` with the binary
-    /// as its argument).
-    fn start_as(mut cmd: Command, config: &Path, port: u16, fault: Option<&str>) -> Serve {
+    /// as its argument), with `extra` flags after `serve`'s own.
+    fn start_as(
+        mut cmd: Command,
+        config: &Path,
+        port: u16,
+        fault: Option<&str>,
+        extra: &[&str],
+    ) -> Serve {
         cmd.args(["serve", "--config"])
             .arg(config)
             .args(["--listen", &format!("127.0.0.1:{port}")])
+            .args(extra)
             .env("RUST_LOG", "warn")
             .env_remove(FAULT_POINT_ENV)
             .stdout(Stdio::null())
@@ -638,7 +641,7 @@ fn eleven_hundred_idle_connections_under_a_1024_file_limit_do_not_keep_a_device_
     prlimit
         .args(["--nofile=1024:1024", "--"])
         .arg(env!("CARGO_BIN_EXE_hush-host"));
-    let host = Serve::start_as(prlimit, &config, port, None);
+    let host = Serve::start_as(prlimit, &config, port, None, &[]);
     let enrolment = host.enrol(2);
 
     let idle: Vec<std::net::TcpStream> = (0..1100)
@@ -675,4 +678,30 @@ fn eleven_hundred_idle_connections_under_a_1024_file_limit_do_not_keep_a_device_
     assert!(evicted >= 1.0, "no idle connection was evicted:\n{metrics}");
     drop(idle);
     host.kill();
+}
+
+/// `serve --log-format json`: every log line is one JSON object with a level and a message.
+#[test]
+fn json_logs_are_one_object_per_line() {
+    let tmp = tempfile::tempdir().unwrap();
+    let model = common::tiny_package(tmp.path());
+    let data = tmp.path().join("data");
+    let config = write_config(tmp.path(), &model, &data, 1);
+    let cmd = Command::new(env!("CARGO_BIN_EXE_hush-host"));
+    let host = Serve::start_as(cmd, &config, free_port(), None, &["--log-format", "json"]);
+    // A refused registration is logged as a warning (the level these tests log at).
+    assert!(host.anon().register("x", "hush-enrol-forged").is_err());
+    assert_eq!(host.terminate().code(), Some(0));
+    let log = std::fs::read_to_string(config.with_extension("log")).unwrap();
+    let lines: Vec<&str> = log.lines().filter(|l| !l.trim().is_empty()).collect();
+    assert!(!lines.is_empty(), "the host logged nothing");
+    for line in &lines {
+        let v: serde_json::Value = serde_json::from_str(line)
+            .unwrap_or_else(|e| panic!("not a JSON object: {line:?}: {e}"));
+        assert!(
+            v["level"].is_string() && v["fields"]["message"].is_string(),
+            "{v}"
+        );
+    }
+    assert!(log.contains("registration refused"), "{log}");
 }

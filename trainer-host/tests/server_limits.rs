@@ -333,6 +333,8 @@ fn registration_and_check_in_rates_are_limited_with_retry_after() {
     let mut c = config(&f, 1);
     c.limits.register_per_address_per_minute = 3.0;
     c.limits.checkin_per_device_per_second = 1.0;
+    // Devices are told to wait 10 s between check-ins, so the 1/s limit stands.
+    c.rounds.retry_after_ms = 10_000;
     let host = start_host(c).unwrap();
     let token = host.enrol("t", 10, Duration::from_secs(3600)).unwrap();
     let a = register(&host, &token);

@@ -107,8 +107,13 @@ pub struct RoundsSection {
     /// A round opens only once this many devices are registered (default 1). The round's
     /// population is the devices registered when it opens.
     pub min_devices: u64,
-    /// Milliseconds a device not picked should wait before checking in again (default 1000).
+    /// Milliseconds a device not picked should wait before checking in again, at least
+    /// (default 1000).
     pub retry_after_ms: u64,
+    /// The check-ins per second the whole fleet is asked to keep under: a waiting device is
+    /// told to come back after `max(retry_after_ms, devices / max_checkins_per_second)`
+    /// (default 2000; 10 000 devices wait 5 s).
+    pub max_checkins_per_second: f64,
 }
 
 impl Default for RoundsSection {
@@ -120,6 +125,7 @@ impl Default for RoundsSection {
             min_reports: 1,
             min_devices: 1,
             retry_after_ms: 1000,
+            max_checkins_per_second: 2000.0,
         }
     }
 }
@@ -384,7 +390,8 @@ pub struct LimitsSection {
     /// Check-ins one address may make per second (default 50; burst 2 s worth). Devices
     /// behind one NAT share it.
     pub checkin_per_address_per_second: f64,
-    /// Check-ins one device may make per second (default 2; burst 2 s worth).
+    /// Check-ins one device may make per second (default 2; burst 2 s worth; never below
+    /// twice the pace `rounds.retry_after_ms` asks waiting devices for).
     pub checkin_per_device_per_second: f64,
 }
 
@@ -630,6 +637,10 @@ impl FlConfig {
             (
                 "enrolment.device_token_days",
                 self.enrolment.device_token_days,
+            ),
+            (
+                "rounds.max_checkins_per_second",
+                self.rounds.max_checkins_per_second,
             ),
         ] {
             need(

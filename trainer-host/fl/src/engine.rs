@@ -61,7 +61,7 @@ use rand::SeedableRng;
 use rand_chacha::ChaCha20Rng;
 use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
-use tracing::{info, warn};
+use tracing::{debug, info, warn};
 
 use crate::aggregate::{Aggregator, CheckedUpdate, Rejection, UpdateValidator};
 use crate::clock::Clock;
@@ -144,6 +144,8 @@ pub struct RoundEngine<S: Store, C: Clock> {
     finished: Option<String>,
     epsilon: (Option<f64>, Option<f64>),
     rejected_total: u64,
+    /// Active devices when last counted (paces waiting devices).
+    population: u64,
 }
 
 /// SHA-256 hex of a token (what the store keeps).
@@ -348,6 +350,7 @@ impl<S: Store, C: Clock> RoundEngine<S, C> {
             finished: None,
             epsilon: (None, None),
             rejected_total,
+            population: 0,
         };
         m.epsilon = epsilon_totals(&m.store().records()?, m.cfg.dp.enabled, m.cfg.budget.delta);
         if let Some(failed) = rounds.iter().find(|r| r.state == RoundState::ReleaseFailed) {
@@ -418,7 +421,7 @@ impl<S: Store, C: Clock> RoundEngine<S, C> {
         };
         match self.store_mut().enrol_device(&device, now)? {
             Ok(device_id) => {
-                info!(device_id, label, "device registered");
+                debug!(device_id, label, "device registered");
                 Ok(Ok(RegisterResponse {
                     device_id,
                     token,
@@ -449,18 +452,10 @@ impl<S: Store, C: Clock> RoundEngine<S, C> {
         crate::enrolment::issue(self.store_mut(), label, quota, valid_ms, now)
     }
 
-    /// The device holding `token`, or why the token is refused (unknown, revoked, expired).
+    /// The device holding `token`, or why the token is refused (unknown, revoked, expired;
+    /// [`crate::enrolment::authenticate`]).
     pub fn authenticate(&self, token: &str) -> Result<Result<u64, &'static str>, FlError> {
-        let Some(device) = self.store().device_by_token_hash(&token_hash(token))? else {
-            return Ok(Err("unknown token"));
-        };
-        Ok(if device.revoked_at_ms.is_some() {
-            Err("the device token was revoked by the operator")
-        } else if !device.active(self.clock.now_ms()) {
-            Err("the device token has expired: register again with an enrolment token")
-        } else {
-            Ok(device.id)
-        })
+        crate::enrolment::authenticate(self.store(), token, self.clock.now_ms())
     }
 
     fn try_open_round(&mut self) -> Result<(), FlError> {
@@ -468,6 +463,7 @@ impl<S: Store, C: Clock> RoundEngine<S, C> {
             return Ok(());
         }
         let (population, max_device_id) = self.store().devices(self.clock.now_ms())?;
+        self.population = population;
         if population < self.cfg.rounds.min_devices {
             return Ok(());
         }
@@ -578,9 +574,13 @@ impl<S: Store, C: Clock> RoundEngine<S, C> {
         }
     }
 
+    /// Come back later: at least `rounds.retry_after_ms`, longer for a fleet large enough
+    /// to exceed `rounds.max_checkins_per_second` at that pace.
     fn wait(&self) -> Assignment {
+        let r = &self.cfg.rounds;
+        let spread = (self.population as f64 * 1000.0 / r.max_checkins_per_second).ceil();
         Assignment::Wait {
-            retry_after_ms: self.cfg.rounds.retry_after_ms,
+            retry_after_ms: r.retry_after_ms.max(spread as u64),
         }
     }
 

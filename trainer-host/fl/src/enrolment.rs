@@ -69,6 +69,26 @@ pub fn issue(
     })
 }
 
+/// The device holding `token` at `now_ms`, or why the token is refused (unknown, revoked,
+/// expired). Needs only a store to read, so a server can answer it on its own connection,
+/// outside the engine's lock.
+pub fn authenticate(
+    store: &impl Store,
+    token: &str,
+    now_ms: u64,
+) -> Result<Result<u64, &'static str>, FlError> {
+    let Some(device) = store.device_by_token_hash(&token_hash(token))? else {
+        return Ok(Err("unknown token"));
+    };
+    Ok(if device.revoked_at_ms.is_some() {
+        Err("the device token was revoked by the operator")
+    } else if !device.active(now_ms) {
+        Err("the device token has expired: register again with an enrolment token")
+    } else {
+        Ok(device.id)
+    })
+}
+
 /// Every device and every enrolment token, for `hush-host devices list`.
 pub fn list(store: &impl Store) -> Result<(Vec<DeviceRow>, Vec<EnrolmentRow>), FlError> {
     Ok((store.device_list()?, store.enrolments()?))

@@ -42,6 +42,9 @@ use tracing::{debug, warn};
 
 use crate::metrics::Metrics;
 
+/// Largest read buffer one connection keeps (bodies stream through it).
+const MAX_READ_BUFFER: usize = 16 * 1024;
+
 /// The peer's address, in every request's extensions (for the per-address rate limits).
 #[derive(Debug, Clone, Copy)]
 pub struct PeerAddr(pub SocketAddr);
@@ -432,6 +435,9 @@ where
     };
     let conn = hyper::server::conn::http1::Builder::new()
         .keep_alive(true)
+        // The read buffer of a connection that carried an upload would otherwise stay at
+        // the body's size for as long as the connection lives (headers fit in 16 KiB).
+        .max_buf_size(MAX_READ_BUFFER)
         .serve_connection(io, service);
     tokio::pin!(conn);
     let mut stopping = false;

@@ -46,8 +46,8 @@ use hush_device::protocol::{
 use hush_fl::aggregate::{Rejection, UpdateValidator};
 use hush_fl::config::LimitsSection;
 use hush_fl::engine::token_hash;
-use hush_fl::enrolment::random_token;
-use hush_fl::{FlConfig, FlError, RoundEngine, RoundLog, SystemClock};
+use hush_fl::enrolment::{self, random_token};
+use hush_fl::{Clock, FlConfig, FlError, RoundEngine, RoundLog, SystemClock};
 use hush_store::{SqliteStore, DB_FILE};
 use rand::SeedableRng;
 use serde::de::DeserializeOwned;
@@ -72,6 +72,8 @@ const RESERVED_FDS: usize = 128;
 
 struct Shared {
     mgr: Mutex<HostEngine>,
+    /// A second connection to the store, for token checks outside the engine's lock.
+    auth: Mutex<SqliteStore>,
     validator: Arc<UpdateValidator>,
     metrics: Arc<Metrics>,
     limits: LimitsSection,
@@ -173,12 +175,34 @@ fn bearer(headers: &HeaderMap) -> Result<String, &'static str> {
         .ok_or("Authorization header is not `Bearer <token>`")
 }
 
+/// The device holding the request's bearer token, checked on the store's second
+/// connection: requests do not queue behind the engine's lock just to be authenticated.
 async fn authenticate(state: &AppState, headers: &HeaderMap) -> Result<u64, Response> {
     const WHICH: &str = "the token from registration";
     let token = bearer(headers).map_err(|why| unauthorized(why, WHICH))?;
-    match with_mgr(state, move |m| m.authenticate(&token)).await? {
-        Ok(id) => Ok(id),
-        Err(why) => Err(unauthorized(why, WHICH)),
+    let s = state.clone();
+    let checked = tokio::task::spawn_blocking(move || {
+        let store = s.auth.lock().unwrap_or_else(|p| p.into_inner());
+        enrolment::authenticate(&*store, &token, SystemClock.now_ms())
+    })
+    .await;
+    match checked {
+        Ok(Ok(Ok(id))) => Ok(id),
+        Ok(Ok(Err(why))) => Err(unauthorized(why, WHICH)),
+        Ok(Err(e)) => Err(internal(e)),
+        Err(e) => Err(internal(format!("token check failed: {e}"))),
+    }
+}
+
+/// Hands memory freed by the last round (update buffers, the sum) back to the OS: glibc
+/// keeps it otherwise, and the host's footprint grows round after round (BENCHMARKS.md,
+/// "Fleet load").
+fn trim_freed_memory() {
+    #[cfg(all(target_os = "linux", target_env = "gnu"))]
+    // SAFETY: malloc_trim only walks the allocator's own free lists.
+    #[allow(unsafe_code)]
+    unsafe {
+        libc::malloc_trim(0);
     }
 }
 
@@ -675,16 +699,21 @@ pub fn start_host(config: FlConfig) -> Result<HostHandle, FlError> {
         .map(tls::server_config)
         .transpose()?;
     let tick = Duration::from_millis(config.server.tick_ms);
-    let limits = config.limits.clone();
+    let mut limits = config.limits.clone();
+    // Never refuse the pace the host itself asks waiting devices for (twice it, for jitter).
+    let own_pace = 1000.0 / config.rounds.retry_after_ms.max(1) as f64;
+    limits.checkin_per_device_per_second = limits.checkin_per_device_per_second.max(2.0 * own_pace);
     let max_connections = connection_limit(&limits)?;
-    let data = &config.server.data_dir;
+    let data = &config.server.data_dir.clone();
     std::fs::create_dir_all(data).map_err(FlError::io(data))?;
     let operator = operator_token(data)?;
     let store = SqliteStore::open(&data.join(DB_FILE))?;
     let mgr = RoundEngine::open(config, store, SystemClock)?;
+    let auth = SqliteStore::open(&data.join(DB_FILE))?;
     let validator = mgr.validator();
     let shared = Arc::new(Shared {
         mgr: Mutex::new(mgr),
+        auth: Mutex::new(auth),
         validator,
         metrics: Arc::new(Metrics::default()),
         uploads: Arc::new(Semaphore::new(limits.max_concurrent_uploads)),
@@ -713,6 +742,8 @@ pub fn start_host(config: FlConfig) -> Result<HostHandle, FlError> {
         .map_err(|e| FlError::Server(format!("listener: {e}")))?;
     let rt = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
+        // Engine calls queue on one lock: more threads than this only add switching.
+        .max_blocking_threads(32)
         .enable_all()
         .thread_name("hush-host")
         .build()
@@ -727,10 +758,21 @@ pub fn start_host(config: FlConfig) -> Result<HostHandle, FlError> {
                 let ticker_state = state.clone();
                 let ticker = tokio::spawn(async move {
                     let mut every = tokio::time::interval(tick);
+                    let mut version = None;
                     loop {
                         every.tick().await;
-                        if let Err(resp) = with_mgr(&ticker_state, |m| m.tick()).await {
-                            warn!(status = %resp.status(), "round timer failed");
+                        let ticked = with_mgr(&ticker_state, |m| {
+                            m.tick()?;
+                            Ok(m.latest_model().0)
+                        });
+                        match ticked.await {
+                            Ok(v) => {
+                                if version.is_some_and(|old| old != v) {
+                                    let _ = tokio::task::spawn_blocking(trim_freed_memory).await;
+                                }
+                                version = Some(v);
+                            }
+                            Err(resp) => warn!(status = %resp.status(), "round timer failed"),
                         }
                     }
                 });

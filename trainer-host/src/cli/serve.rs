@@ -37,7 +37,10 @@ pub enum LogFormat {
 pub fn run(args: ServeArgs) -> anyhow::Result<()> {
     let filter = tracing_subscriber::EnvFilter::try_from_default_env()
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
-    let logs = tracing_subscriber::fmt().with_env_filter(filter);
+    // Logs go to stderr (journald and docker keep both streams; stdout stays clean).
+    let logs = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr);
     let _ = match args.log_format {
         LogFormat::Text => logs.try_init(),
         LogFormat::Json => logs.json().try_init(),

@@ -1,5 +1,6 @@
 //! The round engine's [`Store`] on SQLite: one file, `<data_dir>/hush.sqlite`, in WAL
-//! mode with `synchronous = FULL`, written through one connection (one writer). The privacy
+//! mode with `synchronous = FULL` (but for the rows a crash may lose: cohort draws and the
+//! open round's reports), written through one connection (one writer). The privacy
 //! ledger's `releases` table lives in the same database ([`hush_privacy::ledger::sqlite`]
 //! owns its schema and row format), so [`Store::commit_release`] appends the ledger
 //! record, marks the round released and adds the model version in **one transaction**.
@@ -193,6 +194,29 @@ impl SqliteStore {
         }
         create_schema(&conn, &location).map_err(ledger_err)?;
         Ok(Self { conn, location })
+    }
+}
+
+impl SqliteStore {
+    /// Runs one write without waiting for the disk (`synchronous = NORMAL` in WAL mode: the
+    /// database stays consistent after a crash, but the last such writes may be lost).
+    /// Only for rows a crash may lose: a cohort draw (recomputed from the cohort key) and
+    /// a report of the open round (whose sum a crash loses anyway, so the round is
+    /// abandoned on restart). The next synced commit — a release, a registration — makes
+    /// them durable too; everything else commits with `synchronous = FULL`.
+    fn unsynced<T>(
+        &mut self,
+        op: &'static str,
+        write: impl FnOnce(&Connection) -> rusqlite::Result<T>,
+    ) -> StoreResult<T> {
+        self.conn
+            .pragma_update(None, "synchronous", "NORMAL")
+            .map_err(err(op))?;
+        let written = write(&self.conn).map_err(err(op));
+        self.conn
+            .pragma_update(None, "synchronous", "FULL")
+            .map_err(err(op))?;
+        written
     }
 }
 
@@ -619,17 +643,18 @@ impl Store for SqliteStore {
         selected: bool,
         now_ms: u64,
     ) -> StoreResult<()> {
-        self.conn
-            .execute(
+        let row = params![
+            to_i64(round, "round")?,
+            to_i64(device, "device")?,
+            selected,
+            to_i64(now_ms, "time")?
+        ];
+        self.unsynced("record cohort draw", |c| {
+            c.execute(
                 "INSERT INTO cohort (round, device, selected, drawn_at_ms) VALUES (?1, ?2, ?3, ?4)",
-                params![
-                    to_i64(round, "round")?,
-                    to_i64(device, "device")?,
-                    selected,
-                    to_i64(now_ms, "time")?
-                ],
+                row,
             )
-            .map_err(err("record cohort draw"))?;
+        })?;
         Ok(())
     }
 
@@ -647,22 +672,23 @@ impl Store for SqliteStore {
     }
 
     fn record_report(&mut self, r: &ReportRow, now_ms: u64) -> StoreResult<()> {
-        self.conn
-            .execute(
+        let row = params![
+            to_i64(r.round, "round")?,
+            to_i64(r.device, "device")?,
+            r.idempotency_key,
+            if r.accepted { "accepted" } else { "rejected" },
+            r.reason,
+            to_i64(r.bytes, "bytes")?,
+            to_i64(now_ms, "time")?
+        ];
+        self.unsynced("record report", |c| {
+            c.execute(
                 "INSERT INTO reports (round, device, idempotency_key, status, reason, bytes,
                      received_at_ms)
                  VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)",
-                params![
-                    to_i64(r.round, "round")?,
-                    to_i64(r.device, "device")?,
-                    r.idempotency_key,
-                    if r.accepted { "accepted" } else { "rejected" },
-                    r.reason,
-                    to_i64(r.bytes, "bytes")?,
-                    to_i64(now_ms, "time")?
-                ],
+                row,
             )
-            .map_err(err("record report"))?;
+        })?;
         Ok(())
     }
 

@@ -251,3 +251,30 @@ fn a_store_from_before_enrolment_is_upgraded_and_its_devices_keep_working() {
     assert!(d.active(u64::MAX - 1));
     assert_eq!(s.devices(1_000).unwrap(), (1, 1));
 }
+
+#[test]
+fn only_draws_and_reports_skip_the_fsync_and_the_connection_stays_synced() {
+    let tmp = tempfile::tempdir().unwrap();
+    let mut s = SqliteStore::open(&tmp.path().join(DB_FILE)).unwrap();
+    let sync = |s: &SqliteStore| -> i64 {
+        s.conn
+            .query_row("PRAGMA synchronous", [], |r| r.get(0))
+            .unwrap()
+    };
+    assert_eq!(sync(&s), 2, "FULL after open");
+    s.record_draw(1, 1, true, 1).unwrap();
+    assert_eq!(sync(&s), 2, "FULL again after a draw");
+    let rep = ReportRow {
+        round: 1,
+        device: 1,
+        idempotency_key: Some("1:1".into()),
+        accepted: true,
+        reason: None,
+        bytes: 1,
+    };
+    s.record_report(&rep, 1).unwrap();
+    // A failed unsynced write (the same key again) restores FULL too.
+    assert!(s.record_report(&rep, 1).is_err());
+    assert_eq!(sync(&s), 2, "FULL again after a report, failed or not");
+    assert_eq!(s.cohort_draw(1, 1).unwrap(), Some(true));
+}

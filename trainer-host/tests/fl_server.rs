@@ -6,7 +6,6 @@
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
-use burn::tensor::Device;
 use hush_device::client::HostClient;
 use hush_device::protocol::{
     checksum_hex, encode_update, ApiError, Assignment, CheckInRequest, RegisterResponse,
@@ -19,33 +18,14 @@ use hush_host::fl::FlConfig;
 use hush_host::ledger::sqlite::SqliteLedgerStore;
 use hush_host::ledger::{LedgerStore, ReleaseRecord};
 use hush_host::server::{start_host, HostHandle};
-use hush_models::arch::is_trainable;
 use hush_models::checkpoint::NamedTensor;
 use hush_models::export::nnef::{onnx_to_nnef, NNEF};
 use hush_models::export::{export_package, ExportFormat};
-use hush_models::package::load_package;
 
 mod common;
-use common::{tiny_package, update};
+use common::{fixture, trainable_tensors, update, Fixture};
 
 // ---------------------------------------------------------------- helpers
-
-struct Fixture {
-    _tmp: tempfile::TempDir,
-    data: PathBuf,
-    model: PathBuf,
-}
-
-fn fixture() -> Fixture {
-    let tmp = tempfile::tempdir().unwrap();
-    let model = tiny_package(tmp.path());
-    let data = tmp.path().join("data");
-    Fixture {
-        _tmp: tmp,
-        data,
-        model,
-    }
-}
 
 /// q = 1 (every checked-in device is picked), `devices` devices per round, a seed.
 fn config(f: &Fixture, devices: u64) -> FlConfig {
@@ -172,14 +152,7 @@ fn status(host: &HostHandle) -> StatusReport {
 
 /// The trainable tensors of the latest published model, in the model's layer order.
 fn trainable(host: &HostHandle) -> Vec<NamedTensor> {
-    let (_, dir) = host.latest_model();
-    let (_, model) = load_package(&dir, &Device::flex()).unwrap();
-    model
-        .named_tensors()
-        .unwrap()
-        .into_iter()
-        .filter(|t| is_trainable(&t.name))
-        .collect()
+    trainable_tensors(&host.latest_model().1)
 }
 
 fn params(layout: &[NamedTensor]) -> usize {

@@ -12,7 +12,7 @@ use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use hush_device::client::HostClient;
-use hush_device::protocol::{encode_update, Assignment, CheckInRequest, TrainTask};
+use hush_device::protocol::{Assignment, CheckInRequest, TrainTask};
 use hush_host::fl::fault::{self, FAULT_POINT_ENV, RELEASE_POINTS};
 use hush_host::fl::publish::digest;
 use hush_host::fl::store::{RoundState, Store};
@@ -21,8 +21,6 @@ use hush_host::ledger::sqlite::SqliteLedgerStore;
 use hush_host::ledger::LedgerStore;
 use hush_host::server::OPERATOR_TOKEN_FILE;
 use hush_host::store::{SqliteStore, DB_FILE};
-use hush_models::arch::is_trainable;
-use hush_models::package::load_package;
 
 /// A free loopback port (bound, then released for the host to take).
 fn free_port() -> u16 {
@@ -201,18 +199,6 @@ fn task(client: &HostClient) -> TrainTask {
     }
 }
 
-/// A small constant update (norm well under the bound) for `task`, shaped like `model`.
-fn small_update(model: &Path, task: &TrainTask, device: u64) -> Vec<u8> {
-    let (_, m) = load_package(model, &burn::tensor::Device::flex()).unwrap();
-    let layout: Vec<_> = m
-        .named_tensors()
-        .unwrap()
-        .into_iter()
-        .filter(|t| is_trainable(&t.name))
-        .collect();
-    encode_update(&common::update(&layout, task, device, 1e-3)).unwrap()
-}
-
 fn ledger_len(data: &Path) -> usize {
     SqliteLedgerStore::open(&data.join("hush.sqlite"))
         .unwrap()
@@ -251,8 +237,11 @@ fn serve_killed_mid_round_restarts_with_no_epsilon_lost_or_spent_twice() {
     let ta = task(&ca);
     let _ = task(&cb);
     assert_eq!(ta.round, 1);
-    ca.upload(ta.round, &small_update(&model, &ta, a.device_id))
-        .unwrap();
+    ca.upload(
+        ta.round,
+        &common::small_update_body(&model, &ta, a.device_id),
+    )
+    .unwrap();
     assert_eq!(host.client().status().unwrap().reports_in_round, 1);
     host.kill();
     assert_eq!(ledger_len(&data), 0, "nothing was released before the kill");
@@ -271,10 +260,16 @@ fn serve_killed_mid_round_restarts_with_no_epsilon_lost_or_spent_twice() {
     );
     let (ta, tb) = (task(&ca), task(&cb));
     assert_eq!((ta.round, tb.round), (2, 2));
-    ca.upload(ta.round, &small_update(&model, &ta, a.device_id))
-        .unwrap();
-    cb.upload(tb.round, &small_update(&model, &tb, b.device_id))
-        .unwrap();
+    ca.upload(
+        ta.round,
+        &common::small_update_body(&model, &ta, a.device_id),
+    )
+    .unwrap();
+    cb.upload(
+        tb.round,
+        &common::small_update_body(&model, &tb, b.device_id),
+    )
+    .unwrap();
     let start = Instant::now();
     while host.client().status().unwrap().model_version < 1 {
         assert!(
@@ -396,7 +391,7 @@ fn run_round(host: &Serve, model: &Path, devices: &[(u64, String)]) -> Vec<Resul
         .zip(&tasks)
         .zip(devices)
         .map(|((c, t), (id, _))| {
-            c.upload(t.round, &small_update(model, t, *id))
+            c.upload(t.round, &common::small_update_body(model, t, *id))
                 .map(|_| ())
                 .map_err(|e| e.to_string())
         })
@@ -508,8 +503,11 @@ fn sigterm_stops_serve_with_exit_0_and_the_restart_carries_on() {
     let a = host.anon().with_token(&devices[0].1);
     let t = task(&a);
     let _ = task(&host.anon().with_token(&devices[1].1));
-    a.upload(t.round, &small_update(&model, &t, devices[0].0))
-        .unwrap();
+    a.upload(
+        t.round,
+        &common::small_update_body(&model, &t, devices[0].0),
+    )
+    .unwrap();
     let status = host.terminate();
     assert_eq!(status.code(), Some(0), "SIGTERM mid-round: {status}");
 
@@ -556,7 +554,7 @@ fn sigterm_during_a_release_lets_it_finish_and_exits_0() {
     clients[0]
         .upload(
             tasks[0].round,
-            &small_update(&model, &tasks[0], devices[0].0),
+            &common::small_update_body(&model, &tasks[0], devices[0].0),
         )
         .unwrap();
     // The second upload closes the round and starts the release, which pauses.
@@ -564,7 +562,7 @@ fn sigterm_during_a_release_lets_it_finish_and_exits_0() {
         let (c, t, body) = (
             clients[1].clone(),
             tasks[1].clone(),
-            small_update(&model, &tasks[1], devices[1].0),
+            common::small_update_body(&model, &tasks[1], devices[1].0),
         );
         std::thread::spawn(move || c.upload(t.round, &body))
     };

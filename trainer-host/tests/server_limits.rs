@@ -13,9 +13,8 @@ use std::net::TcpStream;
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
-use burn::tensor::Device;
 use hush_device::protocol::{
-    checksum_hex, encode_update, ApiError, Assignment, RegisterResponse, TrainTask, CHECKSUM_HEADER,
+    checksum_hex, ApiError, Assignment, RegisterResponse, TrainTask, CHECKSUM_HEADER,
 };
 use hush_host::fl::config::TlsSection;
 use hush_host::fl::store::Store;
@@ -23,28 +22,9 @@ use hush_host::fl::FlConfig;
 use hush_host::server::conn::reason;
 use hush_host::server::{start_host, HostHandle};
 use hush_host::store::{SqliteStore, DB_FILE};
-use hush_models::arch::is_trainable;
-use hush_models::package::load_package;
 
 mod common;
-use common::{tiny_package, update};
-
-struct Fixture {
-    _tmp: tempfile::TempDir,
-    data: PathBuf,
-    model: PathBuf,
-}
-
-fn fixture() -> Fixture {
-    let tmp = tempfile::tempdir().unwrap();
-    let model = tiny_package(tmp.path());
-    let data = tmp.path().join("data");
-    Fixture {
-        _tmp: tmp,
-        data,
-        model,
-    }
-}
+use common::{fixture, small_update_body, Fixture};
 
 /// q = 1, `devices` devices to open a round, short connection timeouts.
 fn config(f: &Fixture, devices: u64) -> FlConfig {
@@ -82,23 +62,37 @@ impl Reply {
     }
 }
 
-fn call(host: &HostHandle, method: &str, path: &str, token: Option<&str>, body: &[u8]) -> Reply {
+/// One request: `GET` or `POST` (with `body`) to `path`, with a bearer token and headers.
+fn send(
+    host: &HostHandle,
+    method: &str,
+    path: &str,
+    token: Option<&str>,
+    headers: &[(&str, &str)],
+    body: &[u8],
+) -> Reply {
     let agent: ureq::Agent = ureq::Agent::config_builder()
         .http_status_as_error(false)
         .build()
         .into();
     let url = format!("{}{path}", host.url());
-    let auth = token.map(|t| format!("Bearer {t}"));
+    let mut all: Vec<(String, String)> = headers
+        .iter()
+        .map(|(k, v)| (k.to_string(), v.to_string()))
+        .collect();
+    if let Some(t) = token {
+        all.push(("Authorization".into(), format!("Bearer {t}")));
+    }
     let mut resp = if method == "GET" {
         let mut r = agent.get(&url);
-        if let Some(a) = &auth {
-            r = r.header("Authorization", a);
+        for (k, v) in &all {
+            r = r.header(k, v);
         }
         r.call().unwrap()
     } else {
-        let mut r = agent.post(&url).header("content-type", "application/json");
-        if let Some(a) = &auth {
-            r = r.header("Authorization", a);
+        let mut r = agent.post(&url);
+        for (k, v) in &all {
+            r = r.header(k, v);
         }
         r.send(body).unwrap()
     };
@@ -110,6 +104,11 @@ fn call(host: &HostHandle, method: &str, path: &str, token: Option<&str>, body: 
             .map(|v| v.to_str().unwrap().to_string()),
         body: resp.body_mut().read_to_vec().unwrap(),
     }
+}
+
+fn call(host: &HostHandle, method: &str, path: &str, token: Option<&str>, body: &[u8]) -> Reply {
+    let json = [("content-type", "application/json")];
+    send(host, method, path, token, &json, body)
 }
 
 fn register_with(host: &HostHandle, enrolment: Option<&str>) -> Reply {
@@ -151,37 +150,17 @@ fn task(host: &HostHandle, token: &str) -> TrainTask {
     }
 }
 
-/// A small valid update body for `task`.
-fn update_body(f: &Fixture, task: &TrainTask, device: u64) -> Vec<u8> {
-    let (_, m) = load_package(&f.model, &Device::flex()).unwrap();
-    let layout: Vec<_> = m
-        .named_tensors()
-        .unwrap()
-        .into_iter()
-        .filter(|t| is_trainable(&t.name))
-        .collect();
-    encode_update(&update(&layout, task, device, 1e-3)).unwrap()
-}
-
 fn upload(host: &HostHandle, token: &str, round: u64, body: &[u8]) -> Reply {
-    let agent: ureq::Agent = ureq::Agent::config_builder()
-        .http_status_as_error(false)
-        .build()
-        .into();
-    let mut resp = agent
-        .post(format!("{}/v1/rounds/{round}/update", host.url()))
-        .header("Authorization", format!("Bearer {token}"))
-        .header(CHECKSUM_HEADER, &checksum_hex(body))
-        .send(body)
-        .unwrap();
-    Reply {
-        status: resp.status().as_u16(),
-        retry_after: resp
-            .headers()
-            .get("retry-after")
-            .map(|v| v.to_str().unwrap().to_string()),
-        body: resp.body_mut().read_to_vec().unwrap(),
-    }
+    let crc = checksum_hex(body);
+    let path = format!("/v1/rounds/{round}/update");
+    send(
+        host,
+        "POST",
+        &path,
+        Some(token),
+        &[(CHECKSUM_HEADER, &crc)],
+        body,
+    )
 }
 
 /// Reads until the server closes the connection (EOF or reset); what arrived before.
@@ -316,7 +295,12 @@ fn registration_needs_an_enrolment_token_and_a_leaked_one_registers_at_most_its_
     let log = host.round_log().unwrap();
     assert_eq!((log[0].population, log[0].expected_cohort), (2, 2.0));
     for (t, d) in [(&ta, &a), (&tb, &b)] {
-        let r = upload(&host, &d.token, t.round, &update_body(&f, t, d.device_id));
+        let r = upload(
+            &host,
+            &d.token,
+            t.round,
+            &small_update_body(&f.model, t, d.device_id),
+        );
         assert_eq!(r.status, 200, "{}", String::from_utf8_lossy(&r.body));
     }
     wait_until("round 1 released", || host.latest_model().0 == 1);
@@ -372,7 +356,7 @@ fn uploads_beyond_the_concurrency_limit_get_503_with_retry_after() {
         &host.enrol("t", 1, Duration::from_secs(3600)).unwrap(),
     );
     let t = task(&host, &a.token);
-    let body = update_body(&f, &t, a.device_id);
+    let body = small_update_body(&f.model, &t, a.device_id);
 
     // One upload holds the only slot: its headers sent, its body stalled.
     let mut slow = TcpStream::connect(host.addr).unwrap();
@@ -468,7 +452,13 @@ fn status_and_metrics_need_the_operator_token() {
     }
     let t = task(&host, &a.token);
     assert_eq!(
-        upload(&host, &a.token, t.round, &update_body(&f, &t, a.device_id)).status,
+        upload(
+            &host,
+            &a.token,
+            t.round,
+            &small_update_body(&f.model, &t, a.device_id)
+        )
+        .status,
         200
     );
     wait_until("released", || host.latest_model().0 == 1);
@@ -504,7 +494,12 @@ fn an_external_reader_holding_a_read_transaction_stalls_no_release() {
     assert_eq!(count("SELECT COUNT(*) FROM model_versions"), 1);
     // A whole round registers, checks in, uploads and releases meanwhile.
     let t = task(&host, &a.token);
-    let r = upload(&host, &a.token, t.round, &update_body(&f, &t, a.device_id));
+    let r = upload(
+        &host,
+        &a.token,
+        t.round,
+        &small_update_body(&f.model, &t, a.device_id),
+    );
     assert_eq!(r.status, 200, "{}", String::from_utf8_lossy(&r.body));
     wait_until("round 1 released", || host.latest_model().0 == 1);
     assert_eq!(host.round_log().unwrap()[0].released_version, Some(1));

@@ -6,11 +6,13 @@ use std::path::{Path, PathBuf};
 
 use burn::tensor::Device;
 use hush_device::features::{FeatureConfig, FeatureKind};
-use hush_device::protocol::{LayerDelta, TrainTask, Update, UpdateHeader, UPDATE_FORMAT_VERSION};
+use hush_device::protocol::{
+    encode_update, LayerDelta, TrainTask, Update, UpdateHeader, UPDATE_FORMAT_VERSION,
+};
 use hush_host::corpus::voices::Engine;
-use hush_models::arch::{ArchConfig, IoShape, LeakCnnConfig};
+use hush_models::arch::{is_trainable, ArchConfig, IoShape, LeakCnnConfig};
 use hush_models::checkpoint::NamedTensor;
-use hush_models::package::{write_package, ModelCard};
+use hush_models::package::{load_package, write_package, ModelCard};
 
 /// A tiny leak-CNN package (10×10 fbank input, 2 classes, a few hundred weights) in
 /// `dir/initial`.
@@ -38,6 +40,44 @@ pub fn tiny_package(dir: &Path) -> PathBuf {
     let out = dir.join("initial");
     write_package(&out, &card, &model).unwrap();
     out
+}
+
+/// A tiny package and a host data directory in a temporary directory.
+pub struct Fixture {
+    _tmp: tempfile::TempDir,
+    /// The host's data directory (not created).
+    pub data: PathBuf,
+    /// The tiny package ([`tiny_package`]).
+    pub model: PathBuf,
+}
+
+/// A fresh [`Fixture`].
+pub fn fixture() -> Fixture {
+    let tmp = tempfile::tempdir().unwrap();
+    let model = tiny_package(tmp.path());
+    let data = tmp.path().join("data");
+    Fixture {
+        _tmp: tmp,
+        data,
+        model,
+    }
+}
+
+/// The trainable tensors of the package in `dir`, in the model's layer order.
+pub fn trainable_tensors(dir: &Path) -> Vec<NamedTensor> {
+    let (_, model) = load_package(dir, &Device::flex()).unwrap();
+    model
+        .named_tensors()
+        .unwrap()
+        .into_iter()
+        .filter(|t| is_trainable(&t.name))
+        .collect()
+}
+
+/// The encoded body of a small valid update (every value 1e-3, far under any bound) for
+/// `task`, shaped like the package in `model`.
+pub fn small_update_body(model: &Path, task: &TrainTask, device: u64) -> Vec<u8> {
+    encode_update(&update(&trainable_tensors(model), task, device, 1e-3)).unwrap()
 }
 
 /// An update whose every value is `value` (flat norm `|value|·√d`).

@@ -733,10 +733,22 @@ for line in sys.stdin.read().splitlines():
 "#;
 
 /// SVOX Pico through PyPI's `ttspico`: `python3 -c PICO_SCRIPT LANGUAGE PITCH% RATE%`,
-/// one `path<TAB>text` line per text on standard input, 16 kHz 16-bit WAV out.
+/// one `path<TAB>text` line per text on standard input, 16 kHz 16-bit WAV out. The language
+/// files are found through the installed distribution's file list: pip writes them under its
+/// scheme's data directory (`/usr/local/languages` with Debian's pip and system Python),
+/// while `ttspico` itself looks only under `sys.prefix` and `/usr/share/pico/lang`.
 const PICO_SCRIPT: &str = r#"
 import sys, wave, ttspico
-engine = ttspico.TtsEngine(sys.argv[1])
+from importlib import metadata
+def language_dir():
+    try:
+        for f in metadata.files("ttspico") or []:
+            if f.name.endswith("_ta.bin"):
+                return str(f.locate().parent.resolve())
+    except metadata.PackageNotFoundError:
+        pass
+    return None
+engine = ttspico.TtsEngine(sys.argv[1], lang_dir=language_dir())
 engine.pitch = int(float(sys.argv[2]))
 engine.rate = int(float(sys.argv[3]))
 for line in sys.stdin.read().splitlines():

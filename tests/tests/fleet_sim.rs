@@ -1,13 +1,15 @@
-//! End to end: `hush-host simulate`'s library path with a real host on loopback and real
-//! device clients (each training on its own speaker's clips), plus a device that dies
-//! mid-upload.
+//! End to end: `hush-host simulate`'s library path, in process and with a real host on
+//! loopback and real device clients (each training on its own speaker's clips), plus a
+//! device that dies mid-upload.
 #![allow(clippy::unwrap_used)]
 
 use std::io::Write;
 use std::net::TcpStream;
 use std::time::Duration;
 
-use hush_host::simulate::{simulate, SimulateConfig};
+use hush_host::accountant::federated::FederatedPlan;
+use hush_host::accountant::Accountant;
+use hush_host::simulate::{simulate, FleetParticipation, SimulateConfig, Transport};
 use hush_tests::bundled_corpus;
 
 #[test]
@@ -77,15 +79,18 @@ fn a_small_fleet_trains_privately_and_accounts_every_round() {
 /// The demo's path is deterministic for a seed: devices register in speaker order, cohort
 /// draws are keyed by (round, device), the host's sum does not depend on arrival order and
 /// local rounds draw only their own seed's randomness — so two runs with concurrent device
-/// threads release bit-identical models and the same ledger.
+/// threads release bit-identical models and the same ledger. The in-process simulator runs
+/// the same engine, local training and seeds without HTTP or threads, and releases the
+/// same: the tolerance between the two transports is zero (bit for bit).
 #[test]
-fn a_seeded_fleet_simulation_repeats_bit_for_bit() {
-    let run = || {
+fn a_seeded_fleet_simulation_repeats_bit_for_bit_over_http_and_in_process() {
+    let run = |transport: Transport| {
         let out = tempfile::tempdir().unwrap();
         let mut cfg = SimulateConfig::small_kws(&bundled_corpus().join("kws"), out.path());
         cfg.devices = Some(6);
         cfg.host.rounds.rounds = 4;
         cfg.host.rounds.sampling_rate = 0.5;
+        cfg.transport = transport;
         let report = simulate(&cfg, &mut |_| {}, &mut |_, _| {}).unwrap();
         let weights = std::fs::read(out.path().join("model/weights.safetensors")).unwrap();
         let rounds: Vec<_> = report
@@ -100,11 +105,102 @@ fn a_seeded_fleet_simulation_repeats_bit_for_bit() {
                 )
             })
             .collect();
-        (weights, rounds)
+        let curve: Vec<_> = report.curve.iter().map(|p| p.accuracy).collect();
+        (weights, rounds, curve, report.uploads_accepted)
     };
-    let (a, b) = (run(), run());
+    let (a, b) = (run(Transport::Http), run(Transport::Http));
     assert_eq!(a.1, b.1, "the same cohorts, reports and ε");
     assert!(a.0 == b.0, "the same released model, bit for bit");
+    let c = run(Transport::InProcess);
+    assert!(a.1.iter().any(|r| r.2 > 0), "rounds released updates");
+    assert_eq!(a.1, c.1, "in process: the same cohorts, reports and ε");
+    assert_eq!(a.2, c.2, "in process: the same accuracy curve");
+    assert_eq!(a.3, c.3, "in process: the same accepted uploads");
+    assert!(
+        a.0 == c.0,
+        "in process: the same released model, bit for bit"
+    );
+}
+
+/// A fleet partly away (a daily cycle), with dropouts and stragglers: rounds close at their
+/// deadline with fewer reports than their cohort, late uploads are refused and not counted,
+/// the divisor is q × devices × the published availability (never the realized count), and
+/// the ledger accounts every device with q — the ε of the plan at rate q, to the last digit.
+#[test]
+fn a_partly_available_fleet_is_accounted_with_q_and_divided_by_the_published_estimate() {
+    let out = tempfile::tempdir().unwrap();
+    let mut cfg = SimulateConfig::small_kws(&bundled_corpus().join("kws"), out.path());
+    cfg.devices = Some(10);
+    cfg.host.rounds.rounds = 6;
+    cfg.host.rounds.sampling_rate = 0.5;
+    cfg.participation = FleetParticipation {
+        availability: 0.6,
+        daily_swing: 0.5,
+        rounds_per_day: 4,
+        dropout: 0.2,
+        straggle: 0.2,
+    };
+    let report = simulate(&cfg, &mut |_| {}, &mut |_, _| {}).unwrap();
+    let p = report.participation;
+    assert!(p.unavailable > 0 && p.dropped > 0 && p.late > 0, "{p:?}");
+    assert_eq!(report.uploads_refused, p.late, "every late upload refused");
+    let accepted: u64 = report.rounds.iter().map(|r| r.reports_accepted).sum();
+    assert_eq!(
+        accepted, report.uploads_accepted,
+        "every accepted upload counted once"
+    );
+    let released: Vec<_> = report
+        .rounds
+        .iter()
+        .filter(|r| r.released_version.is_some())
+        .collect();
+    assert_eq!(released.len(), 6);
+    assert!(
+        released
+            .iter()
+            .any(|r| r.reports_accepted < r.realized_cohort),
+        "some round closed at its deadline short of its cohort"
+    );
+    for r in &report.rounds {
+        assert!(
+            (r.expected_cohort - 0.5 * 10.0 * 0.6).abs() < 1e-12,
+            "{r:?}"
+        );
+    }
+    let plan = FederatedPlan::new(10, 5, 1000, 2.0, 6)
+        .unwrap()
+        .with_availability(0.6)
+        .unwrap();
+    let planned = plan
+        .simulation_epsilon(Accountant::Rdp, cfg.host.budget.delta)
+        .unwrap()
+        .epsilon;
+    let ledger = report.ledger_epsilon[0].epsilon;
+    assert!(
+        (ledger - planned).abs() <= 1e-9 * planned,
+        "ledger {ledger} vs the plan at q = 0.5: {planned}"
+    );
+}
+
+/// A fixed-size cohort chosen among the available devices cannot be accounted: refused
+/// before any round, with the reason.
+#[test]
+fn a_fixed_size_cohort_among_the_available_is_refused() {
+    let out = tempfile::tempdir().unwrap();
+    let mut cfg = SimulateConfig::small_kws(&bundled_corpus().join("kws"), out.path());
+    cfg.devices = Some(4);
+    cfg.host.rounds.cohort_size = Some(2);
+    let e = simulate(&cfg, &mut |_| {}, &mut |_, _| {})
+        .unwrap_err()
+        .to_string();
+    assert!(
+        e.contains("rounds.cohort_size") && e.contains("not Poisson sampling"),
+        "{e}"
+    );
+    assert!(
+        !out.path().join("host").join("hush.sqlite").exists(),
+        "no round ran"
+    );
 }
 
 #[test]

@@ -201,3 +201,70 @@ fn the_same_seed_and_inputs_release_the_same_models_and_ledger_through_either_dr
     };
     assert_eq!(shape(&a.rounds), shape(&b.rounds));
 }
+
+/// The cohort is drawn and written when the round opens, in one transaction: check-ins
+/// only read it (no write per check-in, whatever the fleet's size), and the devices told to
+/// train are exactly those `cohort_tasks` hands an in-process driver.
+#[test]
+fn a_round_draws_and_writes_its_whole_cohort_when_it_opens() {
+    let tmp = tempfile::tempdir().unwrap();
+    let model = common::tiny_package(tmp.path());
+    let data = tmp.path().join("host");
+    std::fs::create_dir_all(&data).unwrap();
+    let store = SqliteStore::open(&data.join(DB_FILE)).unwrap();
+    let clock = ManualClock::new(1_000_000);
+    let mut engine = RoundEngine::open(config(&model, &data), store, clock).unwrap();
+    let enrolment = engine
+        .issue_enrolment("fleet", DEVICES, Duration::from_secs(3600))
+        .unwrap()
+        .token;
+    for d in 1..=DEVICES {
+        engine
+            .register(&format!("d{d}"), &enrolment)
+            .unwrap()
+            .unwrap();
+    }
+    let drawn: Vec<u64> = engine
+        .cohort_tasks()
+        .unwrap()
+        .iter()
+        .map(|(d, t)| {
+            assert_eq!(t.round, 1);
+            *d
+        })
+        .collect();
+    assert!(!drawn.is_empty(), "seed 21 draws somebody at q = 0.5");
+    // Asked again before anyone reported: the same round, the same devices.
+    let again: Vec<u64> = engine.cohort_tasks().unwrap().iter().map(|p| p.0).collect();
+    assert_eq!(again, drawn);
+
+    let reader = rusqlite::Connection::open(data.join(DB_FILE)).unwrap();
+    let data_version = || -> i64 {
+        reader
+            .query_row("PRAGMA data_version", [], |r| r.get(0))
+            .unwrap()
+    };
+    let before = data_version();
+    let req = CheckInRequest {
+        model_version: None,
+        examples: 10,
+    };
+    let mut told_to_train = Vec::new();
+    for d in 1..=DEVICES {
+        if let Assignment::Train(t) = engine.check_in(d, &req).unwrap() {
+            assert_eq!(t.round, 1);
+            told_to_train.push(d);
+        }
+    }
+    assert_eq!(told_to_train, drawn);
+    assert_eq!(data_version(), before, "check-ins committed nothing");
+    let rows: Vec<(i64, i64)> = reader
+        .prepare("SELECT device, selected FROM cohort WHERE round = 1 ORDER BY device")
+        .unwrap()
+        .query_map([], |r| Ok((r.get(0)?, r.get(1)?)))
+        .unwrap()
+        .collect::<Result<_, _>>()
+        .unwrap();
+    let expected: Vec<(i64, i64)> = drawn.iter().map(|&d| (d as i64, 1)).collect();
+    assert_eq!(rows, expected, "one row per drawn device, written at open");
+}

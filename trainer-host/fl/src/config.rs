@@ -8,6 +8,7 @@ use std::path::{Path, PathBuf};
 
 use hush_models::dp::{ClipStrategy, NoiseKind};
 use hush_models::optim::ServerOptimizerConfig;
+use hush_privacy::accountant::federated::Participation;
 use serde::{Deserialize, Serialize};
 
 use super::FlError;
@@ -97,8 +98,16 @@ impl Default for ServerSection {
 pub struct RoundsSection {
     /// Rounds to release (abandoned rounds do not count; default 10).
     pub rounds: u64,
-    /// Probability `q` that a checked-in device joins a round's cohort (default 0.5).
+    /// Probability `q` that a device joins a round's cohort, by its own draw (default 0.5).
     pub sampling_rate: f64,
+    /// Published estimate of the fraction of active devices reachable in a round (default
+    /// 1): the divisor is `q × population × availability`, a constant fixed before the round,
+    /// never the realized count. The accountant still uses `q` for every device.
+    pub availability: f64,
+    /// A fixed-size cohort chosen among the devices available: **refused** — the accountant
+    /// cannot account for it ([`hush_privacy::accountant::federated::Participation`]); the
+    /// key exists so that asking for it gets that explanation. Default: none (Poisson).
+    pub cohort_size: Option<u64>,
     /// Seconds from a round's opening to its deadline (default 60).
     pub deadline_secs: f64,
     /// Fewest accepted reports for a round to be released; fewer → abandoned, no ε spent
@@ -121,6 +130,8 @@ impl Default for RoundsSection {
         Self {
             rounds: 10,
             sampling_rate: 0.5,
+            availability: 1.0,
+            cohort_size: None,
             deadline_secs: 60.0,
             min_reports: 1,
             min_devices: 1,
@@ -542,6 +553,16 @@ impl FlConfig {
             format!("= {}: must be in (0, 1]", r.sampling_rate),
         )?;
         need(
+            r.availability > 0.0 && r.availability <= 1.0,
+            "rounds.availability",
+            format!("= {}: must be in (0, 1]", r.availability),
+        )?;
+        if let Some(cohort_size) = r.cohort_size {
+            Participation::FixedSizeAmongAvailable { cohort_size }
+                .accounted_rate()
+                .map_err(|e| FlError::config("rounds.cohort_size", &e.to_string()))?;
+        }
+        need(
             r.deadline_secs.is_finite() && r.deadline_secs > 0.0 && r.deadline_secs < 1e7,
             "rounds.deadline_secs",
             format!("= {}: must be > 0 (and below 10^7)", r.deadline_secs),
@@ -699,6 +720,14 @@ mod tests {
         assert!(e.contains("noize"), "{e}");
         let e = err("[server]\ninitial_model = \"m\"\n[rounds]\nsampling_rate = 1.5\n");
         assert!(e.contains("rounds.sampling_rate"), "{e}");
+        let e = err("[server]\ninitial_model = \"m\"\n[rounds]\navailability = 0.0\n");
+        assert!(e.contains("rounds.availability"), "{e}");
+        // A fixed-size cohort among the available devices is refused, with the reason.
+        let e = err("[server]\ninitial_model = \"m\"\n[rounds]\ncohort_size = 500\n");
+        assert!(
+            e.contains("rounds.cohort_size") && e.contains("not Poisson sampling"),
+            "{e}"
+        );
         let e = err("[server]\ninitial_model = \"m\"\n[dp]\nclipping = \"round\"\n");
         assert!(e.contains("clipping"), "{e}");
         let e = err(

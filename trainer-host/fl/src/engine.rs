@@ -4,9 +4,10 @@
 //! another; the same seed and the same inputs give the same released models and ledger
 //! through either.
 //!
-//! - **Open.** A round opens at a check-in when none is open, training is not finished and
-//!   at least `rounds.min_devices` devices are registered. Its population is the devices
-//!   registered at that moment (later ones wait for the next round); its expected cohort
+//! - **Open.** A round opens at a check-in (or [`RoundEngine::cohort_tasks`]) when none is
+//!   open, training is not finished and at least `rounds.min_devices` devices are
+//!   registered. Its population is the devices active at that moment (later ones wait for
+//!   the next round); its expected cohort
 //!   `C = q × population` is the divisor. It opens only if [`Ledger::authorize`] accepts its
 //!   release: user-level, Poisson-subsampled Gaussian with rate `q` and the **effective**
 //!   noise multiplier actually used (`z·C/M` with a noise cohort `M`, else `z`). Refused →
@@ -14,12 +15,15 @@
 //! - **Cohort.** Device `d`'s membership of round `r` is one Bernoulli(q) draw keyed by
 //!   (cohort key, `r`, `d`) ([`KeyedPoissonSampler`]): the same whichever thread or replica
 //!   asks and in whatever order devices check in. The key is 32 secret bytes from the OS
-//!   kept in the store, or derived from `seed`. Draws are recorded as devices check in.
+//!   kept in the store, or derived from `seed`. Every active device is drawn when the round
+//!   opens, and the cohort is written with the round in one transaction
+//!   ([`Store::open_round`]): a check-in only reads it, so a fleet's check-ins cost no
+//!   writes, and the draw cannot depend on who checked in or when.
 //! - **Upload.** [`UpdateValidator`] decodes and norm-checks a body outside any lock;
 //!   [`RoundEngine::accept`] checks sender, round, cohort and model version, and adds the
 //!   update into the order-free fixed-point sum ([`Aggregator`]).
-//! - **Close.** At the deadline, or as soon as every eligible device has checked in and
-//!   every selected device has reported (accepted or rejected).
+//! - **Close.** At the deadline, or as soon as every device of the cohort has reported
+//!   (accepted or rejected); a round whose cohort is empty closes as it opens.
 //! - **Release** ([`RoundEngine`]'s `release`). Fewer than `rounds.min_reports` accepted →
 //!   abandoned: no release, no ε. Otherwise privatize the sum
 //!   ([`GaussianMechanism::privatize`]: noise keyed by the round, then divide by `C`), step
@@ -31,7 +35,7 @@
 //!   nothing recorded; a crash anywhere is finished or undone by the next start
 //!   ([`ModelDirs::recover`]). The named [`fault`] points sit between these steps.
 //! - **Restart.** A round still open in the store lost its in-memory sum: it is marked
-//!   abandoned (no release, no ε) and the next check-in opens a fresh one. Tokens, draws and
+//!   abandoned (no release, no ε) and the next check-in opens a fresh one. Tokens, cohorts and
 //!   reports are in the store. The server optimizer's state is written into each published
 //!   model version ([`OPTIMIZER_STATE`]), so a restarted host goes on with the same moments.
 
@@ -108,7 +112,8 @@ struct OpenRound {
     authorization: Option<Authorization>,
     mechanism: Option<GaussianMechanism>,
     agg: Aggregator,
-    checked_in: u64,
+    /// The devices drawn into the cohort when the round opened.
+    cohort: HashSet<u64>,
     selected: u64,
     reported: HashSet<u64>,
     rejected: u64,
@@ -462,14 +467,19 @@ impl<S: Store, C: Clock> RoundEngine<S, C> {
         if self.open.is_some() || self.finished.is_some() {
             return Ok(());
         }
-        let (population, max_device_id) = self.store().devices(self.clock.now_ms())?;
-        self.population = population;
-        if population < self.cfg.rounds.min_devices {
+        let now = self.clock.now_ms();
+        let (count, _) = self.store().devices(now)?;
+        self.population = count;
+        if count < self.cfg.rounds.min_devices {
             return Ok(());
         }
+        let active = self.store().active_devices(now)?;
+        let population = active.len() as u64;
+        let max_device_id = active.last().copied().unwrap_or(0);
         let q = self.cfg.rounds.sampling_rate;
         let id = self.next_round;
-        let expected = ExpectedCount::poisson(q, population as usize)?;
+        let expected = ExpectedCount::poisson(q, population as usize)?
+            .with_availability(self.cfg.rounds.availability)?;
         let (mechanism, authorization) = if self.cfg.dp.enabled {
             let mut mech = GaussianMechanism::new(
                 self.cfg.dp.noise_multiplier,
@@ -531,12 +541,23 @@ impl<S: Store, C: Clock> RoundEngine<S, C> {
             epsilon_rdp: None,
             epsilon_pld: None,
         };
-        self.store_mut().insert_round(&row)?;
+        // Every active device's draw, keyed by (cohort key, round, device): the cohort is
+        // fixed now and written with the round in one transaction.
+        let cohort: Vec<u64> = active
+            .into_iter()
+            .filter(|&d| self.cohort.includes(id, d))
+            .collect();
+        let row = RoundRow {
+            selected: cohort.len() as u64,
+            ..row
+        };
+        self.store_mut().open_round(&row, &cohort)?;
         self.next_round = id + 1;
         info!(
             round = id,
             population,
             expected_cohort = expected.get(),
+            cohort = cohort.len(),
             model_version = self.model_version,
             "round opened"
         );
@@ -545,12 +566,13 @@ impl<S: Store, C: Clock> RoundEngine<S, C> {
             authorization,
             mechanism,
             agg: Aggregator::new(&self.layout, self.bounds.sensitivity()),
-            checked_in: 0,
-            selected: 0,
+            selected: cohort.len() as u64,
+            cohort: cohort.into_iter().collect(),
             reported: HashSet::new(),
             rejected: 0,
         });
-        Ok(())
+        // An empty cohort has nothing to wait for.
+        self.close_if_complete()
     }
 
     fn train_task(&self, open: &OpenRound, device: u64) -> TrainTask {
@@ -598,41 +620,49 @@ impl<S: Store, C: Clock> RoundEngine<S, C> {
         let Some(open) = self.open.as_ref() else {
             return Ok(self.wait());
         };
-        if device > open.row.max_device_id {
-            return Ok(self.wait());
-        }
-        let round = open.row.id;
-        let selected = match self.store().cohort_draw(round, device)? {
-            Some(s) => s,
-            None => {
-                let s = self.cohort.includes(round, device);
-                let now = self.clock.now_ms();
-                self.store_mut().record_draw(round, device, s, now)?;
-                if let Some(o) = self.open.as_mut() {
-                    o.checked_in += 1;
-                    if s {
-                        o.selected += 1;
-                    }
-                }
-                s
-            }
+        let assignment = if open.cohort.contains(&device) && !open.reported.contains(&device) {
+            Assignment::Train(self.train_task(open, device))
+        } else {
+            self.wait()
         };
-        let assignment = match self.open.as_ref() {
-            Some(o) if selected && !o.reported.contains(&device) => {
-                Assignment::Train(self.train_task(o, device))
-            }
-            _ => self.wait(),
-        };
-        self.close_if_complete()?;
         Ok(assignment)
     }
 
+    /// Whether round `round` is still open (some of its cohort has not reported).
+    pub fn round_is_open(&self, round: u64) -> bool {
+        self.open.as_ref().is_some_and(|o| o.row.id == round)
+    }
+
+    /// Opens a round if none is open (and training is not finished), and returns the tasks
+    /// of its cohort's devices that have not reported yet, in device order: what
+    /// [`RoundEngine::check_in`] would tell each of them, without asking the others. For
+    /// drivers that hold the whole fleet (the in-process simulator).
+    pub fn cohort_tasks(&mut self) -> Result<Vec<(u64, TrainTask)>, FlError> {
+        self.tick()?;
+        self.try_open_round()?;
+        let Some(open) = self.open.as_ref() else {
+            return Ok(Vec::new());
+        };
+        let mut devices: Vec<u64> = open
+            .cohort
+            .iter()
+            .copied()
+            .filter(|d| !open.reported.contains(d))
+            .collect();
+        devices.sort_unstable();
+        Ok(devices
+            .into_iter()
+            .map(|d| (d, self.train_task(open, d)))
+            .collect())
+    }
+
     fn close_if_complete(&mut self) -> Result<(), FlError> {
-        let complete = self.open.as_ref().is_some_and(|o| {
-            o.checked_in >= o.row.population && o.reported.len() as u64 >= o.selected
-        });
+        let complete = self
+            .open
+            .as_ref()
+            .is_some_and(|o| o.reported.len() as u64 >= o.selected);
         if complete {
-            self.close_round("every eligible device checked in and every selected one reported")?;
+            self.close_round("every device of the cohort reported")?;
         }
         Ok(())
     }
@@ -736,7 +766,11 @@ impl<S: Store, C: Clock> RoundEngine<S, C> {
             };
             return self.log_rejection(device, round, bytes, rej).map(Err);
         }
-        if self.store().cohort_draw(round, device)? != Some(true) {
+        if !self
+            .open
+            .as_ref()
+            .is_some_and(|o| o.cohort.contains(&device))
+        {
             let rej = Rejection::new(
                 403,
                 "not_in_cohort",

@@ -278,6 +278,8 @@ pub trait Store: LedgerStore + Send {
     fn device_by_token_hash(&self, token_hash: &str) -> StoreResult<Option<DeviceRow>>;
     /// `(count, highest id)` of the devices active at `now_ms` (not revoked, not expired).
     fn devices(&self, now_ms: u64) -> StoreResult<(u64, u64)>;
+    /// Ids of the devices active at `now_ms`, ascending.
+    fn active_devices(&self, now_ms: u64) -> StoreResult<Vec<u64>>;
     /// Every device, by id.
     fn device_list(&self) -> StoreResult<Vec<DeviceRow>>;
     /// Every enrolment token, by id.
@@ -287,22 +289,15 @@ pub trait Store: LedgerStore + Send {
     /// Revokes enrolment token `id` (its devices keep theirs); `false` if there is none or
     /// it was revoked.
     fn revoke_enrolment(&mut self, id: u64, now_ms: u64) -> StoreResult<bool>;
-    /// Inserts a newly opened round.
-    fn insert_round(&mut self, round: &RoundRow) -> StoreResult<()>;
+    /// One transaction: a newly opened round and its cohort, the devices drawn into it
+    /// (ascending), written together when the round opens.
+    fn open_round(&mut self, round: &RoundRow, cohort: &[u64]) -> StoreResult<()>;
     /// Every round, by id.
     fn rounds(&self) -> StoreResult<Vec<RoundRow>>;
     /// Records how a round ended without a release (abandoned).
     fn close_round(&mut self, id: u64, outcome: &RoundOutcome, now_ms: u64) -> StoreResult<()>;
-    /// The recorded cohort draw of a device in a round.
-    fn cohort_draw(&self, round: u64, device: u64) -> StoreResult<Option<bool>>;
-    /// Records a device's cohort draw (once per round).
-    fn record_draw(
-        &mut self,
-        round: u64,
-        device: u64,
-        selected: bool,
-        now_ms: u64,
-    ) -> StoreResult<()>;
+    /// The devices drawn into round `round`'s cohort, ascending.
+    fn cohort(&self, round: u64) -> StoreResult<Vec<u64>>;
     /// The round of an accepted report with this idempotency key.
     fn accepted_key(&self, key: &str) -> StoreResult<Option<u64>>;
     /// Logs a report.

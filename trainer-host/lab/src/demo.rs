@@ -53,9 +53,13 @@ pub enum DemoError {
     },
 }
 
-/// The demo's simulation: [`SimulateConfig::small_kws`] on `data`, writing to `out`.
+/// The demo's simulation: [`SimulateConfig::small_kws`] on `data`, writing to `out`, over
+/// HTTP (a round server on loopback and one device client per device: every real part).
 pub fn demo_config(data: &Path, out: &Path) -> SimulateConfig {
-    SimulateConfig::small_kws(data, out)
+    SimulateConfig {
+        transport: crate::simulate::Transport::Http,
+        ..SimulateConfig::small_kws(data, out)
+    }
 }
 
 /// Runs the demo: `log` gets each step, `progress` each scored model version.

@@ -1,6 +1,10 @@
-//! Fleet simulation, `hush-host simulate`: a real round server on loopback and one real
-//! device client per training speaker, talking HTTP to it, each training on its own
-//! speaker's clips only.
+//! Fleet simulation, `hush-host simulate`: federated rounds with one device per training
+//! speaker, each training on its own speaker's clips only, through one of two transports
+//! ([`Transport`]): in process — the round engine itself (its SQLite store, ledger, noise
+//! and clock) driven directly, each round's cohort trained one device after another, no
+//! HTTP and no thread per device — or over HTTP — a real round server on loopback and one
+//! real device client (thread) per device. Both run the same engine, the same local
+//! training and the same seeds, so they release the same models.
 //!
 //! The corpus is split by speaker ([`hush_device::dataset::split_of_speaker`]): training
 //! speakers become devices; validation speakers are the *public* data the initial model's
@@ -20,18 +24,43 @@ use burn::tensor::Device;
 use hush_device::client::{join, DeviceIdentity, DeviceState, HostClient, JoinConfig, JoinSummary};
 use hush_device::dataset::{read_corpus, split_of_speaker, KwsLabels, Split, Target};
 use hush_device::features::FeatureConfig;
-use hush_device::training::LocalData;
+use hush_device::protocol::{encode_update, StatusReport};
+use hush_device::training::{local_update, LocalData};
 use hush_models::arch::ArchConfig;
 use hush_models::package::{load_package, write_package, ModelCard, SplitMetrics};
 use hush_models::step::predict;
 use serde::Serialize;
 
-use hush_fl::{FlConfig, RoundLog};
+use hush_fl::{FlConfig, ManualClock, RoundEngine, RoundLog};
 use hush_plot::{line_plot, Series};
 use hush_privacy::accountant::federated::FederatedPlan;
 use hush_privacy::accountant::{Accountant, EpsilonReport};
 use hush_server::start_host;
+use hush_store::{SqliteStore, DB_FILE};
 use hush_train::metrics::{argmax, score};
+
+/// How the simulated devices reach the round engine.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Transport {
+    /// The round engine driven in this process: its store, ledger and noise as a server
+    /// runs them, a manual clock, each round's cohort trained one device after another.
+    #[default]
+    InProcess,
+    /// A real round server on loopback and one device client (a thread) per device.
+    Http,
+}
+
+impl std::str::FromStr for Transport {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, String> {
+        match s {
+            "in-process" => Ok(Self::InProcess),
+            "http" => Ok(Self::Http),
+            _ => Err(format!("{s:?}: expected in-process or http")),
+        }
+    }
+}
 
 /// Everything a simulation needs: the host's configuration (rounds, sampling, noise,
 /// clipping, local recipe, server optimizer, budget) and the fleet around it.
@@ -64,6 +93,113 @@ pub struct SimulateConfig {
     pub deployment_population: u64,
     /// δ of the extrapolated guarantee.
     pub deployment_delta: f64,
+    /// How devices reach the engine.
+    pub transport: Transport,
+    /// Who is reachable, drops out or comes late (in process only).
+    pub participation: FleetParticipation,
+}
+
+/// How the simulated fleet takes part, as real fleets do: only part of it is reachable in a
+/// round (a daily cycle), and some drawn devices drop out before uploading or upload after
+/// the deadline. Each is one draw keyed by (seed, round, device), made after the engine's
+/// own cohort draw and independent of it, so the accountant's `q` stays an upper bound on
+/// every device's participation. The host is told only `availability` (its published
+/// estimate, `rounds.availability`, the divisor's factor).
+#[derive(Debug, Clone, Copy, PartialEq, Serialize)]
+pub struct FleetParticipation {
+    /// Mean fraction of devices reachable in a round (default 1).
+    pub availability: f64,
+    /// Relative swing of availability over a day: `a(r) = availability × (1 + swing ×
+    /// sin(2π r / rounds_per_day))`, clamped to [0, 1] (default 0).
+    pub daily_swing: f64,
+    /// Rounds per simulated day (default 24).
+    pub rounds_per_day: u32,
+    /// Probability that a drawn, reachable device trains but never uploads (default 0).
+    pub dropout: f64,
+    /// Probability that it uploads after the round's deadline (default 0).
+    pub straggle: f64,
+}
+
+impl Default for FleetParticipation {
+    fn default() -> Self {
+        Self {
+            availability: 1.0,
+            daily_swing: 0.0,
+            rounds_per_day: 24,
+            dropout: 0.0,
+            straggle: 0.0,
+        }
+    }
+}
+
+impl FleetParticipation {
+    /// Checks every fraction is in range.
+    fn validate(&self) -> Result<(), SimulateError> {
+        let fraction = |name: &str, v: f64, lo_open: bool| {
+            let ok = v.is_finite() && v <= 1.0 && if lo_open { v > 0.0 } else { v >= 0.0 };
+            if ok {
+                Ok(())
+            } else {
+                Err(SimulateError::Unusable(format!(
+                    "participation: {name} = {v}: expected a fraction in {}",
+                    if lo_open { "(0, 1]" } else { "[0, 1]" }
+                )))
+            }
+        };
+        fraction("availability", self.availability, true)?;
+        fraction("daily swing", self.daily_swing, false)?;
+        fraction("dropout", self.dropout, false)?;
+        fraction("straggle", self.straggle, false)?;
+        if self.rounds_per_day == 0 {
+            return Err(SimulateError::Unusable(
+                "participation: rounds per day must be ≥ 1".into(),
+            ));
+        }
+        Ok(())
+    }
+
+    /// Whether every device is always reachable, uploads and is on time.
+    fn is_full(&self) -> bool {
+        *self
+            == Self {
+                rounds_per_day: self.rounds_per_day,
+                ..Self::default()
+            }
+    }
+
+    /// Fraction of devices reachable in round `round`.
+    fn available_fraction(&self, round: u64) -> f64 {
+        let phase = std::f64::consts::TAU * (round % u64::from(self.rounds_per_day)) as f64
+            / f64::from(self.rounds_per_day);
+        (self.availability * (1.0 + self.daily_swing * phase.sin())).clamp(0.0, 1.0)
+    }
+}
+
+/// What the fleet did with the rounds it was drawn into (in process).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize)]
+pub struct ParticipationCounts {
+    /// Drawn but not reachable: never checked in.
+    pub unavailable: u64,
+    /// Trained but never uploaded.
+    pub dropped: u64,
+    /// Uploaded after the deadline (refused as too late).
+    pub late: u64,
+}
+
+/// A uniform draw in [0, 1) keyed by (seed, round, device, what): the fleet's own
+/// behaviour, not privacy noise (SplitMix64 over the key).
+fn fleet_draw(seed: u64, round: u64, device: u64, what: u64) -> f64 {
+    let mut x = seed
+        ^ round.wrapping_mul(0x9E37_79B9_7F4A_7C15)
+        ^ device.wrapping_mul(0xC2B2_AE3D_27D4_EB4F)
+        ^ what.wrapping_mul(0x1656_67B1_9E37_79F9);
+    for _ in 0..2 {
+        x = x.wrapping_add(0x9E37_79B9_7F4A_7C15);
+        x = (x ^ (x >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+        x = (x ^ (x >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+        x ^= x >> 31;
+    }
+    (x >> 11) as f64 / (1u64 << 53) as f64
 }
 
 /// One published model version, scored on the held-out speakers.
@@ -102,8 +238,12 @@ pub struct SimulateReport {
     pub uploads_accepted: u64,
     /// Uploads refused.
     pub uploads_refused: u64,
+    /// Drawn devices that were away, dropped out or came late (in process).
+    pub participation: ParticipationCounts,
     /// Wall time of the run.
     pub seconds: f64,
+    /// Device updates trained per second of wall time, over the whole run.
+    pub updates_per_second: f64,
     /// The final model package.
     pub model: PathBuf,
 }
@@ -299,11 +439,24 @@ pub fn simulate(
     if host_dir.exists() {
         std::fs::remove_dir_all(&host_dir).map_err(|e| io_err(&host_dir, e))?;
     }
+    cfg.participation.validate()?;
+    if cfg.transport == Transport::Http && !cfg.participation.is_full() {
+        return Err(SimulateError::Unusable(
+            "availability, dropouts and stragglers are simulated in process only \
+             (--transport in-process)"
+                .into(),
+        ));
+    }
     let mut host_cfg = cfg.host.clone();
+    // The host knows only the published availability estimate (the divisor's factor).
+    host_cfg.rounds.availability = cfg.participation.availability;
     host_cfg.server.initial_model = initial.clone();
     host_cfg.server.data_dir = host_dir;
     host_cfg.server.listen = "127.0.0.1:0".into();
     host_cfg.rounds.min_devices = train.len() as u64;
+    // A configuration the engine would refuse (e.g. a participation scheme the accountant
+    // cannot account for) is refused before anything runs.
+    host_cfg.validate()?;
     let rounds = host_cfg.rounds.rounds;
     let expected = (host_cfg.rounds.sampling_rate * train.len() as f64)
         .round()
@@ -313,13 +466,16 @@ pub fn simulate(
             .dp
             .noise_cohort_size
             .map_or(expected, |m| m.round() as u64);
-        Some(FederatedPlan::new(
-            train.len() as u64,
-            expected,
-            noise_cohort,
-            host_cfg.dp.noise_multiplier,
-            rounds,
-        )?)
+        Some(
+            FederatedPlan::new(
+                train.len() as u64,
+                expected,
+                noise_cohort,
+                host_cfg.dp.noise_multiplier,
+                rounds,
+            )?
+            .with_availability(host_cfg.rounds.availability)?,
+        )
     } else {
         None
     };
@@ -331,106 +487,28 @@ pub fn simulate(
             host_cfg.budget.epsilon, host_cfg.budget.delta, host_cfg.budget.accountant
         ));
     }
-    // The whole fleet shares one address (loopback): per-address limits would throttle it
-    // as one device behind a NAT; per-device limits still apply.
-    host_cfg.limits.register_per_address_per_minute = 1e6;
-    host_cfg.limits.checkin_per_address_per_second = 1e6;
-    let host = start_host(host_cfg.clone())?;
-    log(&format!("host listening on {}", host.url()));
-    // The operator enrols exactly the simulated fleet.
-    let enrolment = host.enrol(
-        "simulation",
-        train.len() as u64,
-        Duration::from_secs(86_400),
-    )?;
-
-    // Devices register in speaker order before any of them starts: device ids key the
-    // cohort draws, so each id must be the same speaker in every run of a seed.
-    let anonymous = HostClient::new(&host.url(), Duration::from_secs(30))
-        .map_err(|source| SimulateError::Device { index: 0, source })?;
-    for (i, speaker) in train.iter().enumerate() {
-        let device = |source| SimulateError::Device { index: i, source };
-        let state = DeviceState::open(&cfg.out.join("devices").join(format!("device-{i:03}")))
-            .map_err(device)?;
-        let r = anonymous
-            .register(&format!("sim-{speaker}"), &enrolment)
-            .map_err(device)?;
-        state
-            .save_identity(&DeviceIdentity {
-                server: host.url(),
-                device_id: r.device_id,
-                token: r.token,
-            })
-            .map_err(device)?;
-    }
-
-    let stop = Arc::new(AtomicBool::new(false));
-    let mut threads = Vec::new();
-    for (i, speaker) in train.iter().enumerate() {
-        let mut jc = JoinConfig::new(
-            &host.url(),
-            cfg.data.clone(),
-            cfg.out.join("devices").join(format!("device-{i:03}")),
-        );
-        jc.speaker = Some(speaker.clone());
-        jc.label = format!("sim-{speaker}");
-        jc.max_backoff = Duration::from_secs(2);
-        let stop = stop.clone();
-        threads.push(std::thread::spawn(move || join(&jc, &stop, &mut |_| {})));
-    }
-
-    let mut curve = Vec::new();
-    let mut scored = None;
-    loop {
-        let finished = host.is_finished();
-        let (version, dir) = host.latest_model();
-        if scored != Some(version) {
-            let m = evaluate(&dir, &test, &labels)?;
-            let point = RoundPoint {
-                version,
-                accuracy: m.accuracy,
-                balanced_keyword_accuracy: m.balanced_keyword_accuracy,
-                elapsed_s: started.elapsed().as_secs_f64(),
-            };
-            progress(&point, rounds);
-            curve.push(point);
-            scored = Some(version);
-        }
-        if finished {
-            break;
-        }
-        if threads.iter().all(|t| t.is_finished()) {
-            // Every device stopped before the host finished: collect their errors below.
-            break;
-        }
-        std::thread::sleep(Duration::from_millis(50));
-    }
-    stop.store(true, Ordering::Relaxed);
-    let mut summaries: Vec<JoinSummary> = Vec::new();
-    for (index, t) in threads.into_iter().enumerate() {
-        match t.join() {
-            Ok(Ok(s)) => summaries.push(s),
-            Ok(Err(source)) => return Err(SimulateError::Device { index, source }),
-            Err(_) => {
-                return Err(SimulateError::Unusable(format!(
-                    "device {index}: its thread panicked"
-                )))
-            }
-        }
-    }
-    let round_log = host.round_log()?;
-    let status = host.status()?;
-    let (version, final_dir) = host.latest_model();
-    host.shutdown()?;
-    if curve.last().is_none_or(|p| p.version != version) {
-        let m = evaluate(&final_dir, &test, &labels)?;
-        curve.push(RoundPoint {
-            version,
-            accuracy: m.accuracy,
-            balanced_keyword_accuracy: m.balanced_keyword_accuracy,
-            elapsed_s: started.elapsed().as_secs_f64(),
-        });
-    }
+    let mut scorer = Scorer {
+        test: &test,
+        labels: &labels,
+        started,
+        rounds,
+        curve: Vec::new(),
+    };
+    let fleet = match cfg.transport {
+        Transport::InProcess => run_in_process(cfg, &host_cfg, &train, &mut scorer, log, progress)?,
+        Transport::Http => run_http(cfg, &host_cfg, &train, &mut scorer, log, progress)?,
+    };
+    let FleetRun {
+        round_log,
+        status,
+        final_dir,
+        final_version,
+        uploads_accepted,
+        uploads_refused,
+        participation,
+    } = fleet;
+    scorer.observe(final_version, &final_dir, progress)?;
+    let curve = scorer.curve;
     let model_out = cfg.out.join("model");
     copy_package(&final_dir, &model_out)?;
     let test_metrics = evaluate(&model_out, &test, &labels)?;
@@ -479,9 +557,11 @@ pub fn simulate(
         test: test_metrics,
         ledger_epsilon,
         deployment_epsilon,
-        uploads_accepted: summaries.iter().map(|s| s.uploads_accepted).sum(),
-        uploads_refused: summaries.iter().map(|s| s.uploads_refused).sum(),
+        uploads_accepted,
+        uploads_refused,
+        participation,
         seconds: started.elapsed().as_secs_f64(),
+        updates_per_second: uploads_accepted as f64 / started.elapsed().as_secs_f64(),
         model: model_out,
     };
     let plot = cfg.out.join("accuracy.png");
@@ -503,23 +583,342 @@ pub fn simulate(
                 .collect(),
         },
     ];
-    let title = match report
-        .deployment_epsilon
-        .first()
-        .or(report.ledger_epsilon.first())
-    {
-        Some(e) => format!(
-            "federated KWS, held-out speakers (ε = {:.2}, δ = {:e})",
-            e.epsilon, e.delta
-        ),
-        None => "federated KWS, held-out speakers (not private)".to_string(),
-    };
+    let title = plot_title(&report);
     line_plot(&plot, &title, "model version (round)", "accuracy", &series)
         .map_err(|e| io_err(&plot, e))?;
     let json = serde_json::to_vec_pretty(&report).map_err(|e| io_err(&cfg.out, e))?;
     let path = cfg.out.join("results.json");
     std::fs::write(&path, json).map_err(|e| io_err(&path, e))?;
     Ok(report)
+}
+
+/// The plot's title: the guarantee of what was run (the ledger's) and, when there is one,
+/// the extrapolated deployment's, each labelled as such.
+fn plot_title(report: &SimulateReport) -> String {
+    let eps = |e: f64| {
+        if e < 100.0 {
+            format!("{e:.3}")
+        } else {
+            format!("{e:.0}")
+        }
+    };
+    let mut parts = Vec::new();
+    if let Some(e) = report.ledger_epsilon.first() {
+        parts.push(format!(
+            "as run: ε = {} (δ = {:e})",
+            eps(e.epsilon),
+            e.delta
+        ));
+    }
+    if let Some(e) = report.deployment_epsilon.first() {
+        parts.push(format!(
+            "extrapolated to {} devices: ε = {} (δ = {:e})",
+            report.config.deployment_population,
+            eps(e.epsilon),
+            e.delta
+        ));
+    }
+    if parts.is_empty() {
+        "federated KWS, held-out speakers (not private)".to_string()
+    } else {
+        format!("federated KWS; {}", parts.join("; "))
+    }
+}
+
+/// Scores each published model version once, in order.
+struct Scorer<'a> {
+    test: &'a LocalData,
+    labels: &'a [String],
+    started: Instant,
+    rounds: u64,
+    curve: Vec<RoundPoint>,
+}
+
+impl Scorer<'_> {
+    /// Scores `version` (in `dir`) unless it is the last one scored.
+    fn observe(
+        &mut self,
+        version: u64,
+        dir: &Path,
+        progress: &mut dyn FnMut(&RoundPoint, u64),
+    ) -> Result<(), SimulateError> {
+        if self.curve.last().is_some_and(|p| p.version == version) {
+            return Ok(());
+        }
+        let m = evaluate(dir, self.test, self.labels)?;
+        let point = RoundPoint {
+            version,
+            accuracy: m.accuracy,
+            balanced_keyword_accuracy: m.balanced_keyword_accuracy,
+            elapsed_s: self.started.elapsed().as_secs_f64(),
+        };
+        progress(&point, self.rounds);
+        self.curve.push(point);
+        Ok(())
+    }
+}
+
+/// What a transport's run of the fleet left.
+struct FleetRun {
+    round_log: Vec<RoundLog>,
+    status: StatusReport,
+    final_version: u64,
+    final_dir: PathBuf,
+    uploads_accepted: u64,
+    uploads_refused: u64,
+    participation: ParticipationCounts,
+}
+
+/// Rounds in a row that may open with an empty cohort before the run gives up (q so small
+/// that nobody is ever drawn).
+const MAX_EMPTY_ROUNDS: u32 = 10_000;
+
+/// The fleet in this process: the engine on its SQLite store in `host_cfg`'s data
+/// directory with a manual clock (one virtual second per round), devices registered in
+/// speaker order with one enrolment token, each cohort's devices trained one after another
+/// from the published model's files and their updates checked and added as the server
+/// would. Drawn devices that are away, drop out or straggle ([`FleetParticipation`]) leave
+/// the round to close at its deadline; a straggler's upload then arrives too late.
+fn run_in_process(
+    cfg: &SimulateConfig,
+    host_cfg: &FlConfig,
+    train: &[String],
+    scorer: &mut Scorer<'_>,
+    log: &mut dyn FnMut(&str),
+    progress: &mut dyn FnMut(&RoundPoint, u64),
+) -> Result<FleetRun, SimulateError> {
+    let data_dir = &host_cfg.server.data_dir;
+    std::fs::create_dir_all(data_dir).map_err(|e| io_err(data_dir, e))?;
+    let store = SqliteStore::open(&data_dir.join(DB_FILE)).map_err(hush_fl::FlError::from)?;
+    let now_ms = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis() as u64);
+    let clock = ManualClock::new(now_ms);
+    let mut engine = RoundEngine::open(host_cfg.clone(), store, clock.clone())?;
+    log(&format!(
+        "round engine in process (store {})",
+        data_dir.join(DB_FILE).display()
+    ));
+    let enrolment = engine
+        .issue_enrolment(
+            "simulation",
+            train.len() as u64,
+            Duration::from_secs(86_400),
+        )?
+        .token;
+    // Device ids key the cohort draws: register in speaker order, as the HTTP fleet does.
+    let mut data = std::collections::HashMap::new();
+    let card = ModelCard::read(&host_cfg.server.initial_model)?;
+    for (i, speaker) in train.iter().enumerate() {
+        let id = match engine.register(&format!("sim-{speaker}"), &enrolment)? {
+            Ok(r) => r.device_id,
+            Err(rej) => {
+                return Err(SimulateError::Unusable(format!(
+                    "device {i}: registration refused: {}",
+                    rej.error
+                )))
+            }
+        };
+        let local = LocalData::load_for_model(
+            &card,
+            &host_cfg.server.initial_model,
+            &cfg.data,
+            Some(speaker),
+        )?;
+        data.insert(id, local);
+    }
+    let validator = engine.validator();
+    let (mut accepted, mut refused) = (0u64, 0u64);
+    let mut counts = ParticipationCounts::default();
+    let fleet_seed = host_cfg.seed.unwrap_or(0) ^ 0xF1EE_7000;
+    let behaviour = cfg.participation;
+    let mut empty = 0u32;
+    loop {
+        let (version, dir) = engine.latest_model();
+        scorer.observe(version, &dir, progress)?;
+        if engine.finished().is_some() {
+            break;
+        }
+        let tasks = engine.cohort_tasks()?;
+        if tasks.is_empty() {
+            empty += 1;
+            if empty > MAX_EMPTY_ROUNDS {
+                return Err(SimulateError::Unusable(format!(
+                    "{MAX_EMPTY_ROUNDS} rounds in a row drew nobody (q = {}, {} devices)",
+                    host_cfg.rounds.sampling_rate,
+                    train.len()
+                )));
+            }
+            clock.advance(1_000);
+            continue;
+        }
+        empty = 0;
+        let round = tasks[0].1.round;
+        let deadline_in = tasks[0].1.deadline_ms;
+        let reachable = behaviour.available_fraction(round);
+        let mut late = Vec::new();
+        for (device, task) in tasks {
+            let draw = |what| fleet_draw(fleet_seed, round, device, what);
+            if draw(1) >= reachable {
+                counts.unavailable += 1;
+                continue;
+            }
+            let package = engine.latest_model().1;
+            let local = data.get(&device).ok_or_else(|| {
+                SimulateError::Unusable(format!(
+                    "the engine drew device {device}, not enrolled here"
+                ))
+            })?;
+            let (update, _) = local_update(&package, local, &task, device)?;
+            let bytes = encode_update(&update)
+                .map_err(|e| SimulateError::Unusable(format!("device {device}: {e}")))?
+                .len() as u64;
+            if draw(2) < behaviour.dropout {
+                counts.dropped += 1;
+                continue;
+            }
+            if draw(3) < behaviour.straggle {
+                late.push((device, validator.check(update, bytes)));
+                continue;
+            }
+            match engine.accept(device, task.round, validator.check(update, bytes))? {
+                Ok(_) => accepted += 1,
+                Err(rej) => {
+                    refused += 1;
+                    log(&format!(
+                        "device {device}, round {}: refused: {}",
+                        task.round, rej.error
+                    ));
+                }
+            }
+        }
+        // Somebody drawn did not report: the round closes at its deadline.
+        if engine.round_is_open(round) {
+            clock.advance(deadline_in + 1);
+            engine.tick()?;
+        }
+        for (device, checked) in late {
+            counts.late += 1;
+            match engine.accept(device, round, checked)? {
+                Ok(_) => {
+                    return Err(SimulateError::Unusable(format!(
+                        "device {device}'s upload after round {round}'s deadline was counted"
+                    )))
+                }
+                Err(_) => refused += 1,
+            }
+        }
+        clock.advance(1_000);
+    }
+    let (final_version, final_dir) = engine.latest_model();
+    Ok(FleetRun {
+        round_log: engine.round_log()?,
+        status: engine.status()?,
+        final_version,
+        final_dir,
+        uploads_accepted: accepted,
+        uploads_refused: refused,
+        participation: counts,
+    })
+}
+
+/// The fleet over HTTP: a round server on loopback, one device client thread per device.
+fn run_http(
+    cfg: &SimulateConfig,
+    host_cfg: &FlConfig,
+    train: &[String],
+    scorer: &mut Scorer<'_>,
+    log: &mut dyn FnMut(&str),
+    progress: &mut dyn FnMut(&RoundPoint, u64),
+) -> Result<FleetRun, SimulateError> {
+    let mut host_cfg = host_cfg.clone();
+    // The whole fleet shares one address (loopback): per-address limits would throttle it
+    // as one device behind a NAT; per-device limits still apply.
+    host_cfg.limits.register_per_address_per_minute = 1e6;
+    host_cfg.limits.checkin_per_address_per_second = 1e6;
+    let host = start_host(host_cfg)?;
+    log(&format!("host listening on {}", host.url()));
+    // The operator enrols exactly the simulated fleet.
+    let enrolment = host.enrol(
+        "simulation",
+        train.len() as u64,
+        Duration::from_secs(86_400),
+    )?;
+
+    // Devices register in speaker order before any of them starts: device ids key the
+    // cohort draws, so each id must be the same speaker in every run of a seed.
+    let anonymous = HostClient::new(&host.url(), Duration::from_secs(30))
+        .map_err(|source| SimulateError::Device { index: 0, source })?;
+    for (i, speaker) in train.iter().enumerate() {
+        let device = |source| SimulateError::Device { index: i, source };
+        let state = DeviceState::open(&cfg.out.join("devices").join(format!("device-{i:03}")))
+            .map_err(device)?;
+        let r = anonymous
+            .register(&format!("sim-{speaker}"), &enrolment)
+            .map_err(device)?;
+        state
+            .save_identity(&DeviceIdentity {
+                server: host.url(),
+                device_id: r.device_id,
+                token: r.token,
+            })
+            .map_err(device)?;
+    }
+
+    let stop = Arc::new(AtomicBool::new(false));
+    let mut threads = Vec::new();
+    for (i, speaker) in train.iter().enumerate() {
+        let mut jc = JoinConfig::new(
+            &host.url(),
+            cfg.data.clone(),
+            cfg.out.join("devices").join(format!("device-{i:03}")),
+        );
+        jc.speaker = Some(speaker.clone());
+        jc.label = format!("sim-{speaker}");
+        jc.max_backoff = Duration::from_secs(2);
+        let stop = stop.clone();
+        threads.push(std::thread::spawn(move || join(&jc, &stop, &mut |_| {})));
+    }
+
+    loop {
+        let finished = host.is_finished();
+        let (version, dir) = host.latest_model();
+        scorer.observe(version, &dir, progress)?;
+        if finished {
+            break;
+        }
+        if threads.iter().all(|t| t.is_finished()) {
+            // Every device stopped before the host finished: collect their errors below.
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    stop.store(true, Ordering::Relaxed);
+    let mut summaries: Vec<JoinSummary> = Vec::new();
+    for (index, t) in threads.into_iter().enumerate() {
+        match t.join() {
+            Ok(Ok(s)) => summaries.push(s),
+            Ok(Err(source)) => return Err(SimulateError::Device { index, source }),
+            Err(_) => {
+                return Err(SimulateError::Unusable(format!(
+                    "device {index}: its thread panicked"
+                )))
+            }
+        }
+    }
+    let round_log = host.round_log()?;
+    let status = host.status()?;
+    let (final_version, final_dir) = host.latest_model();
+    host.shutdown()?;
+    Ok(FleetRun {
+        round_log,
+        status,
+        final_version,
+        final_dir,
+        uploads_accepted: summaries.iter().map(|s| s.uploads_accepted).sum(),
+        uploads_refused: summaries.iter().map(|s| s.uploads_refused).sum(),
+        participation: ParticipationCounts::default(),
+    })
 }
 
 fn copy_package(from: &Path, to: &Path) -> Result<(), SimulateError> {
@@ -585,6 +984,8 @@ impl SimulateConfig {
             budget_from_plan: true,
             deployment_population: 1_000_000,
             deployment_delta: 1e-9,
+            transport: Transport::InProcess,
+            participation: FleetParticipation::default(),
         }
     }
 }

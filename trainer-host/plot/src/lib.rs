@@ -29,6 +29,16 @@ pub struct PlotError {
     pub reason: String,
 }
 
+/// Caption font size: 22 px, smaller for a long title so that it fits the plot's width.
+fn caption_size(title: &str) -> u32 {
+    let n = title.chars().count().max(1) as u32;
+    if n <= 70 {
+        22
+    } else {
+        (22 * 70 / n).max(13)
+    }
+}
+
 /// Writes a line plot of `series` to `path` (PNG, 900×560).
 pub fn line_plot(
     path: &Path,
@@ -64,7 +74,7 @@ pub fn line_plot(
     let root = BitMapBackend::new(path, (900, 560)).into_drawing_area();
     root.fill(&WHITE).map_err(|e| err(&e))?;
     let mut chart = ChartBuilder::on(&root)
-        .caption(title, ("sans-serif", 22))
+        .caption(title, ("sans-serif", caption_size(title)))
         .margin(16)
         .x_label_area_size(44)
         .y_label_area_size(60)

@@ -1,13 +1,13 @@
-//! `hush-host simulate`: a real host on loopback and one device client per training
-//! speaker, federated training with user-level DP, per-round accuracy, ε, results.json
-//! and a plot.
+//! `hush-host simulate`: one device per training speaker, federated training with
+//! user-level DP through the round engine in process (or a real host on loopback with
+//! `--transport http`), per-round accuracy, ε, results.json and a plot.
 
 use std::path::PathBuf;
 
 use anyhow::Context;
 use hush_host::fl::config::OptimizerKind;
 use hush_host::fl::FlConfig;
-use hush_host::simulate::{simulate, SimulateConfig, SimulateReport};
+use hush_host::simulate::{simulate, SimulateConfig, SimulateReport, Transport};
 use hush_models::dp::ClipStrategy;
 use indicatif::{ProgressBar, ProgressStyle};
 
@@ -69,6 +69,30 @@ pub struct SimulateArgs {
     /// Seed of sampling and noise (reproducible runs); omitted with a --config: OS entropy.
     #[arg(long)]
     pub seed: Option<u64>,
+    /// in-process (the round engine driven directly, no HTTP, no thread per device) or
+    /// http (a round server on loopback and one device client per device).
+    #[arg(long, default_value = "in-process")]
+    pub transport: Transport,
+    /// Mean fraction of devices reachable in a round (in process; also the host's published
+    /// availability estimate, the divisor's factor).
+    #[arg(long)]
+    pub availability: Option<f64>,
+    /// Relative swing of availability over a simulated day (0: flat).
+    #[arg(long)]
+    pub daily_swing: Option<f64>,
+    /// Rounds per simulated day.
+    #[arg(long)]
+    pub rounds_per_day: Option<u32>,
+    /// Probability that a drawn, reachable device trains but never uploads.
+    #[arg(long)]
+    pub dropout: Option<f64>,
+    /// Probability that a drawn, reachable device uploads after the deadline.
+    #[arg(long)]
+    pub straggle: Option<f64>,
+    /// A fixed-size cohort among the available devices: refused with the reason (the
+    /// accountant cannot account for it); use --sampling-rate.
+    #[arg(long)]
+    pub cohort_size: Option<u64>,
 }
 
 fn parse_optimizer(s: &str) -> Result<OptimizerKind, String> {
@@ -135,6 +159,26 @@ impl SimulateArgs {
         if let Some(v) = self.population {
             cfg.deployment_population = v;
         }
+        cfg.transport = self.transport;
+        let p = &mut cfg.participation;
+        if let Some(v) = self.availability {
+            p.availability = v;
+        }
+        if let Some(v) = self.daily_swing {
+            p.daily_swing = v;
+        }
+        if let Some(v) = self.rounds_per_day {
+            p.rounds_per_day = v;
+        }
+        if let Some(v) = self.dropout {
+            p.dropout = v;
+        }
+        if let Some(v) = self.straggle {
+            p.straggle = v;
+        }
+        if self.cohort_size.is_some() {
+            cfg.host.rounds.cohort_size = self.cohort_size;
+        }
         Ok(cfg)
     }
 }
@@ -193,6 +237,13 @@ pub fn print_summary(prefix: &str, r: &SimulateReport) {
         r.uploads_refused,
         r.seconds
     );
+    let p = &r.participation;
+    if p.unavailable + p.dropped + p.late > 0 {
+        println!(
+            "{prefix}: drawn devices away {}, dropped out {}, too late {}",
+            p.unavailable, p.dropped, p.late
+        );
+    }
     if let (Some(first), Some(last)) = (r.curve.first(), r.curve.last()) {
         println!(
             "{prefix}: test-speaker accuracy {:.3} → {:.3} (balanced keyword accuracy {:.3}; chance 1/12)",

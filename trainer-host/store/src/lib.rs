@@ -1,6 +1,6 @@
 //! The round engine's [`Store`] on SQLite: one file, `<data_dir>/hush.sqlite`, in WAL
-//! mode with `synchronous = FULL` (but for the rows a crash may lose: cohort draws and the
-//! open round's reports), written through one connection (one writer). The privacy
+//! mode with `synchronous = FULL` (but for the rows a crash may lose: the open round's
+//! reports), written through one connection (one writer). The privacy
 //! ledger's `releases` table lives in the same database ([`hush_privacy::ledger::sqlite`]
 //! owns its schema and row format), so [`Store::commit_release`] appends the ledger
 //! record, marks the round released and adds the model version in **one transaction**.
@@ -26,11 +26,13 @@
 //!        expected_cohort REAL NOT NULL,       -- q × population: the divisor
 //!        closed_at_ms INTEGER, reason TEXT,
 //!        released_version INTEGER,            -- model version published from it
-//!        selected INTEGER NOT NULL DEFAULT 0, -- realized cohort
+//!        selected INTEGER NOT NULL DEFAULT 0, -- realized cohort (written at open)
 //!        accepted INTEGER NOT NULL DEFAULT 0, rejected INTEGER NOT NULL DEFAULT 0,
 //!        epsilon_rdp REAL, epsilon_pld REAL)  -- ε spent after this round (ledger totals)
-//! cohort(round INTEGER NOT NULL, device INTEGER NOT NULL, selected INTEGER NOT NULL,
-//!        drawn_at_ms INTEGER NOT NULL, PRIMARY KEY (round, device))  -- one draw per round
+//! cohort(round INTEGER NOT NULL, device INTEGER NOT NULL,
+//!        selected INTEGER NOT NULL,           -- 1: the devices drawn, all written when the
+//!                                             -- round opens (0 only in older databases)
+//!        drawn_at_ms INTEGER NOT NULL, PRIMARY KEY (round, device))
 //! reports(id INTEGER PRIMARY KEY AUTOINCREMENT, round INTEGER NOT NULL,
 //!         device INTEGER NOT NULL,
 //!         idempotency_key TEXT UNIQUE,        -- set on accepted reports only
@@ -200,9 +202,8 @@ impl SqliteStore {
 impl SqliteStore {
     /// Runs one write without waiting for the disk (`synchronous = NORMAL` in WAL mode: the
     /// database stays consistent after a crash, but the last such writes may be lost).
-    /// Only for rows a crash may lose: a cohort draw (recomputed from the cohort key) and
-    /// a report of the open round (whose sum a crash loses anyway, so the round is
-    /// abandoned on restart). The next synced commit — a release, a registration — makes
+    /// Only for rows a crash may lose: a report of the open round (whose sum a crash loses
+    /// anyway, so the round is abandoned on restart). The next synced commit — a release, a registration — makes
     /// them durable too; everything else commits with `synchronous = FULL`.
     fn unsynced<T>(
         &mut self,
@@ -491,6 +492,22 @@ impl Store for SqliteStore {
         ))
     }
 
+    fn active_devices(&self, now_ms: u64) -> StoreResult<Vec<u64>> {
+        let mut stmt = self
+            .conn
+            .prepare_cached(
+                "SELECT id FROM devices WHERE revoked_at_ms IS NULL
+                     AND (expires_at_ms IS NULL OR expires_at_ms > ?1) ORDER BY id",
+            )
+            .map_err(err("list active devices"))?;
+        let ids = stmt
+            .query_map(params![to_i64(now_ms, "time")?], |r| r.get::<_, i64>(0))
+            .map_err(err("list active devices"))?
+            .collect::<Result<Vec<_>, _>>()
+            .map_err(err("list active devices"))?;
+        ids.into_iter().map(|id| to_u64(id, "device id")).collect()
+    }
+
     fn device_list(&self) -> StoreResult<Vec<DeviceRow>> {
         let mut stmt = self
             .conn
@@ -565,24 +582,43 @@ impl Store for SqliteStore {
         Ok(n == 1)
     }
 
-    fn insert_round(&mut self, r: &RoundRow) -> StoreResult<()> {
-        self.conn
-            .execute(
-                "INSERT INTO rounds (id, model_version, state, opened_at_ms, deadline_ms,
-                     population, max_device_id, expected_cohort)
-                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)",
-                params![
-                    to_i64(r.id, "round id")?,
-                    to_i64(r.model_version, "model version")?,
-                    r.state.as_str(),
-                    to_i64(r.opened_at_ms, "time")?,
-                    to_i64(r.deadline_ms, "deadline")?,
-                    to_i64(r.population, "population")?,
-                    to_i64(r.max_device_id, "device id")?,
-                    r.expected_cohort,
-                ],
-            )
-            .map_err(err("open round"))?;
+    fn open_round(&mut self, r: &RoundRow, cohort: &[u64]) -> StoreResult<()> {
+        let tx = self.conn.transaction().map_err(err("open round"))?;
+        tx.execute(
+            "INSERT INTO rounds (id, model_version, state, opened_at_ms, deadline_ms,
+                 population, max_device_id, expected_cohort, selected)
+             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9)",
+            params![
+                to_i64(r.id, "round id")?,
+                to_i64(r.model_version, "model version")?,
+                r.state.as_str(),
+                to_i64(r.opened_at_ms, "time")?,
+                to_i64(r.deadline_ms, "deadline")?,
+                to_i64(r.population, "population")?,
+                to_i64(r.max_device_id, "device id")?,
+                r.expected_cohort,
+                to_i64(cohort.len() as u64, "cohort size")?,
+            ],
+        )
+        .map_err(err("open round"))?;
+        {
+            let mut insert = tx
+                .prepare_cached(
+                    "INSERT INTO cohort (round, device, selected, drawn_at_ms)
+                     VALUES (?1, ?2, 1, ?3)",
+                )
+                .map_err(err("record cohort"))?;
+            for &d in cohort {
+                insert
+                    .execute(params![
+                        to_i64(r.id, "round id")?,
+                        to_i64(d, "device")?,
+                        to_i64(r.opened_at_ms, "time")?
+                    ])
+                    .map_err(err("record cohort"))?;
+            }
+        }
+        tx.commit().map_err(err("open round"))?;
         Ok(())
     }
 
@@ -625,37 +661,19 @@ impl Store for SqliteStore {
         write_outcome(&self.conn, id, outcome, now_ms)
     }
 
-    fn cohort_draw(&self, round: u64, device: u64) -> StoreResult<Option<bool>> {
-        self.conn
-            .query_row(
-                "SELECT selected FROM cohort WHERE round = ?1 AND device = ?2",
-                params![to_i64(round, "round")?, to_i64(device, "device")?],
-                |r| r.get::<_, bool>(0),
+    fn cohort(&self, round: u64) -> StoreResult<Vec<u64>> {
+        let mut stmt = self
+            .conn
+            .prepare_cached(
+                "SELECT device FROM cohort WHERE round = ?1 AND selected = 1 ORDER BY device",
             )
-            .optional()
-            .map_err(err("read cohort draw"))
-    }
-
-    fn record_draw(
-        &mut self,
-        round: u64,
-        device: u64,
-        selected: bool,
-        now_ms: u64,
-    ) -> StoreResult<()> {
-        let row = params![
-            to_i64(round, "round")?,
-            to_i64(device, "device")?,
-            selected,
-            to_i64(now_ms, "time")?
-        ];
-        self.unsynced("record cohort draw", |c| {
-            c.execute(
-                "INSERT INTO cohort (round, device, selected, drawn_at_ms) VALUES (?1, ?2, ?3, ?4)",
-                row,
-            )
-        })?;
-        Ok(())
+            .map_err(err("read cohort"))?;
+        let ids = stmt
+            .query_map(params![to_i64(round, "round")?], |r| r.get::<_, i64>(0))
+            .map_err(err("read cohort"))?
+            .collect::<Result<Vec<_>, _>>()
+            .map_err(err("read cohort"))?;
+        ids.into_iter().map(|d| to_u64(d, "device")).collect()
     }
 
     fn accepted_key(&self, key: &str) -> StoreResult<Option<u64>> {

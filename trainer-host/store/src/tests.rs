@@ -80,16 +80,28 @@ fn commit(round: u64, v: ModelVersionRow) -> ReleaseCommit {
 }
 
 #[test]
-fn draws_are_recorded_once_and_keys_are_unique() {
+fn a_round_opens_with_its_cohort_once_and_keys_are_unique() {
     let mut s = SqliteStore::open_in_memory().unwrap();
     s.add_enrolment("e", "batch", 5, 100, 1).unwrap();
     let d = enrol(&mut s, "h1").unwrap().unwrap();
     assert_eq!(s.device_by_token_hash("h1").unwrap().unwrap().id, d);
     assert_eq!(s.device_by_token_hash("h2").unwrap(), None);
     assert!(enrol(&mut s, "h1").is_err());
-    s.record_draw(1, d, true, 1).unwrap();
-    assert_eq!(s.cohort_draw(1, d).unwrap(), Some(true));
-    assert!(s.record_draw(1, d, false, 1).is_err());
+    s.open_round(&round(1), &[d, 7, 9]).unwrap();
+    assert_eq!(s.cohort(1).unwrap(), vec![d, 7, 9]);
+    assert_eq!(
+        s.rounds().unwrap()[0].selected,
+        3,
+        "the realized cohort, at open"
+    );
+    // A round opens once: a second opening of round 1 writes neither round nor cohort.
+    assert!(s.open_round(&round(1), &[2]).is_err());
+    assert_eq!(s.cohort(1).unwrap(), vec![d, 7, 9]);
+    assert_eq!(s.rounds().unwrap().len(), 1);
+    // A cohort that names a device twice is refused whole.
+    assert!(s.open_round(&round(2), &[4, 4]).is_err());
+    assert!(s.cohort(2).unwrap().is_empty());
+    assert_eq!(s.rounds().unwrap().len(), 1);
     let rep = ReportRow {
         round: 1,
         device: d,
@@ -109,7 +121,7 @@ fn a_release_commits_ledger_round_and_version_together_or_not_at_all() {
     let path = tmp.path().join(DB_FILE);
     let mut s = SqliteStore::open(&path).unwrap();
     s.add_initial_version(&version(0), 1).unwrap();
-    s.insert_round(&round(1)).unwrap();
+    s.open_round(&round(1), &[]).unwrap();
     // Version 0 exists: inserting it again fails inside the transaction, after the ledger
     // append and the round update — and neither of them may survive.
     let err = s.commit_release(&commit(1, version(0))).unwrap_err();
@@ -207,10 +219,13 @@ fn an_enrolment_token_registers_at_most_its_quota_and_nothing_after_revocation()
     assert_eq!(s.enrolments().unwrap()[0].used, 2);
     // Devices count while active: until revoked, and until their token expires (50).
     assert_eq!(s.devices(10).unwrap(), (2, b));
+    assert_eq!(s.active_devices(10).unwrap(), vec![a, b]);
     assert!(s.revoke_device(a, 20).unwrap());
     assert!(!s.revoke_device(a, 21).unwrap(), "already revoked");
     assert_eq!(s.devices(30).unwrap(), (1, b));
+    assert_eq!(s.active_devices(30).unwrap(), vec![b]);
     assert_eq!(s.devices(50).unwrap(), (0, 0));
+    assert!(s.active_devices(50).unwrap().is_empty());
     let row = s.device_by_token_hash("h1").unwrap().unwrap();
     assert_eq!(row.revoked_at_ms, Some(20));
     assert!(!row.active(30));
@@ -253,7 +268,7 @@ fn a_store_from_before_enrolment_is_upgraded_and_its_devices_keep_working() {
 }
 
 #[test]
-fn only_draws_and_reports_skip_the_fsync_and_the_connection_stays_synced() {
+fn only_reports_skip_the_fsync_and_the_connection_stays_synced() {
     let tmp = tempfile::tempdir().unwrap();
     let mut s = SqliteStore::open(&tmp.path().join(DB_FILE)).unwrap();
     let sync = |s: &SqliteStore| -> i64 {
@@ -262,8 +277,8 @@ fn only_draws_and_reports_skip_the_fsync_and_the_connection_stays_synced() {
             .unwrap()
     };
     assert_eq!(sync(&s), 2, "FULL after open");
-    s.record_draw(1, 1, true, 1).unwrap();
-    assert_eq!(sync(&s), 2, "FULL again after a draw");
+    s.open_round(&round(1), &[1]).unwrap();
+    assert_eq!(sync(&s), 2, "FULL after a round opens");
     let rep = ReportRow {
         round: 1,
         device: 1,
@@ -276,5 +291,5 @@ fn only_draws_and_reports_skip_the_fsync_and_the_connection_stays_synced() {
     // A failed unsynced write (the same key again) restores FULL too.
     assert!(s.record_report(&rep, 1).is_err());
     assert_eq!(sync(&s), 2, "FULL again after a report, failed or not");
-    assert_eq!(s.cohort_draw(1, 1).unwrap(), Some(true));
+    assert_eq!(s.cohort(1).unwrap(), vec![1]);
 }

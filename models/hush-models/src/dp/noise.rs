@@ -139,6 +139,16 @@ impl ExpectedCount {
         Ok(Self(q * population as f64))
     }
 
+    /// `self × availability`: the expected count when only a published fraction
+    /// `availability` ∈ (0, 1] of the population is expected to be reachable in a round. A
+    /// public constant fixed before the round, never the realized count.
+    pub fn with_availability(self, availability: f64) -> Result<Self, DpError> {
+        if !(availability > 0.0 && availability <= 1.0) {
+            return Err(bad("availability", availability, "a fraction in (0, 1]"));
+        }
+        Ok(Self(self.0 * availability))
+    }
+
     /// The value.
     pub fn get(self) -> f64 {
         self.0

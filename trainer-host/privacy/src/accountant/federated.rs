@@ -27,10 +27,70 @@
 //! the simulation itself, run at `q = C / N` with `σ_eff`, would have a much larger ε
 //! ([`FederatedPlan::simulation_epsilon`] reports that honest number too). Extrapolated numbers
 //! are statements about a hypothetical deployment, never about the simulation's data.
+//!
+//! **Participation.** Only Poisson participation is accounted ([`Participation`]): every
+//! enrolled device joins a round with probability `q` by its own draw keyed by (key, round,
+//! device), independently of the others and of whether it is reachable. A device that is
+//! unavailable, drops out or misses the deadline contributes nothing, so `q` is an upper
+//! bound on its participation probability and the accounted ε holds for it too. The divisor
+//! is a public constant fixed before the round — `q × N × a` with `a` a *published*
+//! availability estimate ([`FederatedPlan::with_availability`]) — never the realized count.
+//! Choosing a fixed number of devices among those available is not Poisson sampling (a
+//! device's chance depends on who else is reachable, and the size is fixed) and is refused
+//! ([`Participation::accounted_rate`]); Balle et al. 2020, "Privacy amplification via random
+//! check-ins", discuss schemes of that kind and what they can be credited with.
 
 use super::{
     Accountant, AccountantError, Adjacency, EpsilonReport, PrivacyUnit, SubsampledGaussian,
 };
+
+/// How devices come to contribute to a round, as the accountant must see it.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum Participation {
+    /// Each enrolled device joins with probability `sampling_rate` by its own keyed draw,
+    /// independently of every other device and of its availability: Poisson subsampling.
+    Poisson {
+        /// `q`.
+        sampling_rate: f64,
+    },
+    /// A fixed number of devices chosen among those available when the round opens.
+    FixedSizeAmongAvailable {
+        /// Devices chosen.
+        cohort_size: u64,
+    },
+}
+
+impl Participation {
+    /// The per-round participation probability every user is accounted with, or why the
+    /// scheme cannot be accounted.
+    pub fn accounted_rate(&self) -> Result<f64, AccountantError> {
+        match *self {
+            Self::Poisson { sampling_rate } => {
+                if sampling_rate > 0.0 && sampling_rate <= 1.0 {
+                    Ok(sampling_rate)
+                } else {
+                    Err(super::validate::invalid(
+                        "sampling_rate",
+                        sampling_rate,
+                        "a rate in (0, 1]",
+                    ))
+                }
+            }
+            Self::FixedSizeAmongAvailable { cohort_size } => Err(AccountantError::Unsupported {
+                what: format!(
+                    "a cohort of exactly {cohort_size} devices chosen among those available is \
+                     not Poisson sampling: each device's chance of being chosen depends on how \
+                     many others are reachable, which the accountant cannot know, and the \
+                     cohort's size is fixed, so neither the Poisson-subsampled Gaussian's ε nor \
+                     its divisor holds; use Poisson participation (each device joins with \
+                     probability q by its own draw, rounds.sampling_rate) and publish an \
+                     availability estimate for the divisor (rounds.availability); see Balle et \
+                     al. 2020, \"Privacy amplification via random check-ins\""
+                ),
+            }),
+        }
+    }
+}
 
 /// A planned user-level federated training run.
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -45,6 +105,9 @@ pub struct FederatedPlan {
     pub noise_multiplier: f64,
     /// Number of rounds `R`.
     pub rounds: u64,
+    /// Published fraction `a` of the population expected to be reachable in a round (1 by
+    /// default): the divisor is `C × a`, the sampling rate stays `C / N`.
+    pub availability: f64,
 }
 
 impl FederatedPlan {
@@ -86,6 +149,24 @@ impl FederatedPlan {
             noise_cohort,
             noise_multiplier,
             rounds,
+            availability: 1.0,
+        })
+    }
+
+    /// The plan with a published availability estimate `a` ∈ (0, 1]: the divisor becomes
+    /// `C × a`; with a noise cohort, the noise on the sum shrinks with it (the noise on the
+    /// average stays that of `C_n` devices), so the run's own ε grows.
+    pub fn with_availability(self, availability: f64) -> Result<Self, AccountantError> {
+        if !(availability > 0.0 && availability <= 1.0) {
+            return Err(super::validate::invalid(
+                "availability",
+                availability,
+                "a fraction in (0, 1]",
+            ));
+        }
+        Ok(Self {
+            availability,
+            ..self
         })
     }
 
@@ -95,17 +176,19 @@ impl FederatedPlan {
     }
 
     /// Std of the Gaussian noise the host adds to the **sum** of clipped updates:
-    /// `z · clip_norm · C / C_n`.
+    /// `z · clip_norm · C · a / C_n`.
     pub fn noise_std_on_sum(&self, clip_norm: f64) -> f64 {
-        self.noise_multiplier * clip_norm * self.expected_cohort as f64 / self.noise_cohort as f64
+        clip_norm * self.effective_noise_multiplier()
     }
 
-    /// The simulation's effective noise multiplier against its own sensitivity: `z · C / C_n`.
+    /// The simulation's effective noise multiplier against its own sensitivity:
+    /// `z · C · a / C_n`.
     pub fn effective_noise_multiplier(&self) -> f64 {
-        self.noise_multiplier * self.expected_cohort as f64 / self.noise_cohort as f64
+        self.noise_multiplier * self.expected_cohort as f64 * self.availability
+            / self.noise_cohort as f64
     }
 
-    /// Honest ε of the run as executed: `q = C / N`, `σ = z · C / C_n`.
+    /// Honest ε of the run as executed: `q = C / N`, `σ = z · C · a / C_n`.
     pub fn simulation_epsilon(
         &self,
         accountant: Accountant,
@@ -149,6 +232,44 @@ mod tests {
     use super::*;
 
     #[test]
+    fn only_poisson_participation_is_accounted() {
+        assert_eq!(
+            Participation::Poisson {
+                sampling_rate: 0.05
+            }
+            .accounted_rate()
+            .unwrap(),
+            0.05
+        );
+        assert!(Participation::Poisson { sampling_rate: 0.0 }
+            .accounted_rate()
+            .is_err());
+        let e = Participation::FixedSizeAmongAvailable { cohort_size: 500 }
+            .accounted_rate()
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.contains("exactly 500 devices") && e.contains("not Poisson sampling"),
+            "{e}"
+        );
+    }
+
+    #[test]
+    fn availability_shrinks_the_divisor_and_the_noise_on_the_sum_not_the_rate(
+    ) -> Result<(), AccountantError> {
+        let plan = FederatedPlan::new(10_000, 500, 1_000, 1.0, 100)?;
+        let half = plan.with_availability(0.5)?;
+        assert_eq!(half.sampling_rate(), plan.sampling_rate());
+        assert!((half.effective_noise_multiplier() - 0.25).abs() < 1e-15);
+        let (a, b) = (
+            plan.simulation_epsilon(Accountant::Rdp, 1e-6)?.epsilon,
+            half.simulation_epsilon(Accountant::Rdp, 1e-6)?.epsilon,
+        );
+        assert!(b > a, "less noise on the sum, more ε: {a} → {b}");
+        Ok(())
+    }
+
+    #[test]
     fn noise_scales_with_cohort_ratio() -> Result<(), AccountantError> {
         let plan = FederatedPlan::new(1_000_000, 1_000, 50_000, 1.0, 2_000)?;
         assert!((plan.noise_std_on_sum(1.0) - 0.02).abs() < 1e-15);
@@ -172,6 +293,10 @@ mod tests {
     #[test]
     fn rejects_cohort_larger_than_population() {
         assert!(FederatedPlan::new(10, 20, 20, 1.0, 1).is_err());
+        assert!(FederatedPlan::new(10, 2, 20, 1.0, 1)
+            .unwrap()
+            .with_availability(0.0)
+            .is_err());
         assert!(FederatedPlan::new(100, 20, 10, 1.0, 1).is_err());
     }
 }

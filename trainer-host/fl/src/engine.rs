@@ -7,8 +7,8 @@
 //! - **Open.** A round opens at a check-in (or [`RoundEngine::cohort_tasks`]) when none is
 //!   open, training is not finished and at least `rounds.min_devices` devices are
 //!   registered. Its population is the devices active at that moment (later ones wait for
-//!   the next round); its expected cohort
-//!   `C = q × population` is the divisor. It opens only if [`Ledger::authorize`] accepts its
+//!   the next round); its expected cohort `C = q × population × rounds.availability` (the
+//!   published availability estimate, 1 by default) is the divisor. It opens only if [`Ledger::authorize`] accepts its
 //!   release: user-level, Poisson-subsampled Gaussian with rate `q` and the **effective**
 //!   noise multiplier actually used (`z·C/M` with a noise cohort `M`, else `z`). Refused →
 //!   training is finished (`Assignment::Done`).

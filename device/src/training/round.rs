@@ -11,7 +11,7 @@ use hush_models::dp::per_example::{
     apply_sgd, clipped_grad_sum, per_example_model, trainable_layout,
 };
 use hush_models::dp::{layer_norms, ClipBounds, ClipStrategy, GaussianNoise, NoiseSource};
-use hush_models::package::{load_package, ModelCard};
+use hush_models::package::{load_package_holding_rng, ModelCard};
 use hush_models::step::{apply_grads, loss_and_grads, Batch};
 use rand::seq::SliceRandom;
 use rand::SeedableRng;
@@ -46,9 +46,6 @@ fn trainable(tensors: Vec<NamedTensor>) -> Vec<NamedTensor> {
         .collect()
 }
 
-/// Serializes local rounds within a process (see [`local_update`]).
-static BACKEND_RNG: std::sync::Mutex<()> = std::sync::Mutex::new(());
-
 /// Trains from the model package in `package` on `data` as `task` says and returns the
 /// clipped update for `device_id`. Local rounds in one process run one at a time (burn's
 /// random state is per process).
@@ -68,13 +65,11 @@ pub fn local_update(
     // burn's backend RNG (dropout masks) is one per process: hold it from seeding to the
     // last step, so that rounds trained on several threads at once (the fleet simulator,
     // the demo) each draw exactly their own seed's stream and a seeded run repeats.
-    let _rng = BACKEND_RNG
-        .lock()
-        .unwrap_or_else(std::sync::PoisonError::into_inner);
+    let backend_rng = hush_models::rng::hold_backend_rng();
     let device = Device::flex().autodiff();
     let seed = local.seed ^ device_id.rotate_left(17);
     device.seed(seed);
-    let (card, mut model) = load_package(package, &device)?;
+    let (card, mut model) = load_package_holding_rng(package, &device, &backend_rng)?;
     let io = card.arch.io();
     if io.frames != data.frames || io.bins != data.bins {
         return Err(TrainingError::Unusable(format!(

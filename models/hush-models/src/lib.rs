@@ -27,6 +27,7 @@ pub mod export;
 pub mod optim;
 pub mod package;
 pub mod pretrained;
+pub mod rng;
 pub mod step;
 
 pub use error::ModelError;

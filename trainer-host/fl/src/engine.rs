@@ -112,9 +112,8 @@ struct OpenRound {
     authorization: Option<Authorization>,
     mechanism: Option<GaussianMechanism>,
     agg: Aggregator,
-    /// The devices drawn into the cohort when the round opened.
+    /// The devices drawn into the cohort when the round opened (`row.selected` of them).
     cohort: HashSet<u64>,
-    selected: u64,
     reported: HashSet<u64>,
     rejected: u64,
 }
@@ -521,6 +520,12 @@ impl<S: Store, C: Clock> RoundEngine<S, C> {
         } else {
             (None, None)
         };
+        // Every active device's draw, keyed by (cohort key, round, device): the cohort is
+        // fixed now and written with the round in one transaction.
+        let cohort: Vec<u64> = active
+            .into_iter()
+            .filter(|&d| self.cohort.includes(id, d))
+            .collect();
         let opened = self.clock.now_ms();
         let deadline = opened + (self.cfg.rounds.deadline_secs * 1000.0) as u64;
         let row = RoundRow {
@@ -535,21 +540,11 @@ impl<S: Store, C: Clock> RoundEngine<S, C> {
             closed_at_ms: None,
             reason: None,
             released_version: None,
-            selected: 0,
+            selected: cohort.len() as u64,
             accepted: 0,
             rejected: 0,
             epsilon_rdp: None,
             epsilon_pld: None,
-        };
-        // Every active device's draw, keyed by (cohort key, round, device): the cohort is
-        // fixed now and written with the round in one transaction.
-        let cohort: Vec<u64> = active
-            .into_iter()
-            .filter(|&d| self.cohort.includes(id, d))
-            .collect();
-        let row = RoundRow {
-            selected: cohort.len() as u64,
-            ..row
         };
         self.store_mut().open_round(&row, &cohort)?;
         self.next_round = id + 1;
@@ -566,7 +561,6 @@ impl<S: Store, C: Clock> RoundEngine<S, C> {
             authorization,
             mechanism,
             agg: Aggregator::new(&self.layout, self.bounds.sensitivity()),
-            selected: cohort.len() as u64,
             cohort: cohort.into_iter().collect(),
             reported: HashSet::new(),
             rejected: 0,
@@ -660,7 +654,7 @@ impl<S: Store, C: Clock> RoundEngine<S, C> {
         let complete = self
             .open
             .as_ref()
-            .is_some_and(|o| o.reported.len() as u64 >= o.selected);
+            .is_some_and(|o| o.reported.len() as u64 >= o.row.selected);
         if complete {
             self.close_round("every device of the cohort reported")?;
         }
@@ -853,7 +847,7 @@ impl<S: Store, C: Clock> RoundEngine<S, C> {
                 "{why} while the round was open: its partial sum is dropped; no release, \
                  no epsilon spent"
             ),
-            open.selected,
+            open.row.selected,
             open.agg.accepted(),
             open.rejected,
         );
@@ -874,7 +868,7 @@ impl<S: Store, C: Clock> RoundEngine<S, C> {
                     "closed ({why}) with {accepted} accepted reports; rounds.min_reports is \
                      {min}: abandoned, no release, no epsilon spent"
                 ),
-                open.selected,
+                open.row.selected,
                 accepted,
                 open.rejected,
             );
@@ -893,11 +887,11 @@ impl<S: Store, C: Clock> RoundEngine<S, C> {
             authorization,
             mechanism,
             agg,
-            selected,
             rejected,
             ..
         } = open;
         let id = row.id;
+        let selected = row.selected;
         let accepted = agg.accepted();
         let version = self.model_version + 1;
         let mut mean = agg.into_sum();
@@ -1118,6 +1112,10 @@ impl<S: Store, C: Clock> RoundEngine<S, C> {
             .join(NNEF)
             .is_file();
         let digest = self.models.stage(version, |dir| {
+            // Building the model draws from burn's process-wide random state (when its
+            // parameters are first used); hold it until the files are written, so that a
+            // local round training in another thread keeps its seed's stream.
+            let _rng = hush_models::rng::hold_backend_rng();
             let model = self.card.arch.init(&Device::flex())?.load_tensors(
                 TensorSource::new(&dir.join(WEIGHTS), all.clone()),
                 self.card.arch.name(),
@@ -1175,7 +1173,7 @@ impl<S: Store, C: Clock> RoundEngine<S, C> {
                     reason: r.reason,
                     population: r.population,
                     expected_cohort: r.expected_cohort,
-                    realized_cohort: live.map_or(r.selected, |o| o.selected),
+                    realized_cohort: r.selected,
                     reports_accepted: live.map_or(r.accepted, |o| o.agg.accepted()),
                     reports_rejected: live.map_or(r.rejected, |o| o.rejected),
                     released_version: r.released_version,

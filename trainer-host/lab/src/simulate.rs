@@ -160,11 +160,10 @@ impl FleetParticipation {
 
     /// Whether every device is always reachable, uploads and is on time.
     fn is_full(&self) -> bool {
-        *self
-            == Self {
-                rounds_per_day: self.rounds_per_day,
-                ..Self::default()
-            }
+        self.availability == 1.0
+            && self.daily_swing == 0.0
+            && self.dropout == 0.0
+            && self.straggle == 0.0
     }
 
     /// Fraction of devices reachable in round `round`.
@@ -412,13 +411,21 @@ pub fn simulate(
         public.len(),
         test_speakers.len()
     ));
-    let mut sizes = Vec::new();
+    // Each training speaker's clips, as its device computes them (the in-process fleet
+    // trains on these; over HTTP each device loads its own).
+    let mut train_data = Vec::with_capacity(train.len());
     for s in &train {
-        sizes.push(LocalData::load(&cfg.data, Some(s), &cfg.features, cfg.frames, &labels)?.len());
+        train_data.push(LocalData::load(
+            &cfg.data,
+            Some(s),
+            &cfg.features,
+            cfg.frames,
+            &labels,
+        )?);
     }
     let clips_per_device = (
-        sizes.iter().copied().min().unwrap_or(0),
-        sizes.iter().copied().max().unwrap_or(0),
+        train_data.iter().map(LocalData::len).min().unwrap_or(0),
+        train_data.iter().map(LocalData::len).max().unwrap_or(0),
     );
     let public_data = pooled(cfg, &public, &labels)?;
     let test = pooled(cfg, &test_speakers, &labels)?;
@@ -427,13 +434,19 @@ pub fn simulate(
     std::fs::create_dir_all(&cfg.out).map_err(|e| io_err(&cfg.out, e))?;
     let initial = cfg.out.join("initial-model");
     let device = Device::flex();
-    device.seed(cfg.init_seed);
-    let mut model = cfg.arch.init(&device)?;
-    let (mean, scale) = input_stats(&public_data);
-    model.set_input_norm(&mean, &scale)?;
-    let features_json = serde_json::to_value(&cfg.features).map_err(|e| io_err(&initial, e))?;
-    let card = ModelCard::new(cfg.arch.clone(), features_json, labels.clone(), &model)?;
-    write_package(&initial, &card, &model)?;
+    {
+        // Other threads of this process may be training: the initial weights must be this
+        // seed's, whatever they draw. (burn draws a parameter's values when it is first
+        // used, not when the model is built: hold the state until the package is written.)
+        let _rng = hush_models::rng::hold_backend_rng();
+        device.seed(cfg.init_seed);
+        let mut model = cfg.arch.init(&device)?;
+        let (mean, scale) = input_stats(&public_data);
+        model.set_input_norm(&mean, &scale)?;
+        let features_json = serde_json::to_value(&cfg.features).map_err(|e| io_err(&initial, e))?;
+        let card = ModelCard::new(cfg.arch.clone(), features_json, labels.clone(), &model)?;
+        write_package(&initial, &card, &model)?;
+    }
 
     let host_dir = cfg.out.join("host");
     if host_dir.exists() {
@@ -495,8 +508,19 @@ pub fn simulate(
         curve: Vec::new(),
     };
     let fleet = match cfg.transport {
-        Transport::InProcess => run_in_process(cfg, &host_cfg, &train, &mut scorer, log, progress)?,
-        Transport::Http => run_http(cfg, &host_cfg, &train, &mut scorer, log, progress)?,
+        Transport::InProcess => run_in_process(
+            cfg,
+            &host_cfg,
+            &train,
+            train_data,
+            &mut scorer,
+            log,
+            progress,
+        )?,
+        Transport::Http => {
+            drop(train_data);
+            run_http(cfg, &host_cfg, &train, &mut scorer, log, progress)?
+        }
     };
     let FleetRun {
         round_log,
@@ -679,10 +703,12 @@ const MAX_EMPTY_ROUNDS: u32 = 10_000;
 /// from the published model's files and their updates checked and added as the server
 /// would. Drawn devices that are away, drop out or straggle ([`FleetParticipation`]) leave
 /// the round to close at its deadline; a straggler's upload then arrives too late.
+#[allow(clippy::too_many_arguments)]
 fn run_in_process(
     cfg: &SimulateConfig,
     host_cfg: &FlConfig,
     train: &[String],
+    train_data: Vec<LocalData>,
     scorer: &mut Scorer<'_>,
     log: &mut dyn FnMut(&str),
     progress: &mut dyn FnMut(&RoundPoint, u64),
@@ -708,8 +734,7 @@ fn run_in_process(
         .token;
     // Device ids key the cohort draws: register in speaker order, as the HTTP fleet does.
     let mut data = std::collections::HashMap::new();
-    let card = ModelCard::read(&host_cfg.server.initial_model)?;
-    for (i, speaker) in train.iter().enumerate() {
+    for ((i, speaker), local) in train.iter().enumerate().zip(train_data) {
         let id = match engine.register(&format!("sim-{speaker}"), &enrolment)? {
             Ok(r) => r.device_id,
             Err(rej) => {
@@ -719,12 +744,6 @@ fn run_in_process(
                 )))
             }
         };
-        let local = LocalData::load_for_model(
-            &card,
-            &host_cfg.server.initial_model,
-            &cfg.data,
-            Some(speaker),
-        )?;
         data.insert(id, local);
     }
     let validator = engine.validator();
@@ -756,6 +775,9 @@ fn run_in_process(
         let round = tasks[0].1.round;
         let deadline_in = tasks[0].1.deadline_ms;
         let reachable = behaviour.available_fraction(round);
+        // The round trains the latest published version; nothing is published before its
+        // whole cohort reported, so it stays the same through the loop.
+        let package = engine.latest_model().1;
         let mut late = Vec::new();
         for (device, task) in tasks {
             let draw = |what| fleet_draw(fleet_seed, round, device, what);
@@ -763,7 +785,6 @@ fn run_in_process(
                 counts.unavailable += 1;
                 continue;
             }
-            let package = engine.latest_model().1;
             let local = data.get(&device).ok_or_else(|| {
                 SimulateError::Unusable(format!(
                     "the engine drew device {device}, not enrolled here"

@@ -12,7 +12,9 @@
 //! `dp_sgd_opacus.py` times Opacus on the same architectures, batch and
 //! clipping in the same run and the ratio is printed.
 //!
-//! `HUSH_BENCH_DP=0` times the non-private step only (training throughput of every
+//! The process keeps freed tensor memory as `hush-host` does
+//! (`hush_models::compute::keep_freed_tensor_memory`; `HUSH_BENCH_GLIBC_DEFAULTS=1`: glibc's
+//! defaults). `HUSH_BENCH_DP=0` times the non-private step only (training throughput of every
 //! architecture); `ctc-gru` in `HUSH_BENCH_ARCHS` times the CTC recogniser's non-private step
 //! (standard size, 80 bins, batches of 8 utterances of 3 s with 40-character transcripts).
 //!
@@ -311,6 +313,10 @@ fn python_with_opacus() -> Option<String> {
 }
 
 fn main() {
+    // As `hush-host` does (HUSH_BENCH_GLIBC_DEFAULTS=1 measures without it).
+    if std::env::var_os("HUSH_BENCH_GLIBC_DEFAULTS").is_none() {
+        hush_models::compute::keep_freed_tensor_memory();
+    }
     let python = if with_dp() {
         python_with_opacus()
     } else {

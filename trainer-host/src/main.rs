@@ -54,6 +54,7 @@ enum Command {
 }
 
 fn main() -> anyhow::Result<()> {
+    hush_models::compute::keep_freed_tensor_memory();
     let cli = Cli::parse();
     match cli.command {
         Command::Demo(args) => cli::demo::run(args),

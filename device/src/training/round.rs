@@ -1,21 +1,18 @@
-//! One round of local training: SGD from the round's model on the local data, then the
-//! delta clipped to the user-level bound.
+//! One round of local training: SGD from the round's model on the local data
+//! ([`hush_models::cohort`], for one device or a simulated cohort at once), then the delta
+//! clipped to the user-level bound.
 
 use std::path::Path;
 
-use burn::optim::SgdConfig;
 use burn::tensor::Device;
 use hush_models::arch::is_trainable;
 use hush_models::checkpoint::NamedTensor;
-use hush_models::dp::per_example::{
-    apply_sgd, clipped_grad_sum, per_example_model, trainable_layout,
-};
-use hush_models::dp::{layer_norms, ClipBounds, ClipStrategy, GaussianNoise, NoiseSource};
-use hush_models::package::{load_package_holding_rng, ModelCard};
-use hush_models::step::{apply_grads, loss_and_grads, Batch};
-use rand::seq::SliceRandom;
-use rand::SeedableRng;
-use rand_chacha::ChaCha8Rng;
+use hush_models::cohort::{train_cohort, LocalExamples, LocalRecipe, LocalResult};
+use hush_models::dp::{layer_norms, ClipBounds, GaussianNoise, NoiseSource};
+use hush_models::package::{load_package, ModelCard};
+use hush_models::ModelError;
+
+pub use hush_models::cohort::CohortSplit;
 
 use crate::protocol::{
     encode_update, LayerDelta, TrainTask, Update, UpdateHeader, UPDATE_FORMAT_VERSION,
@@ -47,33 +44,62 @@ fn trainable(tensors: Vec<NamedTensor>) -> Vec<NamedTensor> {
 }
 
 /// Trains from the model package in `package` on `data` as `task` says and returns the
-/// clipped update for `device_id`. Local rounds in one process run one at a time (burn's
-/// random state is per process).
+/// clipped update for `device_id`: [`local_updates`] for a cohort of one.
 pub fn local_update(
     package: &Path,
     data: &LocalData,
     task: &TrainTask,
     device_id: u64,
 ) -> Result<(Update, LocalRoundReport), TrainingError> {
-    let local = &task.local;
-    if local.epochs == 0 || local.batch_size == 0 || !(local.lr.is_finite() && local.lr > 0.0) {
+    let mut out = local_updates(package, &[(data, task, device_id)], CohortSplit::default())?;
+    out.pop()
+        .ok_or_else(|| TrainingError::Unusable("no update trained".into()))
+}
+
+/// Trains several devices of one round from the model package in `package` together in one
+/// batched model ([`hush_models::cohort`]: each equal to training alone) and returns each
+/// one's clipped update, in order: `(data, task, device id)` per device, every task of the
+/// same round and model version with the same local recipe (but its own seed); `split` bounds the rows per
+/// batched step and sets the threads. Each device's seed is the task's, keyed by its id.
+pub fn local_updates(
+    package: &Path,
+    cohort: &[(&LocalData, &TrainTask, u64)],
+    split: CohortSplit,
+) -> Result<Vec<(Update, LocalRoundReport)>, TrainingError> {
+    let Some((_, first, _)) = cohort.first() else {
+        return Ok(Vec::new());
+    };
+    // Everything but the seed (each device's own) is the round's.
+    let recipe_of = |t: &TrainTask| {
+        let l = &t.local;
+        (
+            t.round,
+            t.model_version,
+            l.epochs,
+            l.batch_size,
+            l.lr,
+            l.example_clip,
+        )
+    };
+    if let Some((_, other, id)) = cohort
+        .iter()
+        .find(|(_, t, _)| recipe_of(t) != recipe_of(first))
+    {
         return Err(TrainingError::Unusable(format!(
-            "round {}: local training needs epochs ≥ 1, batch size ≥ 1 and lr > 0 (got {}, {}, {})",
-            task.round, local.epochs, local.batch_size, local.lr
+            "device {id}: round {} v{} is not the cohort's round {} v{} with the same recipe",
+            other.round, other.model_version, first.round, first.model_version
         )));
     }
-    // burn's backend RNG (dropout masks) is one per process: hold it from seeding to the
-    // last step, so that rounds trained on several threads at once (the fleet simulator,
-    // the demo) each draw exactly their own seed's stream and a seeded run repeats.
-    let backend_rng = hush_models::rng::hold_backend_rng();
+    let local = &first.local;
     let device = Device::flex().autodiff();
-    let seed = local.seed ^ device_id.rotate_left(17);
-    device.seed(seed);
-    let (card, mut model) = load_package_holding_rng(package, &device, &backend_rng)?;
+    let (card, model) = load_package(package, &device)?;
     let io = card.arch.io();
-    if io.frames != data.frames || io.bins != data.bins {
+    if let Some((data, _, id)) = cohort
+        .iter()
+        .find(|(d, _, _)| (d.frames, d.bins) != (io.frames, io.bins))
+    {
         return Err(TrainingError::Unusable(format!(
-            "{}: the model takes {}×{} features; the local data has {}×{}",
+            "{}: the model takes {}×{} features; device {id}'s local data has {}×{}",
             package.display(),
             io.frames,
             io.bins,
@@ -82,86 +108,62 @@ pub fn local_update(
         )));
     }
     let before = trainable(model.named_tensors()?);
-    let bounds = ClipBounds::per_layer(task.clip.layers.clone(), task.clip.bounds.clone())?;
     let names: Vec<&str> = before.iter().map(|t| t.name.as_str()).collect();
-    if names
-        .iter()
-        .copied()
-        .ne(task.clip.layers.iter().map(String::as_str))
-    {
-        return Err(TrainingError::Unusable(format!(
-            "round {}: the task's clip layers do not match model v{}'s trainable tensors",
-            task.round, task.model_version
-        )));
-    }
-
-    let example_bounds = match local.example_clip {
-        Some(c) => Some(ClipBounds::new(
-            ClipStrategy::Flat,
-            c,
-            &trainable_layout(&model)?,
-        )?),
-        None => None,
-    };
-    if example_bounds.is_some() {
-        // Per-example gradients need each example's output to be its own (batch norm on
-        // stored statistics; see hush_models::dp::per_example).
-        model = per_example_model(&model);
-    }
-    let per = data.frames * data.bins;
-    let k = io.classes;
-    let mut optimizer = SgdConfig::new().init();
-    let mut rng = ChaCha8Rng::seed_from_u64(seed);
-    let mut order: Vec<usize> = (0..data.len()).collect();
-    let (mut steps, mut loss_sum) = (0usize, 0f64);
-    for _ in 0..local.epochs {
-        order.shuffle(&mut rng);
-        for chunk in order.chunks(local.batch_size as usize) {
-            let mut features = Vec::with_capacity(chunk.len() * per);
-            let mut targets = vec![0f32; chunk.len() * k];
-            for (i, &j) in chunk.iter().enumerate() {
-                features.extend_from_slice(&data.features[j * per..(j + 1) * per]);
-                targets[i * k + data.classes[j]] = 1.0;
-            }
-            let batch = Batch {
-                features,
-                targets,
-                batch: chunk.len(),
-                frames: data.frames,
-                bins: data.bins,
-                classes: k,
-            };
-            match &example_bounds {
-                // Per-example clipping: each example's gradient bounded, the mean of the
-                // clipped gradients stepped (no noise here; the update is noised centrally).
-                Some(eb) => {
-                    let c = clipped_grad_sum(&model, &batch, eb, &device)?;
-                    let scale = 1.0 / c.examples.max(1) as f32;
-                    let mean: Vec<NamedTensor> = c
-                        .sum
-                        .into_iter()
-                        .map(|mut t| {
-                            t.data.iter_mut().for_each(|v| *v *= scale);
-                            t
-                        })
-                        .collect();
-                    model = apply_sgd(model, &mean, local.lr)?;
-                    loss_sum += f64::from(c.loss_sum * scale);
-                }
-                None => {
-                    let (loss, grads) = loss_and_grads(&model, &batch, &device)?;
-                    model = apply_grads(&mut optimizer, f64::from(local.lr), model, grads);
-                    loss_sum += f64::from(loss);
-                }
-            }
-            steps += 1;
+    for (_, task, _) in cohort {
+        if names
+            .iter()
+            .copied()
+            .ne(task.clip.layers.iter().map(String::as_str))
+        {
+            return Err(TrainingError::Unusable(format!(
+                "round {}: the task's clip layers do not match model v{}'s trainable tensors",
+                task.round, task.model_version
+            )));
         }
     }
+    let recipe = LocalRecipe {
+        epochs: local.epochs,
+        batch_size: local.batch_size,
+        lr: local.lr,
+        example_clip: local.example_clip,
+    };
+    let members: Vec<LocalExamples<'_>> = cohort
+        .iter()
+        .map(|(data, task, id)| LocalExamples {
+            features: &data.features,
+            classes: &data.classes,
+            seed: task.local.seed ^ id.rotate_left(17),
+        })
+        .collect();
+    // A recipe or data the trainer cannot use is the task's or the data's fault.
+    let trained =
+        train_cohort(&model, io, &members, &recipe, split, &device).map_err(|e| match e {
+            ModelError::BadBatch { reason } => {
+                TrainingError::Unusable(format!("round {}: {reason}", first.round))
+            }
+            e => e.into(),
+        })?;
+    cohort
+        .iter()
+        .zip(trained)
+        .map(|(&(data, task, id), t)| finish_update(task, id, data.len(), &before, t))
+        .collect()
+}
 
-    let after = trainable(model.named_tensors()?);
-    let mut delta: Vec<NamedTensor> = after
+/// A device's trained tensors → its update: the delta from `before`, clipped (or
+/// normalised) to the task's user-level bounds, local noise if the task asks for it.
+fn finish_update(
+    task: &TrainTask,
+    device_id: u64,
+    examples: usize,
+    before: &[NamedTensor],
+    trained: LocalResult,
+) -> Result<(Update, LocalRoundReport), TrainingError> {
+    let bounds = ClipBounds::per_layer(task.clip.layers.clone(), task.clip.bounds.clone())?;
+    let mut delta: Vec<NamedTensor> = trained
+        .trained
         .into_iter()
-        .zip(&before)
+        .zip(before)
         .map(|(mut a, b)| {
             a.data.iter_mut().zip(&b.data).for_each(|(x, y)| *x -= y);
             a
@@ -193,9 +195,9 @@ pub fn local_update(
             .collect(),
     };
     let report = LocalRoundReport {
-        examples: data.len(),
-        steps,
-        mean_loss: (loss_sum / steps.max(1) as f64) as f32,
+        examples,
+        steps: trained.steps,
+        mean_loss: trained.mean_loss,
         norms_before,
         sensitivity: bounds.sensitivity(),
     };

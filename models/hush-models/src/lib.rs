@@ -9,6 +9,7 @@
 //! - [`arch`]: keyword-spotting architectures (DS-CNN-S, BC-ResNet, the leakage CNN);
 //! - [`asr`]: CTC speech recognisers (`ctc-gru`), greedy and beam-search decoding, WER;
 //! - [`compute`]: where training runs (`--device cpu|gpu`, with a CPU fallback);
+//! - [`cohort`]: local training of a federated round, a whole cohort batched in one model;
 //! - [`checkpoint`]: `weights.safetensors`, tensors named per layer;
 //! - [`package`]: the model package (`model.json` + weights + `model.onnx`);
 //! - [`pretrained`]: the pretrained-encoder directory (BEST-RQ pretraining → CTC fine-tuning);
@@ -20,6 +21,7 @@
 pub mod arch;
 pub mod asr;
 pub mod checkpoint;
+pub mod cohort;
 pub mod compute;
 pub mod dp;
 mod error;

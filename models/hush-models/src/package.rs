@@ -334,18 +334,8 @@ pub fn write_package(dir: &Path, card: &ModelCard, model: &KwsModel) -> Result<(
 /// Reads a package's card and rebuilds its burn model from `weights.safetensors` on
 /// `device`, checking every tensor against the architecture and the card.
 pub fn load_package(dir: &Path, device: &Device) -> Result<(ModelCard, KwsModel), ModelError> {
-    let rng = crate::rng::hold_backend_rng();
-    load_package_holding_rng(dir, device, &rng)
-}
-
-/// [`load_package`] for a caller that already holds burn's random state
-/// ([`crate::rng::hold_backend_rng`]): building the model before its weights are loaded
-/// draws from that state, so a caller that seeded it gets its seed's stream after the load.
-pub fn load_package_holding_rng(
-    dir: &Path,
-    device: &Device,
-    _rng: &std::sync::MutexGuard<'static, ()>,
-) -> Result<(ModelCard, KwsModel), ModelError> {
+    // Building the model draws initial values from burn's shared random state.
+    let _rng = crate::rng::hold_backend_rng();
     let card = ModelCard::read(dir)?;
     let weights: PathBuf = dir.join(WEIGHTS);
     let tensors = load_safetensors(&weights)?;

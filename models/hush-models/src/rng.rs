@@ -1,12 +1,13 @@
 //! burn's backend random state (initial weights, dropout masks) is one per process, not one
 //! per thread or per device handle: two threads that each seed it and then draw interleave
 //! their draws, and neither gets its own seed's stream. Code that must repeat bit for bit
-//! while other threads train — a local federated round, a simulation's initial model — holds
+//! while other threads train — a simulation's initial model, a DP run — holds
 //! [`hold_backend_rng`] from seeding to its last draw, and every model build that draws
 //! from the state holds it too ([`crate::package::load_package`] builds the model before
 //! loading its weights), so nothing interleaves. burn draws a parameter's initial values
 //! when the parameter is first used, not when the model is built: hold the guard until
-//! the model's weights have been read, loaded or written.
+//! the model's weights have been read, loaded or written. Local federated training draws
+//! its dropout masks from each device's own stream instead ([`crate::cohort`]).
 
 use std::sync::{Mutex, MutexGuard, PoisonError};
 

@@ -12,10 +12,10 @@
 // Test helpers panic on failure, like the tests that call them.
 #![allow(clippy::unwrap_used)]
 
+mod common;
+
 use burn::tensor::{Device, Tensor, TensorData};
-use hush_models::arch::{
-    is_trainable, ArchConfig, BcResNetConfig, DsCnnConfig, IoShape, KwsModel, LeakCnnConfig,
-};
+use hush_models::arch::{is_trainable, ArchConfig, IoShape, KwsModel};
 use hush_models::checkpoint::NamedTensor;
 use hush_models::dp::vectorized::PerExampleWeights;
 use hush_models::dp::{
@@ -32,26 +32,7 @@ const IO: IoShape = IoShape {
 };
 
 fn archs() -> Vec<ArchConfig> {
-    vec![
-        ArchConfig::DsCnnS(DsCnnConfig {
-            channels: 8,
-            blocks: 1,
-            dropout: 0.0,
-            ..DsCnnConfig::small(IO)
-        }),
-        ArchConfig::BcResNet(BcResNetConfig {
-            width: 1,
-            blocks: [1, 1, 1, 1],
-            head_channels: 16,
-            ..BcResNetConfig::new(IO)
-        }),
-        ArchConfig::LeakCnn(LeakCnnConfig {
-            channels: [4, 8],
-            hidden: 16,
-            dropout: 0.0,
-            ..LeakCnnConfig::new(IO)
-        }),
-    ]
+    common::small_archs(IO, 0.0)
 }
 
 fn lcg(state: &mut u64) -> f32 {

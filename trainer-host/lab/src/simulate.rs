@@ -1,8 +1,8 @@
 //! Fleet simulation, `hush-host simulate`: federated rounds with one device per training
 //! speaker, each training on its own speaker's clips only, through one of two transports
 //! ([`Transport`]): in process — the round engine itself (its SQLite store, ledger, noise
-//! and clock) driven directly, each round's cohort trained one device after another, no
-//! HTTP and no thread per device — or over HTTP — a real round server on loopback and one
+//! and clock) driven directly, each round's reachable cohort trained together in one
+//! batched model ([`crate::fleet`]), no HTTP and no thread per device — or over HTTP — a real round server on loopback and one
 //! real device client (thread) per device. Both run the same engine, the same local
 //! training and the same seeds, so they release the same models.
 //!
@@ -24,19 +24,19 @@ use burn::tensor::Device;
 use hush_device::client::{join, DeviceIdentity, DeviceState, HostClient, JoinConfig, JoinSummary};
 use hush_device::dataset::{read_corpus, split_of_speaker, KwsLabels, Split, Target};
 use hush_device::features::FeatureConfig;
-use hush_device::protocol::{encode_update, StatusReport};
-use hush_device::training::{local_update, LocalData};
+use hush_device::training::{CohortSplit, LocalData};
+
+use crate::fleet::{FleetRun, InProcessFleet};
 use hush_models::arch::ArchConfig;
 use hush_models::package::{load_package, write_package, ModelCard, SplitMetrics};
 use hush_models::step::predict;
 use serde::Serialize;
 
-use hush_fl::{FlConfig, ManualClock, RoundEngine, RoundLog};
+use hush_fl::{FlConfig, RoundLog};
 use hush_plot::{line_plot, Series};
 use hush_privacy::accountant::federated::FederatedPlan;
 use hush_privacy::accountant::{Accountant, EpsilonReport};
 use hush_server::start_host;
-use hush_store::{SqliteStore, DB_FILE};
 use hush_train::metrics::{argmax, score};
 
 /// How the simulated devices reach the round engine.
@@ -44,7 +44,7 @@ use hush_train::metrics::{argmax, score};
 #[serde(rename_all = "kebab-case")]
 pub enum Transport {
     /// The round engine driven in this process: its store, ledger and noise as a server
-    /// runs them, a manual clock, each round's cohort trained one device after another.
+    /// runs them, a manual clock, each round's cohort trained together ([`crate::fleet`]).
     #[default]
     InProcess,
     /// A real round server on loopback and one device client (a thread) per device.
@@ -97,6 +97,9 @@ pub struct SimulateConfig {
     pub transport: Transport,
     /// Who is reachable, drops out or comes late (in process only).
     pub participation: FleetParticipation,
+    /// How the in-process fleet batches a round's local training (rows per batched step,
+    /// threads); changes no result.
+    pub local_batching: CohortSplit,
 }
 
 /// How the simulated fleet takes part, as real fleets do: only part of it is reachable in a
@@ -167,7 +170,7 @@ impl FleetParticipation {
     }
 
     /// Fraction of devices reachable in round `round`.
-    fn available_fraction(&self, round: u64) -> f64 {
+    pub(crate) fn available_fraction(&self, round: u64) -> f64 {
         let phase = std::f64::consts::TAU * (round % u64::from(self.rounds_per_day)) as f64
             / f64::from(self.rounds_per_day);
         (self.availability * (1.0 + self.daily_swing * phase.sin())).clamp(0.0, 1.0)
@@ -187,7 +190,7 @@ pub struct ParticipationCounts {
 
 /// A uniform draw in [0, 1) keyed by (seed, round, device, what): the fleet's own
 /// behaviour, not privacy noise (SplitMix64 over the key).
-fn fleet_draw(seed: u64, round: u64, device: u64, what: u64) -> f64 {
+pub(crate) fn fleet_draw(seed: u64, round: u64, device: u64, what: u64) -> f64 {
     let mut x = seed
         ^ round.wrapping_mul(0x9E37_79B9_7F4A_7C15)
         ^ device.wrapping_mul(0xC2B2_AE3D_27D4_EB4F)
@@ -286,7 +289,7 @@ pub enum SimulateError {
     Unusable(String),
 }
 
-fn io_err(path: &Path, e: impl std::fmt::Display) -> SimulateError {
+pub(crate) fn io_err(path: &Path, e: impl std::fmt::Display) -> SimulateError {
     SimulateError::Io {
         path: path.to_path_buf(),
         reason: e.to_string(),
@@ -508,19 +511,17 @@ pub fn simulate(
         curve: Vec::new(),
     };
     let fleet = match cfg.transport {
-        Transport::InProcess => run_in_process(
-            cfg,
-            &host_cfg,
-            &train,
-            train_data,
-            &mut scorer,
-            log,
-            progress,
-        )?,
-        Transport::Http => {
-            drop(train_data);
-            run_http(cfg, &host_cfg, &train, &mut scorer, log, progress)?
+        Transport::InProcess => {
+            let users: Vec<(String, LocalData)> = train.iter().cloned().zip(train_data).collect();
+            let fleet = InProcessFleet {
+                participation: cfg.participation,
+                batching: cfg.local_batching,
+            };
+            fleet.run(&host_cfg, &users, log, &mut |version, dir| {
+                scorer.observe(version, dir, progress)
+            })?
         }
+        Transport::Http => run_http(cfg, &host_cfg, &train, &mut scorer, log, progress)?,
     };
     let FleetRun {
         round_log,
@@ -680,167 +681,6 @@ impl Scorer<'_> {
         self.curve.push(point);
         Ok(())
     }
-}
-
-/// What a transport's run of the fleet left.
-struct FleetRun {
-    round_log: Vec<RoundLog>,
-    status: StatusReport,
-    final_version: u64,
-    final_dir: PathBuf,
-    uploads_accepted: u64,
-    uploads_refused: u64,
-    participation: ParticipationCounts,
-}
-
-/// Rounds in a row that may open with an empty cohort before the run gives up (q so small
-/// that nobody is ever drawn).
-const MAX_EMPTY_ROUNDS: u32 = 10_000;
-
-/// The fleet in this process: the engine on its SQLite store in `host_cfg`'s data
-/// directory with a manual clock (one virtual second per round), devices registered in
-/// speaker order with one enrolment token, each cohort's devices trained one after another
-/// from the published model's files and their updates checked and added as the server
-/// would. Drawn devices that are away, drop out or straggle ([`FleetParticipation`]) leave
-/// the round to close at its deadline; a straggler's upload then arrives too late.
-#[allow(clippy::too_many_arguments)]
-fn run_in_process(
-    cfg: &SimulateConfig,
-    host_cfg: &FlConfig,
-    train: &[String],
-    train_data: Vec<LocalData>,
-    scorer: &mut Scorer<'_>,
-    log: &mut dyn FnMut(&str),
-    progress: &mut dyn FnMut(&RoundPoint, u64),
-) -> Result<FleetRun, SimulateError> {
-    let data_dir = &host_cfg.server.data_dir;
-    std::fs::create_dir_all(data_dir).map_err(|e| io_err(data_dir, e))?;
-    let store = SqliteStore::open(&data_dir.join(DB_FILE)).map_err(hush_fl::FlError::from)?;
-    let now_ms = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| d.as_millis() as u64);
-    let clock = ManualClock::new(now_ms);
-    let mut engine = RoundEngine::open(host_cfg.clone(), store, clock.clone())?;
-    log(&format!(
-        "round engine in process (store {})",
-        data_dir.join(DB_FILE).display()
-    ));
-    let enrolment = engine
-        .issue_enrolment(
-            "simulation",
-            train.len() as u64,
-            Duration::from_secs(86_400),
-        )?
-        .token;
-    // Device ids key the cohort draws: register in speaker order, as the HTTP fleet does.
-    let mut data = std::collections::HashMap::new();
-    for ((i, speaker), local) in train.iter().enumerate().zip(train_data) {
-        let id = match engine.register(&format!("sim-{speaker}"), &enrolment)? {
-            Ok(r) => r.device_id,
-            Err(rej) => {
-                return Err(SimulateError::Unusable(format!(
-                    "device {i}: registration refused: {}",
-                    rej.error
-                )))
-            }
-        };
-        data.insert(id, local);
-    }
-    let validator = engine.validator();
-    let (mut accepted, mut refused) = (0u64, 0u64);
-    let mut counts = ParticipationCounts::default();
-    let fleet_seed = host_cfg.seed.unwrap_or(0) ^ 0xF1EE_7000;
-    let behaviour = cfg.participation;
-    let mut empty = 0u32;
-    loop {
-        let (version, dir) = engine.latest_model();
-        scorer.observe(version, &dir, progress)?;
-        if engine.finished().is_some() {
-            break;
-        }
-        let tasks = engine.cohort_tasks()?;
-        if tasks.is_empty() {
-            empty += 1;
-            if empty > MAX_EMPTY_ROUNDS {
-                return Err(SimulateError::Unusable(format!(
-                    "{MAX_EMPTY_ROUNDS} rounds in a row drew nobody (q = {}, {} devices)",
-                    host_cfg.rounds.sampling_rate,
-                    train.len()
-                )));
-            }
-            clock.advance(1_000);
-            continue;
-        }
-        empty = 0;
-        let round = tasks[0].1.round;
-        let deadline_in = tasks[0].1.deadline_ms;
-        let reachable = behaviour.available_fraction(round);
-        // The round trains the latest published version; nothing is published before its
-        // whole cohort reported, so it stays the same through the loop.
-        let package = engine.latest_model().1;
-        let mut late = Vec::new();
-        for (device, task) in tasks {
-            let draw = |what| fleet_draw(fleet_seed, round, device, what);
-            if draw(1) >= reachable {
-                counts.unavailable += 1;
-                continue;
-            }
-            let local = data.get(&device).ok_or_else(|| {
-                SimulateError::Unusable(format!(
-                    "the engine drew device {device}, not enrolled here"
-                ))
-            })?;
-            let (update, _) = local_update(&package, local, &task, device)?;
-            let bytes = encode_update(&update)
-                .map_err(|e| SimulateError::Unusable(format!("device {device}: {e}")))?
-                .len() as u64;
-            if draw(2) < behaviour.dropout {
-                counts.dropped += 1;
-                continue;
-            }
-            if draw(3) < behaviour.straggle {
-                late.push((device, validator.check(update, bytes)));
-                continue;
-            }
-            match engine.accept(device, task.round, validator.check(update, bytes))? {
-                Ok(_) => accepted += 1,
-                Err(rej) => {
-                    refused += 1;
-                    log(&format!(
-                        "device {device}, round {}: refused: {}",
-                        task.round, rej.error
-                    ));
-                }
-            }
-        }
-        // Somebody drawn did not report: the round closes at its deadline.
-        if engine.round_is_open(round) {
-            clock.advance(deadline_in + 1);
-            engine.tick()?;
-        }
-        for (device, checked) in late {
-            counts.late += 1;
-            match engine.accept(device, round, checked)? {
-                Ok(_) => {
-                    return Err(SimulateError::Unusable(format!(
-                        "device {device}'s upload after round {round}'s deadline was counted"
-                    )))
-                }
-                Err(_) => refused += 1,
-            }
-        }
-        clock.advance(1_000);
-    }
-    let (final_version, final_dir) = engine.latest_model();
-    Ok(FleetRun {
-        round_log: engine.round_log()?,
-        status: engine.status()?,
-        final_version,
-        final_dir,
-        uploads_accepted: accepted,
-        uploads_refused: refused,
-        participation: counts,
-    })
 }
 
 /// The fleet over HTTP: a round server on loopback, one device client thread per device.
@@ -1007,6 +847,7 @@ impl SimulateConfig {
             deployment_delta: 1e-9,
             transport: Transport::InProcess,
             participation: FleetParticipation::default(),
+            local_batching: CohortSplit::default(),
         }
     }
 }

@@ -8,6 +8,7 @@ use anyhow::Context;
 use hush_host::fl::config::OptimizerKind;
 use hush_host::fl::FlConfig;
 use hush_host::simulate::{simulate, SimulateConfig, SimulateReport, Transport};
+use hush_models::cohort::CohortSplit;
 use hush_models::dp::ClipStrategy;
 use indicatif::{ProgressBar, ProgressStyle};
 
@@ -73,6 +74,15 @@ pub struct SimulateArgs {
     /// http (a round server on loopback and one device client per device).
     #[arg(long, default_value = "in-process")]
     pub transport: Transport,
+    /// In process: examples per batched local-training step, summed over the devices
+    /// trained together (at least one device; results do not change). On the CPU, small
+    /// groups on every core are fastest (BENCHMARKS.md, "Population scale").
+    #[arg(long, default_value_t = CohortSplit::DEFAULT.max_rows)]
+    pub local_rows: usize,
+    /// In process: threads training groups of devices at once, each on its own copy of the
+    /// model (results do not change); default: the machine's cores.
+    #[arg(long)]
+    pub local_threads: Option<usize>,
     /// Mean fraction of devices reachable in a round (in process; also the host's published
     /// availability estimate, the divisor's factor).
     #[arg(long)]
@@ -160,6 +170,19 @@ impl SimulateArgs {
             cfg.deployment_population = v;
         }
         cfg.transport = self.transport;
+        let threads = self.local_threads.unwrap_or_else(|| {
+            std::thread::available_parallelism().map_or(1, std::num::NonZeroUsize::get)
+        });
+        if self.local_rows == 0 || threads == 0 {
+            anyhow::bail!(
+                "--local-rows and --local-threads must be ≥ 1 (got {} and {threads})",
+                self.local_rows
+            );
+        }
+        cfg.local_batching = CohortSplit {
+            max_rows: self.local_rows,
+            threads,
+        };
         let p = &mut cfg.participation;
         if let Some(v) = self.availability {
             p.availability = v;

@@ -68,6 +68,12 @@ pub(crate) fn taps(c: &Conv2d, x: Tensor<4>) -> Vec<Tensor<4>> {
     taps
 }
 
+/// [`taps`] stacked: `[B, C, kh·kw, H', W']`, the columns a dense conv multiplies its
+/// `[C_out, C·kh·kw]` weights with.
+pub(crate) fn unfold(c: &Conv2d, x: Tensor<4>) -> Tensor<5> {
+    Tensor::stack(taps(c, x), 2)
+}
+
 /// A depthwise conv (one input channel per group, as many outputs as inputs) of `x`
 /// `[B, C, H, W]` with `c`'s geometry, as the sum over kernel taps of each tap's window
 /// times its weight: `weight` `[1 or B, C, kh·kw]` (one set for the batch, or one per

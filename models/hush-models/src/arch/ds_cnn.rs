@@ -157,7 +157,7 @@ impl DsCnn {
         }
         let [b, c, _, _] = x.dims();
         let x = x.mean_dim(3).mean_dim(2).reshape([b, c]);
-        r.linear(&self.fc, self.dropout.forward(x))
+        r.linear(&self.fc, r.dropout(&self.dropout, x))
     }
 
     pub(crate) fn visit<V: TensorVisitor>(&self, v: &mut V) -> Result<(), ModelError> {

@@ -6,7 +6,7 @@
 
 use burn::module::{Param, RunningState};
 use burn::nn::conv::Conv2d;
-use burn::nn::{BatchNorm, Linear};
+use burn::nn::{BatchNorm, Dropout, Linear};
 use burn::optim::GradientsParams;
 use burn::tensor::{Device, Tensor, TensorData};
 
@@ -250,6 +250,11 @@ pub trait LayerRunner {
     fn batch_norm(&self, b: &BatchNorm, x: Tensor<4>) -> Tensor<4>;
     /// `[B, in]` → `[B, out]` through `l`.
     fn linear(&self, l: &Linear, x: Tensor<2>) -> Tensor<2>;
+    /// `[B, F]` through dropout `d`: burn's (masks from the backend's one random state)
+    /// unless a runner draws its own (per-device masks in [`crate::cohort`]).
+    fn dropout(&self, d: &Dropout, x: Tensor<2>) -> Tensor<2> {
+        d.forward(x)
+    }
 }
 
 /// Runs each layer with the model's own weights (burn's `forward`): the ordinary forward

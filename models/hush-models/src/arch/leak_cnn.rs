@@ -123,7 +123,7 @@ impl LeakCnn {
         let x = self.pool.forward(relu(r.conv(&self.conv2, x)));
         let [b, c, h, w] = x.dims();
         let x = relu(r.linear(&self.fc1, x.reshape([b, c * h * w])));
-        r.linear(&self.fc2, self.dropout.forward(x))
+        r.linear(&self.fc2, r.dropout(&self.dropout, x))
     }
 
     pub(crate) fn visit<V: TensorVisitor>(&self, v: &mut V) -> Result<(), ModelError> {

@@ -32,9 +32,10 @@ use burn::nn::conv::Conv2d;
 use burn::nn::{BatchNorm, Linear};
 use burn::tensor::{Gradients, Tensor, TensorData};
 
-use super::vectorized::{normalize_with_stored_statistics, unfold, PhysicalSum};
+use super::vectorized::{normalize_with_stored_statistics, PhysicalSum};
 use super::ClipBounds;
 use crate::arch::conv::taps;
+use crate::arch::conv::unfold;
 use crate::arch::layers::{conv_with, named, LayerRunner, TensorVisitor};
 use crate::arch::{is_trainable, KwsModel};
 use crate::checkpoint::NamedTensor;

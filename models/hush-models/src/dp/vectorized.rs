@@ -44,7 +44,7 @@ use burn::tensor::{Device, Gradients, Tensor, TensorData};
 
 use super::activations::{clip_on_tensors, LayerGrads};
 use super::ClipBounds;
-use crate::arch::conv::{depthwise_by_taps, padding_pairs, taps};
+use crate::arch::conv::{depthwise_by_taps, padding_pairs, unfold};
 use crate::arch::layers::{named, LayerRunner, TensorVisitor};
 use crate::arch::KwsModel;
 use crate::checkpoint::NamedTensor;
@@ -63,10 +63,12 @@ pub struct PerExampleWeights {
     order: Vec<(String, Vec<usize>, ParamId)>,
 }
 
+/// Where a copied tensor's `[B, numel]` rows come from: its value and name → the rows.
+type RowSource<'a> = dyn FnMut(&NamedTensor) -> Result<Tensor<2>, ModelError> + 'a;
+
 struct CopyMaker<'a> {
-    batch: usize,
-    device: &'a Device,
     only: Option<&'a BTreeSet<&'a str>>,
+    rows: &'a mut RowSource<'a>,
     out: PerExampleWeights,
 }
 
@@ -80,15 +82,24 @@ impl TensorVisitor for CopyMaker<'_> {
             return Ok(());
         }
         let t = named(name, p.val())?;
-        let n = t.data.len();
-        let copies = Tensor::<2>::from_data(
-            TensorData::new(t.data.repeat(self.batch), [self.batch, n]),
-            self.device,
-        )
-        .require_grad();
+        let copies = (self.rows)(&t)?;
         self.out.copies.insert(p.id, copies);
         self.out.order.push((t.name, t.shape, p.id));
         Ok(())
+    }
+}
+
+/// Rows that are `batch` copies of a tensor's value, as one gradient-keeping leaf.
+fn repeated_rows(
+    batch: usize,
+    device: &Device,
+) -> impl FnMut(&NamedTensor) -> Result<Tensor<2>, ModelError> + '_ {
+    move |t: &NamedTensor| {
+        let n = t.data.len();
+        Ok(
+            Tensor::<2>::from_data(TensorData::new(t.data.repeat(batch), [batch, n]), device)
+                .require_grad(),
+        )
     }
 }
 
@@ -102,10 +113,23 @@ impl PerExampleWeights {
         device: &Device,
     ) -> Result<Self, ModelError> {
         let only: Option<BTreeSet<&str>> = only.map(|o| o.iter().map(String::as_str).collect());
+        let mut repeat = repeated_rows(batch, device);
+        Self::from_rows(model, batch, only.as_ref(), &mut repeat)
+    }
+
+    /// Copies of the trainable tensors of `model` (those in `only`, all when `None`) whose
+    /// `[batch, numel]` rows `rows` gives from each tensor's value: e.g. rows gathered from
+    /// per-device leaves, so that a device's examples share its weights
+    /// ([`crate::cohort`]).
+    pub(crate) fn from_rows<'a>(
+        model: &KwsModel,
+        batch: usize,
+        only: Option<&'a BTreeSet<&'a str>>,
+        rows: &'a mut RowSource<'a>,
+    ) -> Result<Self, ModelError> {
         let mut v = CopyMaker {
-            batch,
-            device,
-            only: only.as_ref(),
+            only,
+            rows,
             out: Self {
                 batch,
                 copies: HashMap::new(),
@@ -166,20 +190,21 @@ impl PerExampleWeights {
     }
 }
 
-/// [`taps`] stacked: `[B, C, kh·kw, H', W']`.
-pub(crate) fn unfold(c: &Conv2d, x: Tensor<4>) -> Tensor<5> {
-    Tensor::stack(taps(c, x), 2)
+/// A batch norm's stored statistics as `[1, C]` rows on `device`: the running mean and
+/// `1 / sqrt(running var + ε)`.
+fn stored_statistics(bn: &BatchNorm, c: usize, device: &Device) -> (Tensor<2>, Tensor<2>) {
+    let stat = |t: Tensor<1>| t.to_device(device).reshape([1, c]);
+    let mean = stat(bn.running_mean.value());
+    let inv_std = stat(bn.running_var.value().add_scalar(bn.epsilon).sqrt().recip());
+    (mean, inv_std)
 }
 
 /// `(x − running mean) / sqrt(running var + ε)`, per channel: batch norm on its stored
 /// statistics (what DP runs, see [`super::per_example`]), before `gamma` and `beta`.
 pub(crate) fn normalize_with_stored_statistics(bn: &BatchNorm, x: Tensor<4>) -> Tensor<4> {
     let [_, c, _, _] = x.dims();
-    let device = x.device();
-    let stat = |t: Tensor<1>| t.to_device(&device).reshape([1, c, 1, 1]);
-    let mean = stat(bn.running_mean.value());
-    let inv_std = stat(bn.running_var.value().add_scalar(bn.epsilon).sqrt().recip());
-    (x - mean) * inv_std
+    let (mean, inv_std) = stored_statistics(bn, c, &x.device());
+    (x - mean.reshape([1, c, 1, 1])) * inv_std.reshape([1, c, 1, 1])
 }
 
 impl LayerRunner for PerExampleWeights {
@@ -232,11 +257,15 @@ impl LayerRunner for PerExampleWeights {
         }
     }
 
+    /// `x × scale + shift` with each example's `scale = gamma / sqrt(var + ε)` and
+    /// `shift = beta − mean × scale` (`[B, C, 1, 1]`, tiny): two passes over the activation
+    /// forward and backward instead of four.
     fn batch_norm(&self, bn: &BatchNorm, x: Tensor<4>) -> Tensor<4> {
         let [b, c, _, _] = x.dims();
-        let gamma = self.rows(&bn.gamma).reshape([b, c, 1, 1]);
-        let beta = self.rows(&bn.beta).reshape([b, c, 1, 1]);
-        normalize_with_stored_statistics(bn, x) * gamma + beta
+        let (mean, inv_std) = stored_statistics(bn, c, &x.device());
+        let scale = self.rows(&bn.gamma) * inv_std;
+        let shift = self.rows(&bn.beta) - scale.clone() * mean;
+        x * scale.reshape([b, c, 1, 1]) + shift.reshape([b, c, 1, 1])
     }
 
     fn linear(&self, l: &Linear, x: Tensor<2>) -> Tensor<2> {
@@ -391,10 +420,10 @@ mod tests {
                 burn::tensor::Distribution::Normal(0.0, 1.0),
                 &device,
             );
+            let mut repeat = repeated_rows(b, &device);
             let mut maker = CopyMaker {
-                batch: b,
-                device: &device,
                 only: None,
+                rows: &mut repeat,
                 out: PerExampleWeights {
                     batch: b,
                     copies: HashMap::new(),

@@ -1,11 +1,14 @@
-//! Shared by the golden, export and onnxruntime tests: models whose every tensor comes
-//! from a seeded stream (none from burn's initialiser, whose global seed the tests of one
-//! binary share while running in parallel), and output comparison.
+//! Shared by the golden, export, onnxruntime, per-example and cohort tests: one small
+//! model of each architecture, models whose every tensor comes from a seeded stream (none
+//! from burn's initialiser, whose global seed the tests of one binary share while running
+//! in parallel), and output comparison.
 
 // Not every test binary uses every helper.
 #![allow(dead_code)]
 
-use hush_models::arch::{ArchConfig, KwsModel};
+use hush_models::arch::{
+    ArchConfig, BcResNetConfig, DsCnnConfig, IoShape, KwsModel, LeakCnnConfig,
+};
 use hush_models::asr::{AsrArchConfig, CtcGru};
 use hush_models::checkpoint::{NamedTensor, TensorSource};
 
@@ -57,6 +60,31 @@ pub fn fill(tensors: &mut [NamedTensor], rng: &mut Rng) {
     }
 }
 
+/// One small model of each keyword-spotting architecture for `io`, with `dropout` where
+/// the architecture has one (BC-ResNet has none).
+pub fn small_archs(io: IoShape, dropout: f64) -> Vec<ArchConfig> {
+    vec![
+        ArchConfig::DsCnnS(DsCnnConfig {
+            channels: 8,
+            blocks: 1,
+            dropout,
+            ..DsCnnConfig::small(io)
+        }),
+        ArchConfig::BcResNet(BcResNetConfig {
+            width: 1,
+            blocks: [1, 1, 1, 1],
+            head_channels: 16,
+            ..BcResNetConfig::new(io)
+        }),
+        ArchConfig::LeakCnn(LeakCnnConfig {
+            channels: [4, 8],
+            hidden: 16,
+            dropout,
+            ..LeakCnnConfig::new(io)
+        }),
+    ]
+}
+
 /// `tensors` refilled from the stream seeded with `seed`, ready to load.
 fn seeded_source(mut tensors: Vec<NamedTensor>, seed: u64) -> TensorSource {
     fill(&mut tensors, &mut Rng(seed));
@@ -65,7 +93,12 @@ fn seeded_source(mut tensors: Vec<NamedTensor>, seed: u64) -> TensorSource {
 
 /// A keyword spotter of `cfg` with every tensor from the stream seeded with `seed`.
 pub fn seeded_kws(cfg: &ArchConfig, seed: u64) -> KwsModel {
-    let model = cfg.init(&burn::tensor::Device::flex()).unwrap();
+    seeded_kws_on(cfg, seed, &burn::tensor::Device::flex())
+}
+
+/// [`seeded_kws`] on `device` (an autodiff device gives a model to train).
+pub fn seeded_kws_on(cfg: &ArchConfig, seed: u64, device: &burn::tensor::Device) -> KwsModel {
+    let model = cfg.init(device).unwrap();
     let src = seeded_source(model.named_tensors().unwrap(), seed);
     model.load_tensors(src, cfg.name()).unwrap()
 }

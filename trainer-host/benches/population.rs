@@ -16,7 +16,8 @@
 //! HUSH_BENCH_USERS=1000 HUSH_BENCH_Q=0.5 cargo bench -p hush-host --bench population
 //! ```
 //! Other knobs: `HUSH_BENCH_ROUNDS` (5), `HUSH_BENCH_ROWS` (examples per batched local
-//! step, 256), `HUSH_BENCH_THREADS` (1).
+//! step, 10: one device per group, the fastest on the CPU), `HUSH_BENCH_THREADS` (the
+//! machine's cores).
 
 use std::borrow::Cow;
 use std::path::Path;
@@ -117,9 +118,10 @@ fn main() -> anyhow::Result<()> {
     let users: usize = env("HUSH_BENCH_USERS", 10_000)?;
     let q: f64 = env("HUSH_BENCH_Q", 0.05)?;
     let rounds: u64 = env("HUSH_BENCH_ROUNDS", 5)?;
+    let cores = std::thread::available_parallelism().map_or(1, std::num::NonZeroUsize::get);
     let batching = CohortSplit {
-        max_rows: env("HUSH_BENCH_ROWS", 256)?,
-        threads: env("HUSH_BENCH_THREADS", 1)?,
+        max_rows: env("HUSH_BENCH_ROWS", EXAMPLES_PER_USER)?,
+        threads: env("HUSH_BENCH_THREADS", cores)?,
     };
     let work = tempfile::tempdir()?;
     let package = work.path().join("initial-model");

@@ -54,8 +54,12 @@ enum Command {
 }
 
 fn main() -> anyhow::Result<()> {
-    hush_models::compute::keep_freed_tensor_memory();
     let cli = Cli::parse();
+    // Commands that train reuse freed tensor memory (faster steps); the long-running
+    // server, which trains nothing, returns what it frees to the system as before.
+    if !matches!(cli.command, Command::Serve(_)) {
+        hush_models::compute::keep_freed_tensor_memory();
+    }
     match cli.command {
         Command::Demo(args) => cli::demo::run(args),
         Command::Corpus(cmd) => cli::corpus::run(cmd),

@@ -59,8 +59,9 @@ pub fn local_update(
 /// Trains several devices of one round from the model package in `package` together in one
 /// batched model ([`hush_models::cohort`]: each equal to training alone) and returns each
 /// one's clipped update, in order: `(data, task, device id)` per device, every task of the
-/// same round and model version with the same local recipe (but its own seed); `split` bounds the rows per
-/// batched step and sets the threads. Each device's seed is the task's, keyed by its id.
+/// same round and model version with the same local recipe (but its own seed); `split`
+/// bounds the rows per batched step and sets the threads. Each device's seed is the
+/// task's, keyed by its id.
 pub fn local_updates(
     package: &Path,
     cohort: &[(&LocalData, &TrainTask, u64)],

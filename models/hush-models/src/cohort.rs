@@ -408,11 +408,12 @@ fn train_group(
         drop(runner);
         // Per-row loss, weighted by the row's share: the sum is every device's mean loss.
         let row_loss = (log_softmax(logits, 1) * y).sum_dim(1).neg();
-        let shares = Tensor::<2>::from_data(TensorData::new(share.clone(), [rows, 1]), device);
         let loss_values = named("local loss", row_loss.clone().detach())?.data;
         let loss = if per_row {
+            // Each example's own gradient, unscaled: clipped first, weighted after.
             row_loss.sum()
         } else {
+            let shares = Tensor::<2>::from_data(TensorData::new(share.clone(), [rows, 1]), device);
             (row_loss * shares).sum()
         };
         let grads = loss.backward();

@@ -165,8 +165,9 @@ mod gpu {
 /// in-process federated simulation that cost a third of the CPU time (`perf`: page faults,
 /// page clearing, unmapping), and 1.5x in updates per second when tuned (BENCHMARKS.md,
 /// "Population scale"). Raises the threshold to glibc's largest (32 MiB), the trim
-/// threshold to 1 GiB and the heap's growth step to 128 MiB. Process-wide: for a program's `main`, never a library. Does nothing
-/// off glibc.
+/// threshold to 1 GiB and the heap's growth step to 128 MiB. Process-wide: for a
+/// program's `main`, never a library (`hush-host` calls it for every command but `serve`).
+/// Does nothing off glibc.
 #[allow(unsafe_code)]
 pub fn keep_freed_tensor_memory() {
     #[cfg(all(target_os = "linux", target_env = "gnu"))]

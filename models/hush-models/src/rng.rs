@@ -1,7 +1,8 @@
 //! burn's backend random state (initial weights, dropout masks) is one per process, not one
 //! per thread or per device handle: two threads that each seed it and then draw interleave
 //! their draws, and neither gets its own seed's stream. Code that must repeat bit for bit
-//! while other threads train — a simulation's initial model, a DP run — holds
+//! while other threads train — a simulation's initial model, the engine's staging of a
+//! release — holds
 //! [`hold_backend_rng`] from seeding to its last draw, and every model build that draws
 //! from the state holds it too ([`crate::package::load_package`] builds the model before
 //! loading its weights), so nothing interleaves. burn draws a parameter's initial values

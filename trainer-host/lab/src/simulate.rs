@@ -2,8 +2,8 @@
 //! speaker, each training on its own speaker's clips only, through one of two transports
 //! ([`Transport`]): in process — the round engine itself (its SQLite store, ledger, noise
 //! and clock) driven directly, each round's reachable cohort trained together in one
-//! batched model ([`crate::fleet`]), no HTTP and no thread per device — or over HTTP — a real round server on loopback and one
-//! real device client (thread) per device. Both run the same engine, the same local
+//! batched model ([`crate::fleet`]), no HTTP and no thread per device — or over HTTP — a
+//! real round server on loopback and one real device client (thread) per device. Both run the same engine, the same local
 //! training and the same seeds, so they release the same models.
 //!
 //! The corpus is split by speaker ([`hush_device::dataset::split_of_speaker`]): training

@@ -28,7 +28,7 @@ pub trait FleetUsers {
 }
 
 /// Users held in memory with their names (a corpus's training speakers).
-impl FleetUsers for Vec<(String, LocalData)> {
+impl FleetUsers for &[(String, LocalData)] {
     fn count(&self) -> usize {
         self.len()
     }

@@ -1,11 +1,12 @@
 //! # hush-lab
 //!
 //! Runs assembled from the other hush-host crates: the quick demo ([`demo`]), the simulated
-//! fleet ([`simulate`], in process: [`fleet`]) and the experiments behind `docs/results/` ([`experiment`]), with
+//! fleet ([`simulate`], in process: [`fleet`], its virtual users: [`population`]) and the experiments behind `docs/results/` ([`experiment`]), with
 //! the training set-ups they share ([`recipes`]).
 
 pub mod demo;
 pub mod experiment;
 pub mod fleet;
+pub mod population;
 pub mod recipes;
 pub mod simulate;

@@ -3,17 +3,20 @@
 //! ([`Transport`]): in process — the round engine itself (its SQLite store, ledger, noise
 //! and clock) driven directly, each round's reachable cohort trained together in one
 //! batched model ([`crate::fleet`]), no HTTP and no thread per device — or over HTTP — a
-//! real round server on loopback and one real device client (thread) per device. Both run the same engine, the same local
-//! training and the same seeds, so they release the same models.
+//! real round server on loopback and one real device client (thread) per device. Both run
+//! the same engine, the same local training and the same seeds, so they release the same
+//! models.
 //!
 //! The corpus is split by speaker ([`hush_device::dataset::split_of_speaker`]): training
 //! speakers become devices; validation speakers are the *public* data the initial model's
 //! input normalisation is computed from (no private data touches the initial model); test
-//! speakers are held out and every published model version is scored on them. The
-//! privacy guarantee is the host's ledger (user level, RDP and PLD, as the simulation
-//! really ran) and, for a simulation with a noise cohort, the guarantee extrapolated to
-//! a deployment of `population` devices with cohorts of that size (Apple's pfl
-//! methodology; [`hush_privacy::accountant::federated`]).
+//! speakers are held out and every published model version is scored on them. With
+//! virtual users ([`crate::population`], `--users`) the devices are users made from the
+//! training speakers, validation users give the input statistics and the curve, and test
+//! users are scored once, at the end. The privacy guarantee is the host's ledger (user
+//! level, RDP and PLD, as the simulation really ran) and, for a simulation with a noise
+//! cohort, the guarantee extrapolated to a deployment of `population` devices with cohorts
+//! of that size (Apple's pfl methodology; [`hush_privacy::accountant::federated`]).
 
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -26,7 +29,8 @@ use hush_device::dataset::{read_corpus, split_of_speaker, KwsLabels, Split, Targ
 use hush_device::features::FeatureConfig;
 use hush_device::training::{CohortSplit, LocalData};
 
-use crate::fleet::{FleetRun, InProcessFleet};
+use crate::fleet::{FleetRun, FleetUsers, InProcessFleet};
+use crate::population::{default_cache, Population, PopulationSpec, UserSplit};
 use hush_models::arch::ArchConfig;
 use hush_models::package::{load_package, write_package, ModelCard, SplitMetrics};
 use hush_models::step::predict;
@@ -100,6 +104,11 @@ pub struct SimulateConfig {
     /// How the in-process fleet batches a round's local training (rows per batched step,
     /// threads); changes no result.
     pub local_batching: CohortSplit,
+    /// Virtual users made from the corpus's base speakers ([`crate::population`]) instead
+    /// of one device per training speaker (in process only); `None`: the speakers.
+    pub virtual_users: Option<PopulationSpec>,
+    /// Where virtual users are cached (default: `out/virtual-users`).
+    pub user_cache: Option<PathBuf>,
 }
 
 /// How the simulated fleet takes part, as real fleets do: only part of it is reachable in a
@@ -204,12 +213,12 @@ pub(crate) fn fleet_draw(seed: u64, round: u64, device: u64, what: u64) -> f64 {
     (x >> 11) as f64 / (1u64 << 53) as f64
 }
 
-/// One published model version, scored on the held-out speakers.
+/// One published model version, scored on the held-out set ([`SimulateReport::curve_on`]).
 #[derive(Debug, Clone, Serialize)]
 pub struct RoundPoint {
     /// Model version (0 = initial).
     pub version: u64,
-    /// Test-speaker accuracy.
+    /// Accuracy on the held-out set the curve is scored on.
     pub accuracy: f64,
     /// Balanced accuracy over the keyword classes.
     pub balanced_keyword_accuracy: f64,
@@ -226,11 +235,16 @@ pub struct SimulateReport {
     pub devices: usize,
     /// Fewest and most clips on one device.
     pub clips_per_device: (usize, usize),
-    /// Test-speaker accuracy of every published version.
+    /// Accuracy of every published version on the held-out set named by `curve_on`.
     pub curve: Vec<RoundPoint>,
+    /// What the curve is scored on: the test speakers, or with virtual users the
+    /// validation users (the test users are scored once, at the end: `test`).
+    pub curve_on: String,
+    /// The virtual users, when the fleet was made of them.
+    pub population: Option<PopulationSummary>,
     /// The host's log of every round (cohort, reports, ε so far).
     pub rounds: Vec<RoundLog>,
-    /// Final model's metrics on the test speakers.
+    /// Final model's metrics on the test speakers (or test users).
     pub test: SplitMetrics,
     /// ε the host's ledger holds for this run, by RDP and PLD (user level).
     pub ledger_epsilon: Vec<EpsilonReport>,
@@ -248,6 +262,19 @@ pub struct SimulateReport {
     pub updates_per_second: f64,
     /// The final model package.
     pub model: PathBuf,
+}
+
+/// A population of virtual users as run.
+#[derive(Debug, Clone, Serialize)]
+pub struct PopulationSummary {
+    /// Training, validation and test users.
+    pub users: [usize; 3],
+    /// Base speakers behind them (users sharing one are not independent people).
+    pub base_speakers: [usize; 3],
+    /// Clips of the training users: fewest, mean, most.
+    pub clips_per_user: (usize, f64, usize),
+    /// The cache folder.
+    pub cache: PathBuf,
 }
 
 /// Why a simulation failed.
@@ -387,14 +414,81 @@ pub fn evaluate(
     Ok(score(&test.classes, &predicted, labels))
 }
 
-/// Runs the simulation; `progress` sees each published version as it is scored.
-pub fn simulate(
+/// Where a simulation's devices come from.
+enum FleetSource {
+    /// One device per training speaker, with the speaker's clips.
+    Speakers(Vec<(String, LocalData)>),
+    /// Virtual users ([`crate::population`]) and their cache folder.
+    Virtual(Box<Population>, PathBuf),
+}
+
+impl FleetSource {
+    /// The devices, as the in-process fleet sees them.
+    fn train(&self) -> Box<dyn FleetUsers + '_> {
+        match self {
+            Self::Speakers(users) => Box::new(users.as_slice()),
+            Self::Virtual(population, _) => Box::new(population.split(UserSplit::Train)),
+        }
+    }
+
+    fn count(&self) -> usize {
+        self.train().count()
+    }
+
+    /// Fewest, mean and most clips on one device.
+    fn clip_counts(&self) -> (usize, f64, usize) {
+        let counts: Vec<usize> = match self {
+            Self::Speakers(users) => users.iter().map(|(_, d)| d.len()).collect(),
+            Self::Virtual(population, _) => population
+                .users()
+                .iter()
+                .filter(|u| u.split == UserSplit::Train)
+                .map(|u| u.classes.len())
+                .collect(),
+        };
+        let mean = counts.iter().sum::<usize>() as f64 / counts.len().max(1) as f64;
+        let min = counts.iter().copied().min().unwrap_or(0);
+        (min, mean, counts.iter().copied().max().unwrap_or(0))
+    }
+
+    fn curve_on(&self) -> &'static str {
+        match self {
+            Self::Speakers(_) => "test speakers",
+            Self::Virtual(..) => "validation users",
+        }
+    }
+
+    fn summary(&self, clips_per_user: (usize, f64, usize)) -> Option<PopulationSummary> {
+        let Self::Virtual(population, cache) = self else {
+            return None;
+        };
+        let count = |split| {
+            population
+                .users()
+                .iter()
+                .filter(|u| u.split == split)
+                .count()
+        };
+        Some(PopulationSummary {
+            users: [
+                count(UserSplit::Train),
+                count(UserSplit::Validation),
+                count(UserSplit::Test),
+            ],
+            base_speakers: population.base_speakers(),
+            clips_per_user,
+            cache: cache.clone(),
+        })
+    }
+}
+
+/// One device per training speaker (at most `cfg.devices`), the validation speakers'
+/// clips pooled (public data) and the test speakers' clips pooled.
+fn speaker_users(
     cfg: &SimulateConfig,
+    labels: &[String],
     log: &mut dyn FnMut(&str),
-    progress: &mut dyn FnMut(&RoundPoint, u64),
-) -> Result<SimulateReport, SimulateError> {
-    let started = Instant::now();
-    let labels = KwsLabels::new(&cfg.keywords).classes;
+) -> Result<(FleetSource, LocalData, LocalData), SimulateError> {
     let [mut train, public, test_speakers] = speakers(&cfg.data)?;
     if let Some(n) = cfg.devices {
         train.truncate(n);
@@ -416,23 +510,64 @@ pub fn simulate(
     ));
     // Each training speaker's clips, as its device computes them (the in-process fleet
     // trains on these; over HTTP each device loads its own).
-    let mut train_data = Vec::with_capacity(train.len());
-    for s in &train {
-        train_data.push(LocalData::load(
-            &cfg.data,
-            Some(s),
-            &cfg.features,
-            cfg.frames,
-            &labels,
-        )?);
+    let mut users = Vec::with_capacity(train.len());
+    for s in train {
+        let data = LocalData::load(&cfg.data, Some(&s), &cfg.features, cfg.frames, labels)?;
+        users.push((s, data));
     }
-    let clips_per_device = (
-        train_data.iter().map(LocalData::len).min().unwrap_or(0),
-        train_data.iter().map(LocalData::len).max().unwrap_or(0),
-    );
-    let public_data = pooled(cfg, &public, &labels)?;
-    let test = pooled(cfg, &test_speakers, &labels)?;
+    let public_data = pooled(cfg, &public, labels)?;
+    let test = pooled(cfg, &test_speakers, labels)?;
+    Ok((FleetSource::Speakers(users), public_data, test))
+}
 
+/// Runs the simulation; `progress` sees each published version as it is scored.
+pub fn simulate(
+    cfg: &SimulateConfig,
+    log: &mut dyn FnMut(&str),
+    progress: &mut dyn FnMut(&RoundPoint, u64),
+) -> Result<SimulateReport, SimulateError> {
+    let started = Instant::now();
+    let labels = KwsLabels::new(&cfg.keywords).classes;
+    let (users, public_data, test) = match &cfg.virtual_users {
+        None => speaker_users(cfg, &labels, log)?,
+        Some(spec) => {
+            if cfg.transport == Transport::Http {
+                return Err(SimulateError::Unusable(
+                    "virtual users are simulated in process only (--transport in-process)".into(),
+                ));
+            }
+            let cache = cfg
+                .user_cache
+                .clone()
+                .unwrap_or_else(|| default_cache(&cfg.out));
+            let population = Population::open_or_build(
+                &cache,
+                &cfg.data,
+                spec,
+                &cfg.features,
+                cfg.frames,
+                &labels,
+                log,
+            )?;
+            let validation = population.pooled(UserSplit::Validation)?;
+            let test = population.pooled(UserSplit::Test)?;
+            log(&format!(
+                "{} devices (virtual users); {} validation users ({} clips: input statistics, the curve); {} test users ({} clips, scored at the end)",
+                spec.users,
+                spec.validation_users,
+                validation.len(),
+                spec.test_users,
+                test.len()
+            ));
+            (
+                FleetSource::Virtual(Box::new(population), cache),
+                validation,
+                test,
+            )
+        }
+    };
+    let devices = users.count();
+    let clips_per_device = users.clip_counts();
     // The initial model: fresh weights, input statistics from public speakers only.
     std::fs::create_dir_all(&cfg.out).map_err(|e| io_err(&cfg.out, e))?;
     let initial = cfg.out.join("initial-model");
@@ -469,12 +604,12 @@ pub fn simulate(
     host_cfg.server.initial_model = initial.clone();
     host_cfg.server.data_dir = host_dir;
     host_cfg.server.listen = "127.0.0.1:0".into();
-    host_cfg.rounds.min_devices = train.len() as u64;
+    host_cfg.rounds.min_devices = devices as u64;
     // A configuration the engine would refuse (e.g. a participation scheme the accountant
     // cannot account for) is refused before anything runs.
     host_cfg.validate()?;
     let rounds = host_cfg.rounds.rounds;
-    let expected = (host_cfg.rounds.sampling_rate * train.len() as f64)
+    let expected = (host_cfg.rounds.sampling_rate * devices as f64)
         .round()
         .max(1.0) as u64;
     let plan = if host_cfg.dp.enabled {
@@ -484,7 +619,7 @@ pub fn simulate(
             .map_or(expected, |m| m.round() as u64);
         Some(
             FederatedPlan::new(
-                train.len() as u64,
+                devices as u64,
                 expected,
                 noise_cohort,
                 host_cfg.dp.noise_multiplier,
@@ -503,25 +638,34 @@ pub fn simulate(
             host_cfg.budget.epsilon, host_cfg.budget.delta, host_cfg.budget.accountant
         ));
     }
+    // With virtual users the curve is the validation users' (tuning looks at it); the test
+    // users are scored once, at the end.
+    let curve_set = match &users {
+        FleetSource::Speakers(_) => &test,
+        FleetSource::Virtual(..) => &public_data,
+    };
     let mut scorer = Scorer {
-        test: &test,
+        held_out: curve_set,
         labels: &labels,
         started,
         rounds,
         curve: Vec::new(),
     };
-    let fleet = match cfg.transport {
-        Transport::InProcess => {
-            let users: Vec<(String, LocalData)> = train.iter().cloned().zip(train_data).collect();
+    let fleet = match (&users, cfg.transport) {
+        (FleetSource::Speakers(speakers), Transport::Http) => {
+            let names: Vec<String> = speakers.iter().map(|(n, _)| n.clone()).collect();
+            run_http(cfg, &host_cfg, &names, &mut scorer, log, progress)?
+        }
+        (users, _) => {
             let fleet = InProcessFleet {
                 participation: cfg.participation,
                 batching: cfg.local_batching,
             };
-            fleet.run(&host_cfg, &users, log, &mut |version, dir| {
+            let train = users.train();
+            fleet.run(&host_cfg, train.as_ref(), log, &mut |version, dir| {
                 scorer.observe(version, dir, progress)
             })?
         }
-        Transport::Http => run_http(cfg, &host_cfg, &train, &mut scorer, log, progress)?,
     };
     let FleetRun {
         round_log,
@@ -575,9 +719,11 @@ pub fn simulate(
     }
     let report = SimulateReport {
         config: cfg.clone(),
-        devices: train.len(),
-        clips_per_device,
+        devices,
+        clips_per_device: (clips_per_device.0, clips_per_device.2),
         curve,
+        curve_on: users.curve_on().into(),
+        population: users.summary(clips_per_device),
         rounds: round_log,
         test: test_metrics,
         ledger_epsilon,
@@ -644,7 +790,7 @@ fn plot_title(report: &SimulateReport) -> String {
         ));
     }
     if parts.is_empty() {
-        "federated KWS, held-out speakers (not private)".to_string()
+        format!("federated KWS, {} (not private)", report.curve_on)
     } else {
         format!("federated KWS; {}", parts.join("; "))
     }
@@ -652,7 +798,7 @@ fn plot_title(report: &SimulateReport) -> String {
 
 /// Scores each published model version once, in order.
 struct Scorer<'a> {
-    test: &'a LocalData,
+    held_out: &'a LocalData,
     labels: &'a [String],
     started: Instant,
     rounds: u64,
@@ -670,7 +816,7 @@ impl Scorer<'_> {
         if self.curve.last().is_some_and(|p| p.version == version) {
             return Ok(());
         }
-        let m = evaluate(dir, self.test, self.labels)?;
+        let m = evaluate(dir, self.held_out, self.labels)?;
         let point = RoundPoint {
             version,
             accuracy: m.accuracy,
@@ -848,6 +994,8 @@ impl SimulateConfig {
             transport: Transport::InProcess,
             participation: FleetParticipation::default(),
             local_batching: CohortSplit::default(),
+            virtual_users: None,
+            user_cache: None,
         }
     }
 }

@@ -7,6 +7,7 @@ use std::path::PathBuf;
 use anyhow::Context;
 use hush_host::fl::config::OptimizerKind;
 use hush_host::fl::FlConfig;
+use hush_host::population::PopulationSpec;
 use hush_host::simulate::{simulate, SimulateConfig, SimulateReport, Transport};
 use hush_models::cohort::CohortSplit;
 use hush_models::dp::ClipStrategy;
@@ -103,6 +104,31 @@ pub struct SimulateArgs {
     /// accountant cannot account for it); use --sampling-rate.
     #[arg(long)]
     pub cohort_size: Option<u64>,
+    /// Virtual users: this many devices made from the corpus's training speakers, each with
+    /// a voice and words of their own (in process only; built once and cached, see
+    /// --user-cache). Validation and test users come from the other speakers.
+    #[arg(long)]
+    pub users: Option<usize>,
+    /// Virtual validation users (the curve, the input statistics).
+    #[arg(long, default_value_t = PopulationSpec::default().validation_users, requires = "users")]
+    pub validation_users: usize,
+    /// Virtual test users (scored once, at the end).
+    #[arg(long, default_value_t = PopulationSpec::default().test_users, requires = "users")]
+    pub test_users: usize,
+    /// Fewest and most clips of a virtual user, e.g. 4,40.
+    #[arg(long, value_delimiter = ',', requires = "users")]
+    pub user_clips: Option<Vec<usize>>,
+    /// Concentration of each virtual user's Dirichlet draw over the classes (small: a
+    /// user says few of the words).
+    #[arg(long, default_value_t = PopulationSpec::default().alpha, requires = "users")]
+    pub user_alpha: f64,
+    /// Seed of the virtual users (their voices, words and clips).
+    #[arg(long, default_value_t = 0, requires = "users")]
+    pub user_seed: u64,
+    /// Cache folder of the virtual users' features (reused when it holds the same
+    /// population) [default: <out>/virtual-users].
+    #[arg(long, requires = "users")]
+    pub user_cache: Option<PathBuf>,
 }
 
 fn parse_optimizer(s: &str) -> Result<OptimizerKind, String> {
@@ -202,6 +228,24 @@ impl SimulateArgs {
         if self.cohort_size.is_some() {
             cfg.host.rounds.cohort_size = self.cohort_size;
         }
+        if let Some(users) = self.users {
+            let clips = match self.user_clips.as_deref() {
+                None => PopulationSpec::default().clips,
+                Some(&[lo, hi]) => [lo, hi],
+                Some(other) => anyhow::bail!("--user-clips {other:?}: expected FEWEST,MOST"),
+            };
+            let spec = PopulationSpec {
+                users,
+                validation_users: self.validation_users,
+                test_users: self.test_users,
+                clips,
+                alpha: self.user_alpha,
+                seed: self.user_seed,
+            };
+            spec.validate()?;
+            cfg.virtual_users = Some(spec);
+            cfg.user_cache = self.user_cache.clone();
+        }
         Ok(cfg)
     }
 }
@@ -216,12 +260,17 @@ pub fn run_with(cfg: &SimulateConfig, prefix: &str) -> anyhow::Result<SimulateRe
         .unwrap_or_else(|_| ProgressStyle::default_bar()),
     );
     bar.set_prefix(prefix.to_string());
+    let held_out = if cfg.virtual_users.is_some() {
+        "validation"
+    } else {
+        "test"
+    };
     let report = simulate(
         cfg,
         &mut |line| say(&bar, format!("{prefix}: {line}")),
         &mut |point, _| {
             bar.set_position(point.version);
-            bar.set_message(format!("test accuracy {:.3}", point.accuracy));
+            bar.set_message(format!("{held_out} accuracy {:.3}", point.accuracy));
         },
     )
     .context("simulation")?;
@@ -267,7 +316,23 @@ pub fn print_summary(prefix: &str, r: &SimulateReport) {
             p.unavailable, p.dropped, p.late
         );
     }
-    if let (Some(first), Some(last)) = (r.curve.first(), r.curve.last()) {
+    if let Some(p) = &r.population {
+        println!(
+            "{prefix}: virtual users: {} training, {} validation, {} test, from {} + {} + {} base speakers (users of one base speaker are not independent people); {:.1} clips per training user ({}–{})",
+            p.users[0], p.users[1], p.users[2], p.base_speakers[0], p.base_speakers[1], p.base_speakers[2],
+            p.clips_per_user.1, p.clips_per_user.0, p.clips_per_user.2
+        );
+        if let (Some(first), Some(last)) = (r.curve.first(), r.curve.last()) {
+            println!(
+                "{prefix}: validation-user accuracy {:.3} → {:.3}",
+                first.accuracy, last.accuracy
+            );
+        }
+        println!(
+            "{prefix}: test users, scored once: accuracy {:.3}, balanced keyword accuracy {:.3}",
+            r.test.accuracy, r.test.balanced_keyword_accuracy
+        );
+    } else if let (Some(first), Some(last)) = (r.curve.first(), r.curve.last()) {
         println!(
             "{prefix}: test-speaker accuracy {:.3} → {:.3} (balanced keyword accuracy {:.3}; chance 1/12)",
             first.accuracy, last.accuracy, r.test.balanced_keyword_accuracy

@@ -418,8 +418,8 @@ pub fn reverberate(x: &[f32], rir: &[f32]) -> Vec<f32> {
     y
 }
 
-/// Plays `x` `factor` times faster (linear interpolation).
-fn resample_linear(x: &[f32], factor: f32) -> Vec<f32> {
+/// Plays `x` `factor` times faster (linear interpolation): `x.len() / factor` samples.
+pub fn resample_linear(x: &[f32], factor: f32) -> Vec<f32> {
     if x.is_empty() || factor <= 0.0 {
         return x.to_vec();
     }
@@ -437,7 +437,7 @@ fn resample_linear(x: &[f32], factor: f32) -> Vec<f32> {
 }
 
 /// Shifts right by `s` samples (left when negative), zero-filled.
-fn shift(x: &[f32], s: i64) -> Vec<f32> {
+pub fn shift(x: &[f32], s: i64) -> Vec<f32> {
     let n = x.len() as i64;
     (0..n)
         .map(|i| {

@@ -25,7 +25,7 @@ pub mod metrics;
 pub mod pretrain;
 pub mod resynth;
 pub mod schedule;
-mod signal;
+pub mod signal;
 pub mod speech_bounds;
 
 use std::path::{Path, PathBuf};

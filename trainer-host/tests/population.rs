@@ -334,6 +334,44 @@ fn simulate_runs_a_fleet_of_virtual_users_and_reports_them() {
     );
     assert!(out_dir.join("virtual-users").join(INDEX_FILE).exists());
 
+    // A tuning run never scores the test users; it reuses the cache.
+    let tuning_dir = dir.path().join("tuning");
+    let out = Command::new(env!("CARGO_BIN_EXE_hush-host"))
+        .args([
+            "simulate",
+            "--users",
+            "40",
+            "--validation-users",
+            "5",
+            "--test-users",
+            "5",
+            "--user-clips",
+            "2,6",
+            "--rounds",
+            "1",
+            "--tuning",
+            "--data",
+        ])
+        .arg(corpus())
+        .arg("--user-cache")
+        .arg(out_dir.join("virtual-users"))
+        .arg("--out")
+        .arg(&tuning_dir)
+        .output()
+        .expect("hush-host runs");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{stdout}");
+    assert!(stdout.contains("from the cache"), "{stdout}");
+    assert!(
+        stdout.contains("the test users were not scored"),
+        "{stdout}"
+    );
+    let results: serde_json::Value = serde_json::from_slice(
+        &std::fs::read(tuning_dir.join("results.json")).expect("results.json"),
+    )
+    .expect("json");
+    assert!(results["test"].is_null(), "{}", results["test"]);
+
     // Over HTTP, devices read their own clips from the corpus: virtual users are refused.
     let out = Command::new(env!("CARGO_BIN_EXE_hush-host"))
         .args(["simulate", "--users", "40", "--transport", "http", "--data"])

@@ -109,6 +109,9 @@ pub struct SimulateConfig {
     pub virtual_users: Option<PopulationSpec>,
     /// Where virtual users are cached (default: `out/virtual-users`).
     pub user_cache: Option<PathBuf>,
+    /// A tuning run: the final model is not scored on the test set (hyper-parameters are
+    /// chosen on the validation curve of virtual users only).
+    pub tuning: bool,
 }
 
 /// How the simulated fleet takes part, as real fleets do: only part of it is reachable in a
@@ -244,8 +247,9 @@ pub struct SimulateReport {
     pub population: Option<PopulationSummary>,
     /// The host's log of every round (cohort, reports, ε so far).
     pub rounds: Vec<RoundLog>,
-    /// Final model's metrics on the test speakers (or test users).
-    pub test: SplitMetrics,
+    /// Final model's metrics on the test speakers (or test users); None for a tuning run
+    /// ([`SimulateConfig::tuning`]), which never looks at them.
+    pub test: Option<SplitMetrics>,
     /// ε the host's ledger holds for this run, by RDP and PLD (user level).
     pub ledger_epsilon: Vec<EpsilonReport>,
     /// ε of the extrapolated deployment, by RDP and PLD (when a noise cohort is set).
@@ -552,12 +556,17 @@ pub fn simulate(
             let validation = population.pooled(UserSplit::Validation)?;
             let test = population.pooled(UserSplit::Test)?;
             log(&format!(
-                "{} devices (virtual users); {} validation users ({} clips: input statistics, the curve); {} test users ({} clips, scored at the end)",
+                "{} devices (virtual users); {} validation users ({} clips: input statistics, the curve); {} test users ({} clips, {})",
                 spec.users,
                 spec.validation_users,
                 validation.len(),
                 spec.test_users,
-                test.len()
+                test.len(),
+                if cfg.tuning {
+                    "not scored: a tuning run"
+                } else {
+                    "scored once, at the end"
+                }
             ));
             (
                 FleetSource::Virtual(Box::new(population), cache),
@@ -680,7 +689,11 @@ pub fn simulate(
     let curve = scorer.curve;
     let model_out = cfg.out.join("model");
     copy_package(&final_dir, &model_out)?;
-    let test_metrics = evaluate(&model_out, &test, &labels)?;
+    let test_metrics = if cfg.tuning {
+        None
+    } else {
+        Some(evaluate(&model_out, &test, &labels)?)
+    };
 
     let delta = host_cfg.budget.delta;
     let mut ledger_epsilon = Vec::new();
@@ -996,6 +1009,7 @@ impl SimulateConfig {
             local_batching: CohortSplit::default(),
             virtual_users: None,
             user_cache: None,
+            tuning: false,
         }
     }
 }

@@ -44,6 +44,9 @@ pub struct SimulateArgs {
     /// Population the guarantee is extrapolated to.
     #[arg(long)]
     pub population: Option<u64>,
+    /// δ of the guarantee as simulated (the ledger's budget δ) [default: 1e-5].
+    #[arg(long)]
+    pub delta: Option<f64>,
     /// User-level clip bound on each update.
     #[arg(long)]
     pub clip: Option<f32>,
@@ -129,6 +132,10 @@ pub struct SimulateArgs {
     /// population) [default: <out>/virtual-users].
     #[arg(long, requires = "users")]
     pub user_cache: Option<PathBuf>,
+    /// A tuning run: the test users are not scored (choose hyper-parameters on the
+    /// validation users' curve, then score the test users once with the chosen ones).
+    #[arg(long, requires = "users")]
+    pub tuning: bool,
 }
 
 fn parse_optimizer(s: &str) -> Result<OptimizerKind, String> {
@@ -195,6 +202,12 @@ impl SimulateArgs {
         if let Some(v) = self.population {
             cfg.deployment_population = v;
         }
+        if let Some(v) = self.delta {
+            if !(v > 0.0 && v < 1.0) {
+                anyhow::bail!("--delta {v}: expected a number in (0, 1)");
+            }
+            h.budget.delta = v;
+        }
         cfg.transport = self.transport;
         let threads = self.local_threads.unwrap_or_else(|| {
             std::thread::available_parallelism().map_or(1, std::num::NonZeroUsize::get)
@@ -245,6 +258,7 @@ impl SimulateArgs {
             spec.validate()?;
             cfg.virtual_users = Some(spec);
             cfg.user_cache = self.user_cache.clone();
+            cfg.tuning = self.tuning;
         }
         Ok(cfg)
     }
@@ -328,14 +342,17 @@ pub fn print_summary(prefix: &str, r: &SimulateReport) {
                 first.accuracy, last.accuracy
             );
         }
-        println!(
-            "{prefix}: test users, scored once: accuracy {:.3}, balanced keyword accuracy {:.3}",
-            r.test.accuracy, r.test.balanced_keyword_accuracy
-        );
-    } else if let (Some(first), Some(last)) = (r.curve.first(), r.curve.last()) {
+        match &r.test {
+            Some(t) => println!(
+                "{prefix}: test users, scored once: accuracy {:.3}, balanced keyword accuracy {:.3}",
+                t.accuracy, t.balanced_keyword_accuracy
+            ),
+            None => println!("{prefix}: a tuning run: the test users were not scored"),
+        }
+    } else if let (Some(first), Some(last), Some(t)) = (r.curve.first(), r.curve.last(), &r.test) {
         println!(
             "{prefix}: test-speaker accuracy {:.3} → {:.3} (balanced keyword accuracy {:.3}; chance 1/12)",
-            first.accuracy, last.accuracy, r.test.balanced_keyword_accuracy
+            first.accuracy, last.accuracy, t.balanced_keyword_accuracy
         );
     }
     for e in &r.ledger_epsilon {

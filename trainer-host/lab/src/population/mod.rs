@@ -19,7 +19,7 @@ use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::time::Instant;
 
-use hush_device::dataset::KwsLabels;
+use hush_device::dataset::{read_corpus, KwsLabels, Target};
 use hush_device::features::FeatureConfig;
 use hush_device::infer::clip_samples;
 use hush_device::training::LocalData;
@@ -210,17 +210,13 @@ impl Population {
         let kws_labels = KwsLabels {
             classes: labels.to_vec(),
         };
-        let sample_rate = features.frame.sample_rate;
-        let clip_len = clip_samples(features, frames);
-        let data = read_kws(corpus, &kws_labels, sample_rate, clip_len)
-            .map_err(|e| SimulateError::Unusable(e.to_string()))?;
         let recipe = Recipe {
             format: FORMAT,
             spec: spec.clone(),
             features: features.clone(),
             frames,
             labels: labels.to_vec(),
-            corpus: corpus_listing(corpus, &data),
+            corpus: corpus_listing(corpus)?,
         };
         if let Some(index) = read_index(cache)? {
             if index.recipe == recipe {
@@ -236,6 +232,10 @@ impl Population {
                 cache.display()
             ));
         }
+        // The base clips are decoded only to build (they are not needed to run).
+        let clip_len = clip_samples(features, frames);
+        let data = read_kws(corpus, &kws_labels, features.frame.sample_rate, clip_len)
+            .map_err(|e| SimulateError::Unusable(e.to_string()))?;
         let index = build(cache, recipe, &data, log)?;
         Self::open(cache, index, features.dim(), frames)
     }
@@ -320,24 +320,23 @@ fn read_index(cache: &Path) -> Result<Option<Index>, SimulateError> {
     }
 }
 
-/// The corpus as the cache's recipe names it: every labelled clip's speaker, path and class,
-/// with each file's size (a regenerated corpus with other audio is another corpus).
-fn corpus_listing(corpus: &Path, data: &hush_train::data::KwsData) -> String {
+/// The corpus as the cache's recipe names it: a digest of every labelled clip's speaker,
+/// path, label and file size (a regenerated corpus with other audio is another corpus),
+/// read from the listing without decoding any audio.
+fn corpus_listing(corpus: &Path) -> Result<String, SimulateError> {
+    let (_, examples) = read_corpus(corpus)?;
     let mut h = sha1_smol::Sha1::new();
-    for clip in data.train.iter().chain(&data.validation).chain(&data.test) {
-        let rel = clip.path.strip_prefix(corpus).unwrap_or(&clip.path);
-        let size = std::fs::metadata(&clip.path).map_or(0, |m| m.len());
-        h.update(
-            format!(
-                "{}\t{}\t{}\t{size}\n",
-                clip.speaker,
-                rel.display(),
-                clip.class
-            )
-            .as_bytes(),
-        );
+    for e in examples {
+        let Target::Label(word) = &e.target else {
+            continue;
+        };
+        let size = std::fs::metadata(&e.path)
+            .map_err(|err| io_err(&e.path, err))?
+            .len();
+        let rel = e.path.strip_prefix(corpus).unwrap_or(&e.path);
+        h.update(format!("{}\t{}\t{word}\t{size}\n", e.speaker, rel.display()).as_bytes());
     }
-    h.digest().to_string()
+    Ok(h.digest().to_string())
 }
 
 /// One base speaker's takes, by class.

@@ -54,7 +54,8 @@ best() { # best <prefix> <value>... : the value whose pilot scored highest
 }
 case "$stage" in
 tune)
-  # Pilots: 40 rounds, seed 100, the test users never scored.
+  # Pilots: 40 rounds, seed 100, the test users never scored. (The update clip is 1.0 where
+  # not given.)
   for lr in 0.1 0.3 1.0; do run "tune/np-lr$lr" 40 --no-dp --local-lr "$lr" --tuning --seed 100; done
   lr=$(best tune/np-lr 0.1 0.3 1.0)
   for c in 0.3 1.0 3.0; do
@@ -67,13 +68,19 @@ tune)
   done
   adam=$(best tune/eps4-fedadam 0.001 0.01 0.1)
   lamb=$(best tune/eps4-lamb 0.001 0.01 0.1)
-  printf 'lr=%s\nclip=%s\nadam=%s\nlamb=%s\n' "$lr" "$clip" "$adam" "$lamb" | tee "$out/chosen.env"
+  # Devices clip their update to --clip in a non-private run too (no noise, no ledger):
+  # the non-private baseline gets its own clip from the same grid and a far larger one.
+  ln -sfn "np-lr$lr" "$out/tune/np-clip1.0"
+  for c in 3.0 100; do run "tune/np-clip$c" 40 --no-dp --clip "$c" --local-lr "$lr" --tuning --seed 100; done
+  npclip=$(best tune/np-clip 1.0 3.0 100)
+  printf 'lr=%s\nclip=%s\nadam=%s\nlamb=%s\nnpclip=%s\n' "$lr" "$clip" "$adam" "$lamb" "$npclip" \
+    | tee "$out/chosen.env"
   ;;
 final)
   # shellcheck disable=SC1091
   source "$out/chosen.env"
   for seed in 1 2 3; do
-    run "nonprivate-s$seed" 100 --no-dp --local-lr "$lr" --seed "$seed"
+    run "nonprivate-s$seed" 100 --no-dp --clip "$npclip" --local-lr "$lr" --seed "$seed"
     run "eps4-flat-fedavg-s$seed" 100 $(dp 4) --clip "$clip" --local-lr "$lr" --seed "$seed"
     if [ "$seed" = 1 ]; then
       run "eps4-perlayer-norm-fedavg-s$seed" 100 $(dp 4) --clip "$clip" --local-lr "$lr" \

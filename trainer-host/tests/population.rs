@@ -284,93 +284,66 @@ fn a_damaged_cache_is_refused_by_name_and_a_bad_spec_before_any_work() {
     assert!(dir.path().join(INDEX_FILE).exists());
 }
 
+/// `hush-host simulate` over 40 small virtual users of the bundled corpus, writing to
+/// `out` (its cache in `cache`), with `extra` flags; stdout of a successful run.
+fn simulate_small_users(out: &Path, cache: &Path, extra: &[&str]) -> String {
+    let run = Command::new(env!("CARGO_BIN_EXE_hush-host"))
+        .args(["simulate", "--users", "40", "--validation-users", "5"])
+        .args(["--test-users", "5", "--user-clips", "2,6"])
+        .args(extra)
+        .arg("--data")
+        .arg(corpus())
+        .arg("--user-cache")
+        .arg(cache)
+        .arg("--out")
+        .arg(out)
+        .output()
+        .expect("hush-host runs");
+    let stdout = String::from_utf8_lossy(&run.stdout).into_owned();
+    assert!(
+        run.status.success(),
+        "{stdout}\n{}",
+        String::from_utf8_lossy(&run.stderr)
+    );
+    stdout
+}
+
+fn results(out: &Path) -> serde_json::Value {
+    serde_json::from_slice(&std::fs::read(out.join("results.json")).expect("results.json"))
+        .expect("json")
+}
+
 #[test]
 fn simulate_runs_a_fleet_of_virtual_users_and_reports_them() {
     let dir = tempfile::tempdir().expect("temporary directory");
-    let out_dir = dir.path().join("run");
-    let out = Command::new(env!("CARGO_BIN_EXE_hush-host"))
-        .args([
-            "simulate",
-            "--users",
-            "40",
-            "--validation-users",
-            "5",
-            "--test-users",
-            "5",
-            "--user-clips",
-            "2,6",
-            "--rounds",
-            "2",
-            "--sampling-rate",
-            "0.2",
-            "--seed",
-            "5",
-            "--data",
-        ])
-        .arg(corpus())
-        .arg("--out")
-        .arg(&out_dir)
-        .output()
-        .expect("hush-host runs");
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    assert!(
-        out.status.success(),
-        "{stdout}\n{}",
-        String::from_utf8_lossy(&out.stderr)
+    let (out_dir, cache) = (dir.path().join("run"), dir.path().join("users"));
+    let stdout = simulate_small_users(
+        &out_dir,
+        &cache,
+        &["--rounds", "2", "--sampling-rate", "0.2", "--seed", "5"],
     );
     assert!(
         stdout.contains("virtual users: 40 training, 5 validation, 5 test"),
         "{stdout}"
     );
     assert!(stdout.contains("test users, scored once"), "{stdout}");
-    let results: serde_json::Value =
-        serde_json::from_slice(&std::fs::read(out_dir.join("results.json")).expect("results.json"))
-            .expect("json");
-    assert_eq!(results["devices"], 40);
-    assert_eq!(results["curve_on"], "validation users");
-    assert_eq!(
-        results["population"]["users"],
-        serde_json::json!([40, 5, 5])
-    );
-    assert!(out_dir.join("virtual-users").join(INDEX_FILE).exists());
+    let r = results(&out_dir);
+    assert_eq!(r["devices"], 40);
+    assert_eq!(r["curve_on"], "validation users");
+    assert_eq!(r["population"]["users"], serde_json::json!([40, 5, 5]));
+    assert!(r["test"]["accuracy"].is_number(), "{}", r["test"]);
+    assert!(cache.join(INDEX_FILE).exists());
 
     // A tuning run never scores the test users; it reuses the cache.
     let tuning_dir = dir.path().join("tuning");
-    let out = Command::new(env!("CARGO_BIN_EXE_hush-host"))
-        .args([
-            "simulate",
-            "--users",
-            "40",
-            "--validation-users",
-            "5",
-            "--test-users",
-            "5",
-            "--user-clips",
-            "2,6",
-            "--rounds",
-            "1",
-            "--tuning",
-            "--data",
-        ])
-        .arg(corpus())
-        .arg("--user-cache")
-        .arg(out_dir.join("virtual-users"))
-        .arg("--out")
-        .arg(&tuning_dir)
-        .output()
-        .expect("hush-host runs");
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    assert!(out.status.success(), "{stdout}");
+    let stdout = simulate_small_users(&tuning_dir, &cache, &["--rounds", "1", "--tuning"]);
     assert!(stdout.contains("from the cache"), "{stdout}");
     assert!(
         stdout.contains("the test users were not scored"),
         "{stdout}"
     );
-    let results: serde_json::Value = serde_json::from_slice(
-        &std::fs::read(tuning_dir.join("results.json")).expect("results.json"),
-    )
-    .expect("json");
-    assert!(results["test"].is_null(), "{}", results["test"]);
+    let r = results(&tuning_dir);
+    assert!(r["test"].is_null(), "{}", r["test"]);
 
     // Over HTTP, devices read their own clips from the corpus: virtual users are refused.
     let out = Command::new(env!("CARGO_BIN_EXE_hush-host"))

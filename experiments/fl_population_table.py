@@ -17,6 +17,11 @@ import statistics
 import sys
 
 T95 = {1: 12.706, 2: 4.303, 3: 3.182, 4: 2.776, 5: 2.571}
+# Table order: the baseline, the reference DP row, its variants, then the other budgets.
+ORDER = ["nonprivate", "eps4-flat-fedavg", "eps4-perlayer-norm-fedavg", "eps4-flat-fedadam",
+         "eps4-flat-lamb", "eps4-flat-lamb-retuned", "eps2-flat-fedavg", "eps8-flat-fedavg"]
+# Differences in test accuracy, paired by seed (the same seed draws the same cohorts).
+PAIRS = [("nonprivate", "eps4-flat-fedavg"), ("eps4-flat-fedadam", "eps4-flat-fedavg")]
 
 
 def interval(xs):
@@ -37,7 +42,9 @@ def main(out, docs):
         r = json.loads((d / "results.json").read_text())
         runs.setdefault(m.group(1), []).append((int(m.group(2)), r, d))
     rows = []
-    for name, rs in runs.items():
+    names = sorted(runs, key=lambda n: (ORDER.index(n) if n in ORDER else len(ORDER), n))
+    for name in names:
+        rs = sorted(runs[name], key=lambda x: x[0])
         acc = [r["test"]["accuracy"] for _, r, _ in rs]
         bal = [r["test"]["balanced_keyword_accuracy"] for _, r, _ in rs]
         val = [r["curve"][-1]["accuracy"] for _, r, _ in rs]
@@ -80,8 +87,19 @@ def main(out, docs):
         for line in env.read_text().split():
             k, v = line.split("=")
             chosen[k] = v
+    differences = []
+    for a, b in PAIRS:
+        if a not in runs or b not in runs:
+            continue
+        acc = {n: {s: r["test"]["accuracy"] for s, r, _ in runs[n]} for n in (a, b)}
+        seeds = sorted(set(acc[a]) & set(acc[b]))
+        d = [acc[a][s] - acc[b][s] for s in seeds]
+        m, sd, ci = interval(d)
+        differences.append({"a": a, "b": b, "seeds": seeds, "differences": d, "mean": m,
+                            "sd": sd, "interval95": ci})
     (docs / "results.json").write_text(json.dumps(
-        {"rows": rows, "pilots_validation_accuracy_last5": pilots, "chosen": chosen}, indent=2))
+        {"rows": rows, "paired_differences": differences,
+         "pilots_validation_accuracy_last5": pilots, "chosen": chosen}, indent=2))
     lines = ["| row | seeds | test accuracy | 95 % interval | balanced keyword acc. | "
              "ε RDP / PLD (δ = 1e-6, as run) | z | s per run |",
              "|---|---|---|---|---|---|---|---|"]
@@ -96,6 +114,13 @@ def main(out, docs):
         z = "—" if row["noise_multiplier"] is None else f"{row['noise_multiplier']:.3f}"
         secs = statistics.mean(row["seconds"])
         lines.append(f"| {row['row']} | {len(row['seeds'])} | {acc} | {ci} | {bal} | {eps} | {z} | {secs:.0f} |")
+    lines += ["", "| paired by seed | seeds | difference in test accuracy | 95 % interval |",
+              "|---|---|---|---|"]
+    for d in differences:
+        ci = (f"[{d['interval95'][0]:+.3f}, {d['interval95'][1]:+.3f}]"
+              if d["interval95"] else "one seed")
+        sd = f" ± {d['sd']:.3f}" if d["sd"] is not None else ""
+        lines.append(f"| {d['a']} − {d['b']} | {len(d['seeds'])} | {d['mean']:+.3f}{sd} | {ci} |")
     (docs / "table.md").write_text("\n".join(lines) + "\n")
     print("\n".join(lines))
 

@@ -31,9 +31,17 @@ fn tmp_name(path: &Path) -> PathBuf {
 }
 
 impl FeatureWriter {
-    /// Starts `dir`'s features file (under a temporary name).
+    /// Starts `dir`'s features file (under a temporary name). A cache already there loses
+    /// its index first, so that no crash from here on can leave an old index beside new
+    /// features.
     pub fn create(dir: &Path) -> Result<Self, SimulateError> {
         std::fs::create_dir_all(dir).map_err(|e| io_err(dir, e))?;
+        let index = dir.join(INDEX_FILE);
+        match std::fs::remove_file(&index) {
+            Ok(()) => {}
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+            Err(e) => return Err(io_err(&index, e)),
+        }
         let tmp = tmp_name(&dir.join(FEATURES_FILE));
         let file = File::create(&tmp).map_err(|e| io_err(&tmp, e))?;
         Ok(Self {

@@ -153,7 +153,7 @@ struct Recipe {
     features: FeatureConfig,
     frames: usize,
     labels: Vec<String>,
-    /// The base corpus: each split's clips as (speaker, path relative to the corpus, class).
+    /// The base corpus: the digest of [`corpus_listing`].
     corpus: String,
 }
 
@@ -169,7 +169,6 @@ struct Index {
 pub struct Population {
     index: Index,
     features: FeatureMap,
-    per_clip: usize,
     bins: usize,
     frames: usize,
 }
@@ -241,13 +240,11 @@ impl Population {
     }
 
     fn open(cache: &Path, index: Index, bins: usize, frames: usize) -> Result<Self, SimulateError> {
-        let per_clip = bins * frames;
         let clips: usize = index.users.iter().map(|u| u.classes.len()).sum();
-        let features = FeatureMap::open(cache, (clips * per_clip) as u64)?;
+        let features = FeatureMap::open(cache, (clips * bins * frames) as u64)?;
         Ok(Self {
             index,
             features,
-            per_clip,
             bins,
             frames,
         })
@@ -276,9 +273,10 @@ impl Population {
     /// User `i`'s clips, read from the cache.
     pub fn user_data(&self, i: usize) -> Result<LocalData, SimulateError> {
         let user = &self.index.users[i];
+        let per_clip = self.bins * self.frames;
         let features = self.features.read(
-            user.first_clip * self.per_clip as u64,
-            user.classes.len() * self.per_clip,
+            user.first_clip * per_clip as u64,
+            user.classes.len() * per_clip,
         )?;
         Ok(LocalData {
             features,

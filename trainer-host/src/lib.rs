@@ -14,6 +14,7 @@ pub use hush_lab::demo;
 pub use hush_lab::experiment;
 pub use hush_lab::fleet;
 pub use hush_lab::population;
+pub use hush_lab::privacy_audit;
 pub use hush_lab::recipes;
 pub use hush_lab::simulate;
 pub use hush_pate as pate;

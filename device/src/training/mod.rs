@@ -11,7 +11,9 @@ mod data;
 mod round;
 
 pub use data::{LabelledClip, LocalData};
-pub use round::{encoded_update_len, local_update, local_updates, CohortSplit, LocalRoundReport};
+pub use round::{
+    encoded_update_len, given_update, local_update, local_updates, CohortSplit, LocalRoundReport,
+};
 
 use std::path::PathBuf;
 

@@ -151,8 +151,8 @@ pub fn local_updates(
         .collect()
 }
 
-/// A device's trained tensors → its update: the delta from `before`, clipped (or
-/// normalised) to the task's user-level bounds, local noise if the task asks for it.
+/// A device's trained tensors → its update: the delta from `before`, bounded
+/// ([`bound_delta`]).
 fn finish_update(
     task: &TrainTask,
     device_id: u64,
@@ -160,7 +160,6 @@ fn finish_update(
     before: &[NamedTensor],
     trained: LocalResult,
 ) -> Result<(Update, LocalRoundReport), TrainingError> {
-    let bounds = ClipBounds::per_layer(task.clip.layers.clone(), task.clip.bounds.clone())?;
     let mut delta: Vec<NamedTensor> = trained
         .trained
         .into_iter()
@@ -170,10 +169,39 @@ fn finish_update(
             a
         })
         .collect();
+    let (norms_before, sensitivity) = bound_delta(task, &mut delta)?;
+    let report = LocalRoundReport {
+        examples,
+        steps: trained.steps,
+        mean_loss: trained.mean_loss,
+        norms_before,
+        sensitivity,
+    };
+    Ok((into_update(task, device_id, delta), report))
+}
+
+/// The update a device uploads for a delta it did not train (a privacy audit's canary
+/// client, whose delta is a fixed direction): bounded exactly as a trained delta is.
+pub fn given_update(
+    task: &TrainTask,
+    device_id: u64,
+    mut delta: Vec<NamedTensor>,
+) -> Result<Update, TrainingError> {
+    bound_delta(task, &mut delta)?;
+    Ok(into_update(task, device_id, delta))
+}
+
+/// Clips (or normalises) `delta` to the task's user-level bounds, then adds local noise if
+/// the task asks for it; returns the layer norms before and the bounds' sensitivity.
+fn bound_delta(
+    task: &TrainTask,
+    delta: &mut [NamedTensor],
+) -> Result<(Vec<f32>, f64), TrainingError> {
+    let bounds = ClipBounds::per_layer(task.clip.layers.clone(), task.clip.bounds.clone())?;
     let norms_before = if task.clip.normalize_layers {
-        bounds.normalize(&mut delta)?
+        bounds.normalize(delta)?
     } else {
-        bounds.clip(&mut delta)?
+        bounds.clip(delta)?
     };
     if task.clip.local_noise_std > 0.0 {
         let mut noise = NoiseSource::from_os();
@@ -182,9 +210,14 @@ fn finish_update(
             local.add_to(&mut t.data, &mut noise);
         }
         // Noise can push a layer over its bound; clipping again is post-processing.
-        bounds.clip(&mut delta)?;
+        bounds.clip(delta)?;
     }
-    let update = Update {
+    Ok((norms_before, bounds.sensitivity()))
+}
+
+/// A bounded delta as the update a device uploads.
+fn into_update(task: &TrainTask, device_id: u64, delta: Vec<NamedTensor>) -> Update {
+    Update {
         header: update_header(task, device_id, layer_norms(&delta)),
         layers: delta
             .into_iter()
@@ -194,15 +227,7 @@ fn finish_update(
                 data: t.data,
             })
             .collect(),
-    };
-    let report = LocalRoundReport {
-        examples,
-        steps: trained.steps,
-        mean_loss: trained.mean_loss,
-        norms_before,
-        sensitivity: bounds.sensitivity(),
-    };
-    Ok((update, report))
+    }
 }
 
 fn update_header(task: &TrainTask, device_id: u64, layer_norms: Vec<f32>) -> UpdateHeader {

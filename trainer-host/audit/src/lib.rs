@@ -21,13 +21,16 @@
 //!   gets without the update (random and mean features, the attack on a pure-noise
 //!   update, other speakers' recordings of the word), scored the same way; [`report`]:
 //!   many clips, Mel vs MFCC, with and without DP; [`target`]: the models the audit
-//!   attacks; [`artifacts`]: the files `audit invert` writes.
+//!   attacks; [`artifacts`]: the files `audit invert` writes;
+//! - [`lower_bound`]: canary scores to an empirical ε (Steinke et al.'s one-run lower bound,
+//!   Andrew et al.'s one-shot estimate).
 
 pub mod artifacts;
 pub mod attack;
 pub mod baseline;
 pub mod invert;
 pub mod leak_net;
+pub mod lower_bound;
 pub mod quality;
 pub mod report;
 pub mod speaker;

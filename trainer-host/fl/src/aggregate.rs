@@ -32,6 +32,7 @@
 
 use hush_device::protocol::{decode_update, ProtocolError, Update, UpdateHeader, UpdateLimits};
 use hush_models::checkpoint::NamedTensor;
+use hush_models::dp::fault::{self, PrivacyFault};
 use hush_models::dp::{ClipBounds, DpError};
 
 /// Bits of the fixed-point grid below the clip bound.
@@ -231,12 +232,18 @@ impl Aggregator {
     pub fn add(&mut self, update: Vec<NamedTensor>) -> Result<(), Rejection> {
         self.admits(&update)?;
         let limit = (1i64 << FRACTION_BITS) + (1i64 << (FRACTION_BITS - 4));
+        // A test-only privacy fault (hush_models::dp::fault): the update counted twice.
+        let times = if fault::is(PrivacyFault::DoubleCount) {
+            2
+        } else {
+            1
+        };
         for (s, u) in self.sum.iter_mut().zip(update) {
             for (a, b) in s.data.iter_mut().zip(u.data) {
                 // Truncation toward zero; the clamp only guards against a value the clip
                 // let through with float slack (or a NaN, which becomes 0).
                 let q = ((f64::from(b) * self.scale).trunc() as i64).clamp(-limit, limit);
-                *a += q;
+                *a += times * q;
             }
         }
         self.accepted += 1;

@@ -10,9 +10,10 @@ use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use hush_device::protocol::{encode_update, StatusReport};
-use hush_device::training::{local_updates, CohortSplit, LocalData};
+use hush_device::protocol::{encode_update, StatusReport, TrainTask, Update};
+use hush_device::training::{given_update, local_updates, CohortSplit, LocalData};
 use hush_fl::{FlConfig, ManualClock, RoundEngine, RoundLog};
+use hush_models::checkpoint::NamedTensor;
 use hush_store::{SqliteStore, DB_FILE};
 
 use crate::simulate::{fleet_draw, io_err, FleetParticipation, ParticipationCounts, SimulateError};
@@ -25,6 +26,60 @@ pub trait FleetUsers {
     fn name(&self, i: usize) -> String;
     /// User `i`'s local examples, read or made when the user is drawn.
     fn data(&self, i: usize) -> Result<Cow<'_, LocalData>, SimulateError>;
+    /// Whether user `i` uploads a given delta instead of training (a privacy audit's
+    /// canary client); false for every real user.
+    fn has_given_delta(&self, _i: usize) -> bool {
+        false
+    }
+    /// User `i`'s given delta (the device bounds it like a trained one); `None` for every
+    /// real user.
+    fn given_delta(&self, _i: usize) -> Option<Vec<NamedTensor>> {
+        None
+    }
+}
+
+/// Clients who upload a given delta instead of training: a privacy audit's canaries.
+pub trait GivenDeltas {
+    /// How many.
+    fn count(&self) -> usize;
+    /// Client `k`'s delta, one tensor per trainable layer of the model.
+    fn delta(&self, k: usize) -> Vec<NamedTensor>;
+}
+
+/// Real users, then the clients of `given` (enrolled after them, named `canary-{k}`).
+pub struct WithGiven<'a> {
+    /// The real users.
+    pub users: &'a dyn FleetUsers,
+    /// The clients with given deltas.
+    pub given: &'a dyn GivenDeltas,
+}
+
+impl FleetUsers for WithGiven<'_> {
+    fn count(&self) -> usize {
+        self.users.count() + self.given.count()
+    }
+    fn name(&self, i: usize) -> String {
+        match i.checked_sub(self.users.count()) {
+            None => self.users.name(i),
+            Some(k) => format!("canary-{k}"),
+        }
+    }
+    fn data(&self, i: usize) -> Result<Cow<'_, LocalData>, SimulateError> {
+        if i < self.users.count() {
+            self.users.data(i)
+        } else {
+            Err(SimulateError::Unusable(format!(
+                "client {i} uploads a given delta and has no local data"
+            )))
+        }
+    }
+    fn has_given_delta(&self, i: usize) -> bool {
+        i >= self.users.count()
+    }
+    fn given_delta(&self, i: usize) -> Option<Vec<NamedTensor>> {
+        let k = i.checked_sub(self.users.count())?;
+        Some(self.given.delta(k))
+    }
 }
 
 /// Users held in memory with their names (a corpus's training speakers).
@@ -155,26 +210,39 @@ impl InProcessFleet {
             // Every reachable device of the cohort trains, batched together; then each one's
             // upload is dropped, late or on time.
             let mut drawn = Vec::with_capacity(tasks.len());
+            let mut given = Vec::new();
             for (device, task) in &tasks {
                 if fleet_draw(fleet_seed, round, *device, 1) >= reachable {
                     counts.unavailable += 1;
                     continue;
                 }
-                let user = index.get(device).ok_or_else(|| {
+                let user = *index.get(device).ok_or_else(|| {
                     SimulateError::Unusable(format!(
                         "the engine drew device {device}, not enrolled here"
                     ))
                 })?;
-                drawn.push((users.data(*user)?, task, *device));
+                if users.has_given_delta(user) {
+                    given.push((task, *device, user));
+                } else {
+                    drawn.push((users.data(user)?, task, *device));
+                }
             }
             let reachable_tasks: Vec<(&LocalData, &_, u64)> = drawn
                 .iter()
                 .map(|(d, t, id)| (d.as_ref(), *t, *id))
                 .collect();
-            let updates = local_updates(&package, &reachable_tasks, self.batching)?;
+            let trained = local_updates(&package, &reachable_tasks, self.batching)?
+                .into_iter()
+                .zip(&reachable_tasks)
+                .map(|((update, _), (_, task, device))| Ok((*task, *device, update)));
+            // Given deltas become updates one at a time (a canary is the whole model's size).
+            let given = given.into_iter().map(|(task, device, user)| {
+                let delta = users.given_delta(user).unwrap_or_default();
+                Ok::<_, SimulateError>((task, device, given_update(task, device, delta)?))
+            });
             let mut late = Vec::new();
-            for ((_, task, device), (update, _)) in reachable_tasks.iter().zip(updates) {
-                let (task, device) = (*task, *device);
+            for upload in trained.chain(given) {
+                let (task, device, update): (&TrainTask, u64, Update) = upload?;
                 let draw = |what| fleet_draw(fleet_seed, round, device, what);
                 let bytes = encode_update(&update)
                     .map_err(|e| SimulateError::Unusable(format!("device {device}: {e}")))?

@@ -29,7 +29,7 @@ use hush_device::dataset::{read_corpus, split_of_speaker, KwsLabels, Split, Targ
 use hush_device::features::FeatureConfig;
 use hush_device::training::{CohortSplit, LocalData};
 
-use crate::fleet::{FleetRun, FleetUsers, InProcessFleet};
+use crate::fleet::{FleetRun, FleetUsers, GivenDeltas, InProcessFleet, WithGiven};
 use crate::population::{default_cache, Population, PopulationSpec, UserSplit};
 use hush_models::arch::ArchConfig;
 use hush_models::package::{load_package, write_package, ModelCard, SplitMetrics};
@@ -530,7 +530,25 @@ pub fn simulate(
     log: &mut dyn FnMut(&str),
     progress: &mut dyn FnMut(&RoundPoint, u64),
 ) -> Result<SimulateReport, SimulateError> {
+    simulate_with(cfg, None, log, progress)
+}
+
+/// [`simulate`] with `given` clients enrolled after the real devices, each uploading a
+/// given delta instead of training (the federated privacy audit's canaries; in process
+/// only).
+pub fn simulate_with(
+    cfg: &SimulateConfig,
+    given: Option<&dyn GivenDeltas>,
+    log: &mut dyn FnMut(&str),
+    progress: &mut dyn FnMut(&RoundPoint, u64),
+) -> Result<SimulateReport, SimulateError> {
     let started = Instant::now();
+    if given.is_some() && cfg.transport == Transport::Http {
+        return Err(SimulateError::Unusable(
+            "clients with given deltas are simulated in process only (--transport in-process)"
+                .into(),
+        ));
+    }
     let labels = KwsLabels::new(&cfg.keywords).classes;
     let (users, public_data, test) = match &cfg.virtual_users {
         None => speaker_users(cfg, &labels, log)?,
@@ -575,7 +593,7 @@ pub fn simulate(
             )
         }
     };
-    let devices = users.count();
+    let devices = users.count() + given.map_or(0, |g| g.count());
     let clips_per_device = users.clip_counts();
     // The initial model: fresh weights, input statistics from public speakers only.
     std::fs::create_dir_all(&cfg.out).map_err(|e| io_err(&cfg.out, e))?;
@@ -671,7 +689,18 @@ pub fn simulate(
                 batching: cfg.local_batching,
             };
             let train = users.train();
-            fleet.run(&host_cfg, train.as_ref(), log, &mut |version, dir| {
+            let with_given;
+            let fleet_users: &dyn FleetUsers = match given {
+                Some(given) => {
+                    with_given = WithGiven {
+                        users: train.as_ref(),
+                        given,
+                    };
+                    &with_given
+                }
+                None => train.as_ref(),
+            };
+            fleet.run(&host_cfg, fleet_users, log, &mut |version, dir| {
                 scorer.observe(version, dir, progress)
             })?
         }

@@ -184,3 +184,33 @@ pub fn one_training_at_a_time() -> std::sync::MutexGuard<'static, ()> {
     static LOCK: std::sync::Mutex<()> = std::sync::Mutex::new(());
     LOCK.lock().unwrap_or_else(|e| e.into_inner())
 }
+
+/// Whether `hush-host`'s own build (`cargo build -p hush-host`: normal and build edges)
+/// and its test build (all edges) enable `feature` of the workspace crate `krate`
+/// (`cargo tree -i`, offline; no build). A test-only switch must be `(false, true)`.
+pub fn feature_in_builds(krate: &str, feature: &str) -> (bool, bool) {
+    let tree = |edges: &str| {
+        let out = std::process::Command::new(env!("CARGO"))
+            .args(["tree", "--offline", "-p", "hush-host", "--prefix", "none"])
+            .args(["-e", edges, "-i", krate])
+            .current_dir(env!("CARGO_MANIFEST_DIR"))
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        String::from_utf8(out.stdout).unwrap()
+    };
+    let build = tree("normal,build,features");
+    // The query must see the crate's features at all, or `false` would prove nothing.
+    assert!(
+        build.contains(&format!("{krate} feature \"default\"")),
+        "{build}"
+    );
+    (
+        build.contains(feature),
+        tree("all,features").contains(feature),
+    )
+}

@@ -32,7 +32,8 @@
 //!    per-example norms through a separately noised unclipped count; σ (accounted, in the
 //!    ledger) then covers both queries and the gradient sum gets
 //!    `z_Δ = (σ⁻² − (2σ_b)⁻²)^(-1/2)`.
-//! 5. **Release**: the epoch with the best validation accuracy is kept; the release (the
+//! 5. **Release**: the epoch with the best validation accuracy is kept (the last one with
+//!    [`KwsTrainConfig::keep_last_epoch`]); the release (the
 //!    steps actually run) is recorded durably in the ledger **before** the model package
 //!    is written ([`hush_privacy::ledger::Ledger::complete`], the one release order); `privacy.json` (ε by RDP and PLD, δ, unit, adjacency) is written beside
 //!    the model and copied into the card's provenance options.
@@ -47,7 +48,7 @@ use burn::module::Module;
 use burn::optim::AdamWConfig;
 use hush_device::infer::clip_samples;
 
-use hush_models::checkpoint::TensorSource;
+use hush_models::checkpoint::{NamedTensor, TensorSource};
 use hush_models::dp::{
     clipped_grad_sum_with, gradient_noise_multiplier, trainable_layout, AdaptiveClip, Bounding,
     ClipStrategy, NoiseKind, PerExampleConfig, PerExampleMethod,
@@ -424,6 +425,53 @@ pub fn train_kws_dp(
     command: &str,
     progress: &mut dyn FnMut(&EpochReport),
 ) -> Result<DpTrainReport, TrainError> {
+    train_kws_dp_with(cfg, dp, &NoGradientExamples, out, command, progress)
+}
+
+/// Private examples given by their gradient instead of a clip: an audit's canaries
+/// (`hush-host audit privacy`). They join the private training set: DP-SGD samples them
+/// with the clips, bounds their gradients like any example's, counts them in the
+/// population and in the expected batch.
+pub trait GradientExamples {
+    /// How many.
+    fn count(&self) -> usize;
+    /// Example `i`'s gradient (before bounding) over the DP-trained `layers` (name,
+    /// element count), one tensor per layer in that order.
+    fn gradient(&self, i: usize, layers: &[(String, usize)]) -> Vec<NamedTensor>;
+}
+
+/// No gradient-space examples (every ordinary run).
+#[derive(Debug, Clone, Copy)]
+pub struct NoGradientExamples;
+
+impl GradientExamples for NoGradientExamples {
+    fn count(&self) -> usize {
+        0
+    }
+    fn gradient(&self, _: usize, _: &[(String, usize)]) -> Vec<NamedTensor> {
+        Vec::new()
+    }
+}
+
+/// The initial trainable weights of a DP-SGD run of `cfg` (the seed's): public, as the
+/// seed is. The privacy audit scores its canaries by how far the released weights moved
+/// from them.
+pub fn kws_initial_weights(cfg: &KwsTrainConfig) -> Result<Vec<NamedTensor>, TrainError> {
+    let (_, _, arch) = cfg.resolve_arch()?;
+    let device = super::device(cfg.compute).autodiff();
+    device.seed(cfg.seed);
+    Ok(arch.init(&device)?.named_tensors()?)
+}
+
+/// [`train_kws_dp`] with `extra` private examples given by their gradients.
+pub fn train_kws_dp_with(
+    cfg: &KwsTrainConfig,
+    dp: &DpConfig,
+    extra: &dyn GradientExamples,
+    out: &Path,
+    command: &str,
+    progress: &mut dyn FnMut(&EpochReport),
+) -> Result<DpTrainReport, TrainError> {
     cfg.check()?;
     dp.check()?;
     if cfg.balance_classes {
@@ -454,7 +502,8 @@ pub fn train_kws_dp(
     let clip_len = clip_samples(&cfg.features, cfg.frames);
     let data = load_kws(&cfg.data, &labels, sr, clip_len)?;
     let (public, private) = split_public(data.train.iter().cloned(), |c: &Clip| &c.speaker, dp)?;
-    let plan = DpPlan::new(dp, private.len(), cfg.batch_size, cfg.epochs)?;
+    let real = private.len();
+    let plan = DpPlan::new(dp, real + extra.count(), cfg.batch_size, cfg.epochs)?;
     let (n, q, steps_per_epoch) = (plan.n, plan.q, plan.steps_per_epoch);
     let expected = plan.expected;
     // Adaptive clipping: the unclipped count takes a share of σ; the gradient gets z_Δ.
@@ -579,7 +628,7 @@ pub fn train_kws_dp(
         min_ratio: 0.01,
     };
     let mut step = 0usize;
-    let mut tracker = BestEpoch::new(cfg.patience);
+    let mut tracker = BestEpoch::new(cfg.patience).keeping_last(cfg.keep_last_epoch);
     for epoch in 1..=cfg.epochs {
         let (mut loss_sum, mut seen) = (0f64, 0usize);
         let mut lr = schedule.lr(step);
@@ -593,15 +642,15 @@ pub fn train_kws_dp(
                 model,
                 &mechanism,
                 |m, idx| {
-                    let batch = make_batch(&private_feats, idx, per, dims);
-                    Ok::<_, TrainError>(clipped_grad_sum_with(
-                        m,
-                        &batch,
-                        &bounds,
-                        bounding,
-                        &per_example,
-                        &device,
-                    )?)
+                    // Sampled indices are sorted: the clips first, then gradient examples.
+                    let split = idx.partition_point(|&i| i < real);
+                    let batch = make_batch(&private_feats, &idx[..split], per, dims);
+                    let mut sum =
+                        clipped_grad_sum_with(m, &batch, &bounds, bounding, &per_example, &device)?;
+                    for &i in &idx[split..] {
+                        sum.add_example(extra.gradient(i - real, &dp_layers), &bounds, bounding)?;
+                    }
+                    Ok::<_, TrainError>(sum)
                 },
                 |m, mean| {
                     let grads = m.grads_params(mean)?;

@@ -50,7 +50,8 @@ use serde::{Deserialize, Serialize};
 pub use augment::Augment;
 use data::{load_kws, Clip, KwsData};
 pub use dp::{
-    train_kws_dp, AdaptiveClipReport, DpConfig, DpTrainReport, NoiseTarget, PrivacyReport,
+    kws_initial_weights, train_kws_dp, train_kws_dp_with, AdaptiveClipReport, DpConfig,
+    DpTrainReport, GradientExamples, NoGradientExamples, NoiseTarget, PrivacyReport,
 };
 use schedule::WarmupCosine;
 
@@ -165,6 +166,11 @@ pub struct KwsTrainConfig {
     /// The held learning rate of the averaged epochs, as a fraction of the peak.
     #[serde(default = "default_swa_lr_ratio")]
     pub swa_lr_ratio: f64,
+    /// Release the last epoch's weights, not the best validation epoch's (and never stop
+    /// early): the privacy audit's runs, whose released weights must be where training
+    /// ended.
+    #[serde(default)]
+    pub keep_last_epoch: bool,
 }
 
 fn default_swa_lr_ratio() -> f64 {
@@ -202,6 +208,7 @@ impl KwsTrainConfig {
             balance_classes: false,
             swa_epochs: 0,
             swa_lr_ratio: default_swa_lr_ratio(),
+            keep_last_epoch: false,
         }
     }
 
@@ -323,6 +330,7 @@ pub(crate) struct BestEpoch<R = EpochReport> {
     best: Option<(f64, usize, Vec<NamedTensor>)>,
     reports: Vec<R>,
     patience: usize,
+    keep_last: bool,
 }
 
 impl<R> BestEpoch<R> {
@@ -331,7 +339,15 @@ impl<R> BestEpoch<R> {
             best: None,
             reports: Vec::new(),
             patience,
+            keep_last: false,
         }
+    }
+
+    /// Keeps every epoch's weights over the last (so the last epoch's are released) and
+    /// never stops early.
+    pub(crate) fn keeping_last(mut self, keep_last: bool) -> Self {
+        self.keep_last = keep_last;
+        self
     }
 
     /// Records epoch `epoch`'s validation `score`, keeping the weights `tensors` gives if
@@ -342,7 +358,8 @@ impl<R> BestEpoch<R> {
         score: f64,
         tensors: impl FnOnce() -> Result<Vec<NamedTensor>, TrainError>,
     ) -> Result<bool, TrainError> {
-        let improved = self.best.as_ref().is_none_or(|(best, _, _)| score > *best);
+        let improved =
+            self.keep_last || self.best.as_ref().is_none_or(|(best, _, _)| score > *best);
         if improved {
             self.best = Some((score, epoch, tensors()?));
         }
@@ -353,7 +370,7 @@ impl<R> BestEpoch<R> {
     pub(crate) fn push(&mut self, epoch: usize, report: R) -> bool {
         self.reports.push(report);
         let best_epoch = self.best.as_ref().map_or(epoch, |b| b.1);
-        epoch - best_epoch >= self.patience
+        !self.keep_last && epoch - best_epoch >= self.patience
     }
 
     /// The best epoch, its weights, and every epoch's report.
@@ -567,7 +584,7 @@ pub fn train_kws_on(
     let mut rng = ChaCha8Rng::seed_from_u64(cfg.seed);
     let mut order: Vec<usize> = (0..data.train.len()).collect();
     let mut step = 0usize;
-    let mut tracker = BestEpoch::new(cfg.patience);
+    let mut tracker = BestEpoch::new(cfg.patience).keeping_last(cfg.keep_last_epoch);
     let per = cfg.frames * bins;
     let k = io.classes;
     let mel_axis = augment::MelAxis::of(&cfg.features);

@@ -10,6 +10,7 @@
 //! | noise from a CSPRNG, drawn only here (the raw draws are `pub(crate)`); discrete-Gaussian mode | [`NoiseSource`], [`GaussianNoise`], [`LaplaceNoise`], [`NoiseKind::DiscreteGaussian`] |
 //! | a DP-SGD step in one order: sample → bound each example → noise the sum → step | [`DpSgd::step`] |
 //! | a receiver re-checks norms | [`ClipBounds::check`] |
+//! | test-only faults that break the above on purpose, for the privacy audit | [`fault`] (feature `privacy-faults`) |
 //! | adaptive clipping: the noisy unclipped count's share of the noise, `z_Δ` | [`AdaptiveClip::update`], [`gradient_noise_multiplier`] |
 //! | per-example gradients (no example mixing: batch norm on stored statistics) | [`per_example_grads`] (loop), [`vectorized`] (fast path), [`clipped_grad_sum`] |
 //!
@@ -19,6 +20,7 @@
 pub mod activations;
 pub mod adaptive;
 pub mod clip;
+pub mod fault;
 pub mod noise;
 pub mod per_example;
 pub mod sampling;

@@ -298,7 +298,7 @@ impl GaussianMechanism {
                 reason: format!("sum of layer `{}` is not finite", t.name),
             });
         }
-        let std = self.noise_std_on_sum();
+        let std = self.noise_std_on_sum() * super::fault::noise_scale();
         let divisor = self.expected.get();
         match self.kind {
             NoiseKind::Gaussian => {
@@ -310,8 +310,10 @@ impl GaussianMechanism {
             NoiseKind::DiscreteGaussian { granularity: g } => {
                 let d: usize = sum.iter().map(|t| t.data.len()).sum();
                 let scale = self.noise_cohort.map_or(1.0, |m| self.expected.get() / m);
-                let sigma_grid =
-                    self.noise_multiplier * (self.sensitivity + g * (d as f64).sqrt()) / g * scale;
+                let sigma_grid = self.noise_multiplier * (self.sensitivity + g * (d as f64).sqrt())
+                    / g
+                    * scale
+                    * super::fault::noise_scale();
                 for v in sum.iter_mut().flat_map(|t| t.data.iter_mut()) {
                     let x = f64::from(*v) / g;
                     let floor = x.floor();

@@ -61,6 +61,23 @@ pub struct ClippedSum {
     pub clipped: usize,
 }
 
+impl ClippedSum {
+    /// Bounds one more example's gradient `grads` (any superset of the bounded layers,
+    /// picked by name) and adds it to the sum, counting it: for examples whose gradient
+    /// is given rather than computed (an audit's gradient-space canaries).
+    pub fn add_example(
+        &mut self,
+        grads: Vec<NamedTensor>,
+        bounds: &ClipBounds,
+        bounding: Bounding,
+    ) -> Result<(), ModelError> {
+        let mut sum = std::mem::take(&mut self.sum);
+        let r = add_clipped(self, &mut sum, grads, bounds, bounding);
+        self.sum = sum;
+        r
+    }
+}
+
 /// How each example's gradient is bounded before summing.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum Bounding {

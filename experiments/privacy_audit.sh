@@ -1,0 +1,62 @@
+#!/usr/bin/env bash
+# The empirical privacy audit at full size (issue 40): `hush-host audit privacy dp-sgd`
+# (5 seeds a row) and `audit privacy federated` (3 seeds a row) on the bundled KWS corpus —
+# DP on at ε = 1, 4 and 8, DP off, and each deliberate privacy bug at a claimed ε = 1 — and
+# how the bound grows with the number of canaries. The faults need the test-only switch, so this builds hush-host with
+# `--features hush-models/privacy-faults` (never a release build). Results go to
+# docs/results/privacy-audit/ (table.md, results.json; each run's report.md and
+# scores.png stay in out/privacy-audit/).
+#
+#   experiments/privacy_audit.sh        # every run (about 2-3 s each), then the table
+#
+# Runs whose results.json exists are skipped.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+out=out/privacy-audit
+docs=docs/results/privacy-audit
+mkdir -p "$out" "$docs"
+# HUSH_BIN: a hush-host already built with the feature (skips the build).
+if [ -z "${HUSH_BIN:-}" ]; then
+  cargo build -q -p hush-host --features hush-models/privacy-faults
+fi
+bin=${HUSH_BIN:-target/debug/hush-host}
+run() {
+  local kind="$1" name="$2" fault="$3"; shift 3
+  if [ -f "$out/$kind/$name/results.json" ]; then return; fi
+  echo "== $kind/$name ${fault:+(HUSH_PRIVACY_FAULT=$fault)}: audit privacy $kind $*" >&2
+  mkdir -p "$(dirname "$out/$kind/$name")"
+  HUSH_PRIVACY_FAULT="$fault" "$bin" audit privacy "$kind" --out "$out/$kind/$name" "$@" \
+    > "$out/$kind/$name.log" 2>&1
+  grep "ε lower bound" "$out/$kind/$name.log" >&2
+}
+for seed in 1 2 3 4 5; do
+  common=(--data data/corpus/kws --epochs 10 --seed "$seed")
+  for eps in 1 4 8; do
+    run dp-sgd "on-eps$eps/seed$seed" "" "${common[@]}" --canaries 1000 --epsilon "$eps"
+  done
+  run dp-sgd "off/seed$seed" "" "${common[@]}" --canaries 1000 --dp-off
+  for fault in no-noise noise-0.1 no-clip; do
+    run dp-sgd "$fault/seed$seed" "$fault" "${common[@]}" --canaries 1000 --epsilon 1
+  done
+  for m in 250 500 2000 4000; do
+    run dp-sgd "on-eps4-m$m/seed$seed" "" "${common[@]}" --canaries "$m" --epsilon 4
+  done
+done
+# The federated audit: 10 000 canary clients beside the corpus's 32 devices, q = 1, 10
+# rounds (about 17 s a run); the double count also at 30 000 canaries.
+for seed in 1 2 3; do
+  common=(--data data/corpus/kws --rounds 10 --seed "$seed")
+  for eps in 1 4 8; do
+    run federated "on-eps$eps/seed$seed" "" "${common[@]}" --canaries 10000 --epsilon "$eps"
+  done
+  run federated "off/seed$seed" "" "${common[@]}" --canaries 10000 --dp-off
+  for fault in no-noise noise-0.1 no-clip double-count; do
+    run federated "$fault/seed$seed" "$fault" "${common[@]}" --canaries 10000 --epsilon 1
+  done
+  run federated "double-count-m30000/seed$seed" double-count "${common[@]}" --canaries 30000 \
+    --epsilon 1
+  for m in 1000 3000 30000; do
+    run federated "on-eps4-m$m/seed$seed" "" "${common[@]}" --canaries "$m" --epsilon 4
+  done
+done
+python3 experiments/privacy_audit_table.py "$out" "$docs"

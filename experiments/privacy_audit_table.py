@@ -1,0 +1,58 @@
+"""Tables of the privacy-audit experiment (experiments/privacy_audit.sh): every row's ε lower
+bound over its seeds (mean ± sd, min, max) beside the ε claimed, into table.md and
+results.json of the docs folder. Usage: privacy_audit_table.py OUT_DIR DOCS_DIR."""
+import json
+import statistics
+import sys
+from pathlib import Path
+
+out, docs = Path(sys.argv[1]), Path(sys.argv[2])
+rows = {}
+for path in sorted(out.glob("*/*/seed*/results.json")):
+    r = json.loads(path.read_text())
+    name = f"{path.parts[-4]}/{path.parts[-3]}"
+    rows.setdefault(name, []).append(
+        {
+            "seed": r["settings"]["audit"]["seed"],
+            "canaries": len(r["scores"]),
+            "claimed_rdp": r["claim"]["epsilon_rdp"],
+            "claimed_pld": r["claim"]["epsilon_pld"],
+            "bound": r["bound"]["epsilon"],
+            "guesses": r["bound"]["guesses"],
+            "correct": r["bound"]["correct"],
+            "fault": r["fault"],
+            "one_shot": r.get("one_shot") and r["one_shot"]["epsilon"],
+            "refuted": r["claim"]["epsilon_rdp"] is not None
+            and r["bound"]["epsilon"] > r["claim"]["epsilon_rdp"],
+        }
+    )
+
+
+def fmt(xs):
+    if len(xs) == 1:
+        return f"{xs[0]:.2f}"
+    return f"{statistics.mean(xs):.2f} ± {statistics.stdev(xs):.2f}"
+
+
+lines = [
+    "| run | canaries | fault | ε claimed (RDP / PLD) | ε lower bound, 95 % (mean ± sd) | min – max | claim refuted | one-shot estimate (not a bound) | seeds |",
+    "|---|---|---|---|---|---|---|---|---|",
+]
+summary = {}
+for name, runs in rows.items():
+    bounds = [r["bound"] for r in runs]
+    claimed = runs[0]["claimed_rdp"]
+    pld = runs[0]["claimed_pld"]
+    claim = "none (DP off)" if claimed is None else f"{claimed:.2f} / {pld:.2f}"
+    refuted = sum(r["refuted"] for r in runs)
+    shots = [r["one_shot"] for r in runs if r["one_shot"] is not None]
+    shot = fmt(shots) if shots else "—"
+    lines.append(
+        f"| {name} | {runs[0]['canaries']} | {runs[0]['fault'] or '—'} | {claim} | "
+        f"{fmt(bounds)} | {min(bounds):.2f} – {max(bounds):.2f} | {refuted} of {len(runs)} | "
+        f"{shot} | {len(runs)} |"
+    )
+    summary[name] = {"runs": runs, "bound_mean": statistics.mean(bounds)}
+(docs / "table.md").write_text("\n".join(lines) + "\n")
+(docs / "results.json").write_text(json.dumps(summary, indent=1) + "\n")
+print("\n".join(lines))

@@ -1,0 +1,263 @@
+//! The DP-SGD audit: central, example-level DP-SGD of a small keyword spotter on a KWS
+//! corpus (`hush-host train --dp`'s trainer, [`train_kws_dp_with`]), with `m` Dirac
+//! canaries.
+//!
+//! Canary `i` is a private example whose gradient is `s_i · B` on one coordinate `j_i` of
+//! the DP-trained weights and zero elsewhere (`B` = [`DpSgdAudit::canary_norm`] × the
+//! clip bound, so a correct run clips it to `C`; distinct coordinates for distinct
+//! canaries; `s_i` a random sign). Each canary joins the private set with probability ½
+//! ([`CanaryDraw`]), and DP-SGD samples, bounds and noises it like any clip. After the
+//! run the audit reads the released package only (`weights.safetensors` and
+//! `privacy.json`) and scores canary `i` by how far its coordinate moved against its
+//! gradient: `−s_i (w_final[j_i] − w_init[j_i])`, the initial weights being public (the
+//! seed's, [`kws_initial_weights`]).
+//!
+//! DP off is the same run with noise multiplier [`DP_OFF_NOISE`] and a clip
+//! [`DP_OFF_CLIP_FACTOR`] × larger (a canary is then never clipped and the noise is
+//! negligible): what a non-private run leaks to the same audit.
+
+use std::path::Path;
+
+use hush_audit::lower_bound::{best_one_run_bound, default_grid, OneRunBound};
+use hush_models::checkpoint::{load_safetensors, NamedTensor};
+use hush_models::dp::trainable_layout;
+use hush_models::package::WEIGHTS;
+use hush_train::{
+    kws_initial_weights, train_kws_dp_with, DpConfig, GradientExamples, NoiseTarget, PrivacyReport,
+};
+use rand::seq::index::sample;
+use rand::SeedableRng;
+use rand_chacha::ChaCha20Rng;
+use serde::{Deserialize, Serialize};
+
+use super::{active_fault, AuditOutcome, AuditSettings, CanaryDraw, Claim, PrivacyAuditError};
+use crate::recipes::small_kws_config;
+
+/// Noise multiplier of a DP-off run (negligible noise).
+pub const DP_OFF_NOISE: f64 = 1e-3;
+/// How much larger the clip of a DP-off run is (no canary is clipped).
+pub const DP_OFF_CLIP_FACTOR: f32 = 1e4;
+
+/// One DP-SGD audit's configuration.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct DpSgdAudit {
+    /// Corpus, canaries, claim, clip, sampling rate, seed, confidence.
+    #[serde(flatten)]
+    pub settings: AuditSettings,
+    /// Epochs of DP-SGD.
+    pub epochs: usize,
+    /// Peak learning rate.
+    pub lr: f64,
+}
+
+impl DpSgdAudit {
+    /// The audit's defaults on `data`: 1 000 canaries of norm 100 C, ε = 1 at δ = 1e-5,
+    /// C = 1, q = 0.05, 10 epochs.
+    pub fn new(data: &Path) -> Self {
+        Self {
+            settings: AuditSettings::new(data, 1000, 100.0, 0.05),
+            epochs: 10,
+            lr: 3e-3,
+        }
+    }
+
+    fn check(&self) -> Result<(), PrivacyAuditError> {
+        self.settings.check()?;
+        if self.epochs == 0 {
+            return Err(PrivacyAuditError::Option {
+                option: "--epochs",
+                reason: "at least 1".into(),
+            });
+        }
+        Ok(())
+    }
+}
+
+/// Dirac canaries: canary `k` of the inserted ones is `sign · norm` on coordinate
+/// `offset` of layer `layer`.
+#[derive(Debug, Clone)]
+struct DiracCanaries {
+    /// (layer, offset, sign) of each inserted canary.
+    inserted: Vec<(String, usize, f32)>,
+    norm: f32,
+}
+
+impl GradientExamples for DiracCanaries {
+    fn count(&self) -> usize {
+        self.inserted.len()
+    }
+
+    fn gradient(&self, i: usize, layers: &[(String, usize)]) -> Vec<NamedTensor> {
+        let (layer, offset, sign) = &self.inserted[i];
+        layers
+            .iter()
+            .map(|(name, n)| {
+                let mut data = vec![0.0; *n];
+                if name == layer {
+                    data[*offset] = sign * self.norm;
+                }
+                NamedTensor {
+                    name: name.clone(),
+                    shape: vec![*n],
+                    data,
+                }
+            })
+            .collect()
+    }
+}
+
+/// The coordinate (layer, offset) of every canary: `m` distinct coordinates of the
+/// trainable layers, drawn uniformly from the seed.
+fn coordinates(
+    layers: &[(String, usize)],
+    m: usize,
+    seed: u64,
+) -> Result<Vec<(String, usize)>, PrivacyAuditError> {
+    let d: usize = layers.iter().map(|(_, n)| n).sum();
+    if m > d {
+        return Err(PrivacyAuditError::Option {
+            option: "--canaries",
+            reason: format!("{m} canaries need as many coordinates; the model has {d}"),
+        });
+    }
+    let mut rng = ChaCha20Rng::seed_from_u64(seed ^ 0xd14a_c000);
+    Ok(sample(&mut rng, d, m)
+        .into_iter()
+        .map(|mut flat| {
+            let mut it = layers.iter();
+            loop {
+                // `flat < d`, so some layer holds it.
+                let Some((name, n)) = it.next() else {
+                    unreachable!("coordinate {flat} past the layout")
+                };
+                if flat < *n {
+                    return (name.clone(), flat);
+                }
+                flat -= n;
+            }
+        })
+        .collect())
+}
+
+/// Runs the audited DP-SGD training into `dir/run` and audits what it released.
+pub fn run(
+    audit: &DpSgdAudit,
+    dir: &Path,
+    progress: &mut dyn FnMut(&str),
+) -> Result<AuditOutcome, PrivacyAuditError> {
+    audit.check()?;
+    let set = &audit.settings;
+    let run_err = |e: &dyn std::fmt::Display| PrivacyAuditError::Run(e.to_string());
+    let mut cfg = small_kws_config(&set.data, audit.epochs, set.seed);
+    cfg.keep_last_epoch = true;
+    cfg.lr = audit.lr;
+    let (_, _, arch) = cfg.resolve_arch().map_err(|e| run_err(&e))?;
+    let plain = hush_train::device(cfg.compute);
+    let layers =
+        trainable_layout(&arch.init(&plain).map_err(|e| run_err(&e))?).map_err(|e| run_err(&e))?;
+
+    let draw = CanaryDraw::new(set.canaries, set.seed);
+    let coords = coordinates(&layers, set.canaries, set.seed)?;
+    let (clip, noise) = match set.epsilon {
+        Some(e) => (set.clip, NoiseTarget::Epsilon(e)),
+        None => (
+            set.clip * DP_OFF_CLIP_FACTOR,
+            NoiseTarget::NoiseMultiplier(DP_OFF_NOISE),
+        ),
+    };
+    let canaries = DiracCanaries {
+        inserted: draw
+            .inserted()
+            .into_iter()
+            .map(|i| (coords[i].0.clone(), coords[i].1, draw.signs[i]))
+            .collect(),
+        norm: set.canary_norm * set.clip,
+    };
+    let mut dp = DpConfig::new(1.0, set.delta, clip);
+    dp.noise = noise;
+    dp.sampling_rate = Some(set.sampling_rate);
+    dp.reproducible = true;
+    let run_dir = dir.join("run");
+    std::fs::create_dir_all(&run_dir).map_err(|e| PrivacyAuditError::Output {
+        path: run_dir.clone(),
+        reason: e.to_string(),
+    })?;
+    dp.ledger = run_dir.join("ledger.sqlite");
+    let _ = std::fs::remove_file(&dp.ledger);
+    let model_dir = run_dir.join("model");
+    train_kws_dp_with(
+        &cfg,
+        &dp,
+        &canaries,
+        &model_dir,
+        "hush-host audit privacy dp-sgd",
+        &mut |e| {
+            progress(&format!(
+                "epoch {} loss {:.3} validation accuracy {:.3}",
+                e.epoch, e.train_loss, e.val_accuracy
+            ))
+        },
+    )
+    .map_err(|e| run_err(&e))?;
+
+    // From here on, only the released artifacts.
+    let released = load_safetensors(&model_dir.join(WEIGHTS)).map_err(|e| run_err(&e))?;
+    let privacy: PrivacyReport = read_json(&model_dir.join("privacy.json"))?;
+    let initial = kws_initial_weights(&cfg).map_err(|e| run_err(&e))?;
+    let value = |tensors: &[NamedTensor], layer: &str, offset: usize| {
+        tensors
+            .iter()
+            .find(|t| t.name == layer)
+            .and_then(|t| t.data.get(offset).copied())
+            .ok_or_else(|| PrivacyAuditError::Run(format!("the release lacks layer `{layer}`")))
+    };
+    let mut scores = Vec::with_capacity(set.canaries);
+    for ((layer, offset), sign) in coords.iter().zip(&draw.signs) {
+        let moved = value(&released, layer, *offset)? - value(&initial, layer, *offset)?;
+        scores.push(f64::from(-sign * moved));
+    }
+    let bound: OneRunBound = best_one_run_bound(
+        &scores,
+        &draw.included,
+        &default_grid(set.canaries),
+        set.delta,
+        set.confidence,
+    )
+    .map_err(|e| run_err(&e))?;
+    let outcome = AuditOutcome {
+        kind: "dp-sgd".into(),
+        mode: set.mode().into(),
+        fault: active_fault(),
+        claim: Claim {
+            epsilon_rdp: set.epsilon.map(|_| privacy.epsilon_rdp.epsilon),
+            epsilon_pld: set
+                .epsilon
+                .and(privacy.epsilon_pld.as_ref().map(|p| p.epsilon)),
+            delta: privacy.delta,
+            unit: "example".into(),
+        },
+        bound,
+        one_shot: None,
+        scores,
+        included: draw.included,
+        settings: serde_json::json!({
+            "audit": audit,
+            "model": arch.name(),
+            "parameters": layers.iter().map(|(_, n)| n).sum::<usize>(),
+            "noise_multiplier": privacy.noise_multiplier,
+            "sampling_rate": privacy.sampling_rate,
+            "steps": privacy.steps,
+            "population": privacy.population,
+            "clip": privacy.clip,
+        }),
+    };
+    outcome.write(dir)?;
+    Ok(outcome)
+}
+
+fn read_json<T: serde::de::DeserializeOwned>(path: &Path) -> Result<T, PrivacyAuditError> {
+    let text = std::fs::read_to_string(path)
+        .map_err(|e| PrivacyAuditError::Run(format!("{}: {e}", path.display())))?;
+    serde_json::from_str(&text)
+        .map_err(|e| PrivacyAuditError::Run(format!("{}: {e}", path.display())))
+}

@@ -1,0 +1,306 @@
+//! The federated audit: user-level DP in the in-process fleet simulator (the round engine,
+//! its store, ledger and noise; [`simulate_with`]) on a KWS corpus's speakers, with `m`
+//! canary clients.
+//!
+//! Canary `i` is a client whose update, whenever it is sampled, is a fixed random unit
+//! direction `c_i` times `B` ([`FederatedAudit::canary_norm`] × the clip bound, so a
+//! correct device clips it to `C`). The directions are sparse — [`SUPPORT`] random
+//! coordinates with random signs, `1/√SUPPORT` each — so ten thousand canaries cost little
+//! to make and to score, and random supports barely overlap. Each canary is enrolled with
+//! probability ½ ([`CanaryDraw`]); the enrolled ones join the population the host samples
+//! and accounts for. After the run the audit reads the released models only (the initial
+//! and the final package) and scores canary `i` by `⟨w_T − w_0, c_i⟩` — with FedAvg at
+//! server learning rate 1 the sum of every round's released delta. Beside the rigorous
+//! one-run bound it reports Andrew et al.'s (2024) one-shot estimate from the cosines of
+//! `w_T − w_0` with inserted and held-back canaries, labelled as an estimate.
+//!
+//! DP off is the same run without the host's noise (devices still clip).
+
+use std::path::Path;
+
+use hush_audit::lower_bound::{best_one_run_bound, default_grid, one_shot_estimate};
+use hush_models::checkpoint::{load_safetensors, NamedTensor};
+use hush_models::dp::trainable_layout;
+use hush_models::package::WEIGHTS;
+use hush_privacy::accountant::calibrate::{calibrate_noise_multiplier, DEFAULT_TOLERANCE};
+use hush_privacy::accountant::{Accountant, Adjacency};
+use rand::seq::index::sample;
+use rand::{Rng, SeedableRng};
+use rand_chacha::ChaCha20Rng;
+use serde::{Deserialize, Serialize};
+
+use super::{active_fault, AuditOutcome, AuditSettings, CanaryDraw, Claim, PrivacyAuditError};
+use crate::fleet::GivenDeltas;
+use crate::simulate::{simulate_with, SimulateConfig};
+
+/// Nonzero coordinates of a canary direction.
+pub const SUPPORT: usize = 16;
+
+/// One federated audit's configuration.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct FederatedAudit {
+    /// Corpus (its training speakers are the real devices), canaries, user-level claim
+    /// (over the planned rounds), clip of an update, a cohort's sampling rate, seed,
+    /// confidence.
+    #[serde(flatten)]
+    pub settings: AuditSettings,
+    /// Rounds.
+    pub rounds: u64,
+    /// Local epochs of a real device.
+    pub local_epochs: u32,
+}
+
+impl FederatedAudit {
+    /// The audit's defaults on `data`: 10 000 canaries of norm 10 C, user-level ε = 1 at
+    /// δ = 1e-5, C = 1, every device in every round (q = 1), 10 rounds, one local epoch.
+    pub fn new(data: &Path) -> Self {
+        Self {
+            settings: AuditSettings::new(data, 10_000, 10.0, 1.0),
+            rounds: 10,
+            local_epochs: 1,
+        }
+    }
+
+    fn check(&self) -> Result<(), PrivacyAuditError> {
+        self.settings.check()?;
+        if self.rounds == 0 {
+            return Err(PrivacyAuditError::Option {
+                option: "--rounds",
+                reason: "at least 1".into(),
+            });
+        }
+        Ok(())
+    }
+}
+
+/// Sparse canary directions over the model's trainable layout.
+struct SparseCanaries {
+    /// (layer, element count) of each trainable tensor, in the model's order.
+    layout: Vec<(String, usize)>,
+    /// Each canary's support: (flat coordinate, ±1/√SUPPORT).
+    directions: Vec<Vec<(usize, f32)>>,
+    /// Which canaries are enrolled, in enrolment order.
+    enrolled: Vec<usize>,
+    /// `B`.
+    norm: f32,
+}
+
+impl SparseCanaries {
+    fn new(layout: Vec<(String, usize)>, m: usize, seed: u64, norm: f32) -> Self {
+        let d: usize = layout.iter().map(|(_, n)| n).sum();
+        let mut rng = ChaCha20Rng::seed_from_u64(seed ^ 0xfed_ca4a);
+        let value = 1.0 / (SUPPORT as f32).sqrt();
+        let directions = (0..m)
+            .map(|_| {
+                sample(&mut rng, d, SUPPORT.min(d))
+                    .into_iter()
+                    .map(|c| (c, if rng.random_bool(0.5) { value } else { -value }))
+                    .collect()
+            })
+            .collect();
+        Self {
+            layout,
+            directions,
+            enrolled: Vec::new(),
+            norm,
+        }
+    }
+
+    /// `⟨x, c_i⟩` for a flat vector `x`.
+    fn project(&self, i: usize, x: &[f32]) -> f64 {
+        self.directions[i]
+            .iter()
+            .map(|&(c, v)| f64::from(x[c]) * f64::from(v))
+            .sum()
+    }
+}
+
+impl GivenDeltas for SparseCanaries {
+    fn count(&self) -> usize {
+        self.enrolled.len()
+    }
+
+    fn delta(&self, k: usize) -> Vec<NamedTensor> {
+        let mut flat_start = 0;
+        let support = &self.directions[self.enrolled[k]];
+        self.layout
+            .iter()
+            .map(|(name, n)| {
+                let mut data = vec![0.0; *n];
+                for &(c, v) in support {
+                    if (flat_start..flat_start + n).contains(&c) {
+                        data[c - flat_start] = v * self.norm;
+                    }
+                }
+                flat_start += n;
+                NamedTensor {
+                    name: name.clone(),
+                    shape: vec![*n],
+                    data,
+                }
+            })
+            .collect()
+    }
+}
+
+/// The trainable tensors of the package in `dir`, flattened in `layout`'s order.
+fn flat_weights(dir: &Path, layout: &[(String, usize)]) -> Result<Vec<f32>, PrivacyAuditError> {
+    let tensors = load_safetensors(&dir.join(WEIGHTS))
+        .map_err(|e| PrivacyAuditError::Run(format!("{}: {e}", dir.display())))?;
+    let mut flat = Vec::with_capacity(layout.iter().map(|(_, n)| n).sum());
+    for (name, n) in layout {
+        let t = tensors
+            .iter()
+            .find(|t| &t.name == name && t.data.len() == *n)
+            .ok_or_else(|| {
+                PrivacyAuditError::Run(format!(
+                    "{}: no trainable tensor `{name}` of {n} values",
+                    dir.display()
+                ))
+            })?;
+        flat.extend_from_slice(&t.data);
+    }
+    Ok(flat)
+}
+
+/// Runs the audited federated simulation into `dir/run` and audits what it released.
+pub fn run(
+    audit: &FederatedAudit,
+    dir: &Path,
+    progress: &mut dyn FnMut(&str),
+) -> Result<AuditOutcome, PrivacyAuditError> {
+    audit.check()?;
+    let set = &audit.settings;
+    let run_err = |e: &dyn std::fmt::Display| PrivacyAuditError::Run(e.to_string());
+    let run_dir = dir.join("run");
+    let mut cfg = SimulateConfig::small_kws(&set.data, &run_dir);
+    cfg.init_seed = set.seed;
+    cfg.host.seed = Some(set.seed);
+    cfg.host.rounds.rounds = audit.rounds;
+    cfg.host.rounds.sampling_rate = set.sampling_rate;
+    cfg.host.local.epochs = audit.local_epochs;
+    cfg.host.dp.clip = set.clip;
+    cfg.host.dp.noise_cohort_size = None;
+    cfg.host.budget.delta = set.delta;
+    cfg.host.dp.enabled = set.epsilon.is_some();
+    if let Some(eps) = set.epsilon {
+        cfg.host.dp.noise_multiplier = calibrate_noise_multiplier(
+            Accountant::Rdp,
+            Adjacency::AddRemove,
+            eps,
+            set.delta,
+            set.sampling_rate,
+            audit.rounds,
+            DEFAULT_TOLERANCE,
+        )
+        .map_err(|e| PrivacyAuditError::Option {
+            option: "--epsilon",
+            reason: e.to_string(),
+        })?;
+    }
+
+    let device = burn::tensor::Device::flex();
+    let layout = trainable_layout(&cfg.arch.init(&device).map_err(|e| run_err(&e))?)
+        .map_err(|e| run_err(&e))?;
+    let d: usize = layout.iter().map(|(_, n)| n).sum();
+    let draw = CanaryDraw::new(set.canaries, set.seed);
+    let mut canaries = SparseCanaries::new(
+        layout.clone(),
+        set.canaries,
+        set.seed,
+        set.canary_norm * set.clip,
+    );
+    canaries.enrolled = draw.inserted();
+    progress(&format!(
+        "{} canary clients ({} enrolled) beside the corpus's devices; {} rounds at q = {}, \
+         noise multiplier {:.3}",
+        set.canaries,
+        canaries.enrolled.len(),
+        audit.rounds,
+        set.sampling_rate,
+        if cfg.host.dp.enabled {
+            cfg.host.dp.noise_multiplier
+        } else {
+            0.0
+        }
+    ));
+    let progress = std::cell::RefCell::new(progress);
+    let report = simulate_with(
+        &cfg,
+        Some(&canaries),
+        &mut |l| (progress.borrow_mut())(l),
+        &mut |p, _| {
+            (progress.borrow_mut())(&format!(
+                "version {}: accuracy {:.3}",
+                p.version, p.accuracy
+            ))
+        },
+    )
+    .map_err(|e| run_err(&e))?;
+
+    // From here on, only the released artifacts: the first and last published models.
+    let initial = flat_weights(&run_dir.join("initial-model"), &layout)?;
+    let last = flat_weights(&report.model, &layout)?;
+    let delta: Vec<f32> = last.iter().zip(&initial).map(|(a, b)| a - b).collect();
+    let norm = delta
+        .iter()
+        .map(|x| f64::from(*x).powi(2))
+        .sum::<f64>()
+        .sqrt();
+    let scores: Vec<f64> = (0..set.canaries)
+        .map(|i| canaries.project(i, &delta))
+        .collect();
+    let bound = best_one_run_bound(
+        &scores,
+        &draw.included,
+        &default_grid(set.canaries),
+        set.delta,
+        set.confidence,
+    )
+    .map_err(|e| run_err(&e))?;
+    let cosines = |inserted: bool| -> Vec<f64> {
+        scores
+            .iter()
+            .zip(&draw.included)
+            .filter(|(_, &i)| i == inserted)
+            .map(|(s, _)| s / norm.max(f64::MIN_POSITIVE))
+            .collect()
+    };
+    let estimate =
+        one_shot_estimate(&cosines(true), &cosines(false), set.delta).map_err(|e| run_err(&e))?;
+    let epsilon_of = |a: Accountant| {
+        report
+            .ledger_epsilon
+            .iter()
+            .find(|e| e.accountant == a)
+            .map(|e| e.epsilon)
+    };
+    let outcome = AuditOutcome {
+        kind: "federated".into(),
+        mode: set.mode().into(),
+        fault: active_fault(),
+        claim: Claim {
+            epsilon_rdp: set.epsilon.and(epsilon_of(Accountant::Rdp)),
+            epsilon_pld: set.epsilon.and(epsilon_of(Accountant::Pld)),
+            delta: set.delta,
+            unit: "user".into(),
+        },
+        bound,
+        one_shot: Some(estimate),
+        scores,
+        included: draw.included,
+        settings: serde_json::json!({
+            "audit": audit,
+            "model": cfg.arch.name(),
+            "parameters": d,
+            "canary_support": SUPPORT,
+            "devices": report.devices,
+            "noise_multiplier": if cfg.host.dp.enabled { cfg.host.dp.noise_multiplier } else { 0.0 },
+            "rounds": report.rounds.len(),
+            "uploads_accepted": report.uploads_accepted,
+            "uploads_refused": report.uploads_refused,
+        }),
+    };
+    outcome.write(dir)?;
+    Ok(outcome)
+}

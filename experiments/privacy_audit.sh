@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # The empirical privacy audit at full size (issue 40): `hush-host audit privacy dp-sgd`
-# (5 seeds a row) and `audit privacy federated` (3 seeds a row) on the bundled KWS corpus —
-# DP on at ε = 1, 4 and 8, DP off, and each deliberate privacy bug at a claimed ε = 1 — and
-# how the bound grows with the number of canaries. The faults need the test-only switch, so this builds hush-host with
+# (5 seeds a row) and `audit privacy federated` (3 seeds a row) on the bundled KWS corpus,
+# and `audit privacy pate` (5 seeds a row) on canary queries — DP on at ε = 1, 4 and 8, DP
+# off, and each deliberate privacy bug at a claimed ε = 1 — and how the bound grows with the
+# number of canaries. The faults need the test-only switch, so this builds hush-host with
 # `--features hush-models/privacy-faults` (never a release build). Results go to
 # docs/results/privacy-audit/ (table.md, results.json; each run's report.md and
 # scores.png stay in out/privacy-audit/).
@@ -57,6 +58,16 @@ for seed in 1 2 3; do
     --epsilon 1
   for m in 1000 3000 30000; do
     run federated "on-eps4-m$m/seed$seed" "" "${common[@]}" --canaries "$m" --epsilon 4
+  done
+done
+# PATE's label release on 1 000 canary queries (instant).
+for seed in 1 2 3 4 5; do
+  for eps in 1 4 8; do
+    run pate "on-eps$eps/seed$seed" "" --seed "$seed" --epsilon "$eps"
+  done
+  run pate "off/seed$seed" "" --seed "$seed" --dp-off
+  for fault in no-noise noise-0.1; do
+    run pate "$fault/seed$seed" "$fault" --seed "$seed" --epsilon 1
   done
 done
 python3 experiments/privacy_audit_table.py "$out" "$docs"

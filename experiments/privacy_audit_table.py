@@ -43,7 +43,10 @@ for name, runs in rows.items():
     bounds = [r["bound"] for r in runs]
     claimed = runs[0]["claimed_rdp"]
     pld = runs[0]["claimed_pld"]
-    claim = "none (DP off)" if claimed is None else f"{claimed:.2f} / {pld:.2f}"
+    if claimed is None:
+        claim = "none (DP off)"
+    else:
+        claim = f"{claimed:.2f} / " + ("—" if pld is None else f"{pld:.2f}")
     refuted = sum(r["refuted"] for r in runs)
     shots = [r["one_shot"] for r in runs if r["one_shot"] is not None]
     shot = fmt(shots) if shots else "—"

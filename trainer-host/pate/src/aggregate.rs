@@ -216,6 +216,27 @@ impl Aggregator {
         })
     }
 
+    /// [`Aggregator::answer`] for every query's histogram in `votes`, in order (`student`:
+    /// the student's class probabilities per query, interactive only): the answers, and
+    /// the threshold outcomes when the aggregator has a threshold step.
+    pub fn answer_all(
+        &self,
+        votes: &[Vec<f64>],
+        student: Option<&[Vec<f32>]>,
+        noise: &mut NoiseSource,
+    ) -> Result<(Vec<Answer>, Option<Vec<ThresholdCheck>>), PateError> {
+        let mut checks = Vec::new();
+        let mut answers = Vec::with_capacity(votes.len());
+        for (i, v) in votes.iter().enumerate() {
+            let probs = student.and_then(|p| p.get(i)).map(Vec::as_slice);
+            let (answer, check) = self.answer(v, probs, noise)?;
+            checks.extend(check);
+            answers.push(answer);
+        }
+        let checks = (checks.len() == votes.len()).then_some(checks);
+        Ok((answers, checks))
+    }
+
     /// The privacy cost of this aggregator on `votes`, at `delta`, over `orders` (the
     /// accountant's PATE analysis). `checks` are the run's threshold outcomes: with them
     /// a thresholded query pays its threshold step and, only if it passed, GNMax; without

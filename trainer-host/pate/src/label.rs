@@ -363,15 +363,10 @@ pub fn label_public(
         Some(s) => NoiseSource::from_seed(s),
         None => NoiseSource::from_os(),
     };
-    let mut checks = Vec::new();
-    let mut answers = Vec::with_capacity(queries.len());
-    for (i, (clip, v)) in queries.iter().zip(&votes).enumerate() {
-        let probs = student.as_ref().map(|p| p[i].as_slice());
-        let (answer, check) = cfg.aggregator.answer(v, probs, &mut noise)?;
-        checks.extend(check);
-        answers.push((clip, answer));
-    }
-    let checks = (checks.len() == votes.len()).then_some(checks);
+    let (answers, checks) = cfg
+        .aggregator
+        .answer_all(&votes, student.as_deref(), &mut noise)?;
+    let answers: Vec<_> = queries.iter().zip(answers).collect();
     let count = |f: fn(&Answer) -> bool| answers.iter().filter(|(_, a)| f(a)).count();
     let answered = count(|a| matches!(a, Answer::Teachers(_)));
     let kept_from_student = count(|a| matches!(a, Answer::Student(_)));

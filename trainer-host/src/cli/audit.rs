@@ -21,6 +21,7 @@ use hush_host::audit::update::{DpNoise, UpdateRule};
 use hush_host::audit::{PesqMode, RecordingMetrics};
 use hush_host::privacy_audit::dp_sgd::{run as dp_sgd_audit, DpSgdAudit};
 use hush_host::privacy_audit::federated::{run as federated_audit, FederatedAudit};
+use hush_host::privacy_audit::pate::{run as pate_audit, PateAudit};
 use hush_host::privacy_audit::{AuditOutcome, AuditSettings};
 use hush_host::recipes::{target_config, twin_config};
 use hush_host::train::train_kws;
@@ -59,6 +60,35 @@ pub enum PrivacyAuditCommand {
     /// direction each, uploaded whenever sampled); defaults: 10 000 canaries of norm
     /// 10 C, q = 1, 10 rounds.
     Federated(FederatedAuditArgs),
+    /// PATE's noisy-label release (GNMax) on canary queries whose votes differ between
+    /// the worlds by one teacher's vote; default 1 000 canaries, 251 teachers.
+    Pate(PateAuditArgs),
+}
+
+/// `audit privacy pate`.
+#[derive(clap::Args)]
+pub struct PateAuditArgs {
+    /// Output directory.
+    #[arg(long)]
+    out: PathBuf,
+    /// Canary queries (each planted with probability ½).
+    #[arg(long, default_value_t = 1000)]
+    canaries: usize,
+    /// The data-independent ε of the whole release σ is calibrated to.
+    #[arg(long, default_value_t = 1.0, conflicts_with = "dp_off")]
+    epsilon: f64,
+    /// Audit a release without noise instead.
+    #[arg(long)]
+    dp_off: bool,
+    /// δ.
+    #[arg(long, default_value_t = 1e-5)]
+    delta: f64,
+    /// Teachers (odd).
+    #[arg(long, default_value_t = 251)]
+    teachers: usize,
+    /// Seed of the canaries and of the noise.
+    #[arg(long, default_value_t = 1)]
+    seed: u64,
 }
 
 /// What every `audit privacy` run takes (unset: the audit's default).
@@ -333,6 +363,7 @@ pub fn run(cmd: AuditCommand) -> anyhow::Result<()> {
         AuditCommand::TargetModel(args) => target_model(args),
         AuditCommand::Privacy(PrivacyAuditCommand::DpSgd(args)) => privacy_dp_sgd(args),
         AuditCommand::Privacy(PrivacyAuditCommand::Federated(args)) => privacy_federated(args),
+        AuditCommand::Privacy(PrivacyAuditCommand::Pate(args)) => privacy_pate(args),
     }
 }
 
@@ -354,6 +385,20 @@ fn privacy_federated(args: FederatedAuditArgs) -> anyhow::Result<()> {
     audit.local_epochs = args.local_epochs.unwrap_or(audit.local_epochs);
     let outcome = federated_audit(&audit, &c.out, &mut |line| eprintln!("{line}"))?;
     print_outcome(&outcome, &c.out);
+    Ok(())
+}
+
+fn privacy_pate(args: PateAuditArgs) -> anyhow::Result<()> {
+    let audit = PateAudit {
+        canaries: args.canaries,
+        epsilon: (!args.dp_off).then_some(args.epsilon),
+        delta: args.delta,
+        teachers: args.teachers,
+        seed: args.seed,
+        ..PateAudit::new()
+    };
+    let outcome = pate_audit(&audit, &args.out, &mut |line| eprintln!("{line}"))?;
+    print_outcome(&outcome, &args.out);
     Ok(())
 }
 

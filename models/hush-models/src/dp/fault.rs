@@ -11,8 +11,8 @@
 //!
 //! | `HUSH_PRIVACY_FAULT` | what breaks | where |
 //! |---|---|---|
-//! | `noise-0.1` | the Gaussian noise is a tenth of its scale | [`crate::dp::GaussianMechanism::privatize`] |
-//! | `no-noise` | no noise at all | [`crate::dp::GaussianMechanism::privatize`] |
+//! | `noise-0.1` | every mechanism's noise is a tenth of its scale | [`crate::dp::GaussianMechanism::privatize`], [`crate::dp::GaussianNoise::draw`], [`crate::dp::LaplaceNoise::draw`] |
+//! | `no-noise` | no noise at all | the same |
 //! | `no-clip` | contributions are neither clipped nor checked against their bound | [`crate::dp::ClipBounds::factors`], [`crate::dp::ClipBounds::check`] |
 //! | `double-count` | a federated round adds every accepted update twice | `hush_fl::aggregate::Aggregator::add` |
 //!

@@ -185,7 +185,7 @@ impl GaussianNoise {
 
     /// One draw.
     pub fn draw(&self, src: &mut NoiseSource) -> f64 {
-        self.std * src.standard_normal()
+        self.std * super::fault::noise_scale() * src.standard_normal()
     }
 
     /// Adds an independent draw to every value.
@@ -218,7 +218,7 @@ impl LaplaceNoise {
         let u = src.uniform() - 0.5;
         // |u| < 0.5 always (uniform is in [0, 1)), except u = -0.5 exactly: its log is -inf.
         let t = (1.0 - 2.0 * u.abs()).max(f64::MIN_POSITIVE);
-        -self.scale * u.signum() * t.ln()
+        -self.scale * super::fault::noise_scale() * u.signum() * t.ln()
     }
 }
 

@@ -18,7 +18,6 @@
 
 use std::path::Path;
 
-use hush_audit::lower_bound::{best_one_run_bound, default_grid, OneRunBound};
 use hush_models::checkpoint::{load_safetensors, NamedTensor};
 use hush_models::dp::trainable_layout;
 use hush_models::package::WEIGHTS;
@@ -30,7 +29,7 @@ use rand::SeedableRng;
 use rand_chacha::ChaCha20Rng;
 use serde::{Deserialize, Serialize};
 
-use super::{active_fault, AuditOutcome, AuditSettings, CanaryDraw, Claim, PrivacyAuditError};
+use super::{AuditOutcome, AuditSettings, CanaryDraw, Claim, Observed, PrivacyAuditError};
 use crate::recipes::small_kws_config;
 
 /// Noise multiplier of a DP-off run (negligible noise).
@@ -216,43 +215,36 @@ pub fn run(
         let moved = value(&released, layer, *offset)? - value(&initial, layer, *offset)?;
         scores.push(f64::from(-sign * moved));
     }
-    let bound: OneRunBound = best_one_run_bound(
-        &scores,
-        &draw.included,
-        &default_grid(set.canaries),
-        set.delta,
-        set.confidence,
-    )
-    .map_err(|e| run_err(&e))?;
-    let outcome = AuditOutcome {
-        kind: "dp-sgd".into(),
-        mode: set.mode().into(),
-        fault: active_fault(),
-        claim: Claim {
-            epsilon_rdp: set.epsilon.map(|_| privacy.epsilon_rdp.epsilon),
-            epsilon_pld: set
-                .epsilon
-                .and(privacy.epsilon_pld.as_ref().map(|p| p.epsilon)),
-            delta: privacy.delta,
-            unit: "example".into(),
-        },
-        bound,
-        one_shot: None,
-        scores,
-        included: draw.included,
-        settings: serde_json::json!({
-            "audit": audit,
-            "model": arch.name(),
-            "parameters": layers.iter().map(|(_, n)| n).sum::<usize>(),
-            "noise_multiplier": privacy.noise_multiplier,
-            "sampling_rate": privacy.sampling_rate,
-            "steps": privacy.steps,
-            "population": privacy.population,
-            "clip": privacy.clip,
-        }),
+    let claim = Claim {
+        epsilon_rdp: set.epsilon.map(|_| privacy.epsilon_rdp.epsilon),
+        epsilon_pld: set
+            .epsilon
+            .and(privacy.epsilon_pld.as_ref().map(|p| p.epsilon)),
+        delta: privacy.delta,
+        unit: "example".into(),
     };
-    outcome.write(dir)?;
-    Ok(outcome)
+    let settings = serde_json::json!({
+        "audit": audit,
+        "model": arch.name(),
+        "parameters": layers.iter().map(|(_, n)| n).sum::<usize>(),
+        "noise_multiplier": privacy.noise_multiplier,
+        "sampling_rate": privacy.sampling_rate,
+        "steps": privacy.steps,
+        "population": privacy.population,
+        "clip": privacy.clip,
+    });
+    AuditOutcome::finish(
+        "dp-sgd",
+        Observed {
+            claim,
+            scores,
+            included: draw.included,
+            one_shot: None,
+            settings,
+        },
+        set.confidence,
+        dir,
+    )
 }
 
 fn read_json<T: serde::de::DeserializeOwned>(path: &Path) -> Result<T, PrivacyAuditError> {

@@ -18,7 +18,7 @@
 
 use std::path::Path;
 
-use hush_audit::lower_bound::{best_one_run_bound, default_grid, one_shot_estimate};
+use hush_audit::lower_bound::one_shot_estimate;
 use hush_models::checkpoint::{load_safetensors, NamedTensor};
 use hush_models::dp::trainable_layout;
 use hush_models::package::WEIGHTS;
@@ -29,7 +29,7 @@ use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha20Rng;
 use serde::{Deserialize, Serialize};
 
-use super::{active_fault, AuditOutcome, AuditSettings, CanaryDraw, Claim, PrivacyAuditError};
+use super::{AuditOutcome, AuditSettings, CanaryDraw, Claim, Observed, PrivacyAuditError};
 use crate::fleet::GivenDeltas;
 use crate::simulate::{simulate_with, SimulateConfig};
 
@@ -250,14 +250,6 @@ pub fn run(
     let scores: Vec<f64> = (0..set.canaries)
         .map(|i| canaries.project(i, &delta))
         .collect();
-    let bound = best_one_run_bound(
-        &scores,
-        &draw.included,
-        &default_grid(set.canaries),
-        set.delta,
-        set.confidence,
-    )
-    .map_err(|e| run_err(&e))?;
     let cosines = |inserted: bool| -> Vec<f64> {
         scores
             .iter()
@@ -275,32 +267,33 @@ pub fn run(
             .find(|e| e.accountant == a)
             .map(|e| e.epsilon)
     };
-    let outcome = AuditOutcome {
-        kind: "federated".into(),
-        mode: set.mode().into(),
-        fault: active_fault(),
-        claim: Claim {
-            epsilon_rdp: set.epsilon.and(epsilon_of(Accountant::Rdp)),
-            epsilon_pld: set.epsilon.and(epsilon_of(Accountant::Pld)),
-            delta: set.delta,
-            unit: "user".into(),
-        },
-        bound,
-        one_shot: Some(estimate),
-        scores,
-        included: draw.included,
-        settings: serde_json::json!({
-            "audit": audit,
-            "model": cfg.arch.name(),
-            "parameters": d,
-            "canary_support": SUPPORT,
-            "devices": report.devices,
-            "noise_multiplier": if cfg.host.dp.enabled { cfg.host.dp.noise_multiplier } else { 0.0 },
-            "rounds": report.rounds.len(),
-            "uploads_accepted": report.uploads_accepted,
-            "uploads_refused": report.uploads_refused,
-        }),
+    let claim = Claim {
+        epsilon_rdp: set.epsilon.and(epsilon_of(Accountant::Rdp)),
+        epsilon_pld: set.epsilon.and(epsilon_of(Accountant::Pld)),
+        delta: set.delta,
+        unit: "user".into(),
     };
-    outcome.write(dir)?;
-    Ok(outcome)
+    let settings = serde_json::json!({
+        "audit": audit,
+        "model": cfg.arch.name(),
+        "parameters": d,
+        "canary_support": SUPPORT,
+        "devices": report.devices,
+        "noise_multiplier": if cfg.host.dp.enabled { cfg.host.dp.noise_multiplier } else { 0.0 },
+        "rounds": report.rounds.len(),
+        "uploads_accepted": report.uploads_accepted,
+        "uploads_refused": report.uploads_refused,
+    });
+    AuditOutcome::finish(
+        "federated",
+        Observed {
+            claim,
+            scores,
+            included: draw.included,
+            one_shot: Some(estimate),
+            settings,
+        },
+        set.confidence,
+        dir,
+    )
 }

@@ -11,6 +11,8 @@
 //! - [`federated`]: user-level DP in the in-process fleet simulator, with canary clients
 //!   that upload a fixed random direction whenever they are sampled; beside the bound,
 //!   Andrew et al.'s (2024) one-shot estimate, labelled as an estimate.
+//! - [`pate`]: PATE's noisy-label release on canary queries whose teacher votes differ
+//!   between the worlds by one teacher's vote.
 //!
 //! Every audit writes the same files ([`AuditOutcome::write`]): `results.json` (the
 //! canaries' scores and inclusion, the bound, the claim), `report.md` and `scores.png`
@@ -22,10 +24,11 @@
 
 pub mod dp_sgd;
 pub mod federated;
+pub mod pate;
 
 use std::path::{Path, PathBuf};
 
-use hush_audit::lower_bound::{OneRunBound, OneShotEstimate};
+use hush_audit::lower_bound::{best_one_run_bound, default_grid, OneRunBound, OneShotEstimate};
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha20Rng;
 use serde::{Deserialize, Serialize};
@@ -103,29 +106,32 @@ impl AuditSettings {
                 reason: reason.into(),
             })
         };
-        if self.canaries < 2 {
-            return bad("--canaries", "at least 2 canaries");
-        }
+        check_canaries(self.canaries, self.confidence)?;
         if !(self.canary_norm.is_finite() && self.canary_norm > 0.0) {
             return bad("--canary-norm", "a finite multiple of the clip bound > 0");
         }
         if !(self.sampling_rate > 0.0 && self.sampling_rate <= 1.0) {
             return bad("--sampling-rate", "in (0, 1]");
         }
-        if !(self.confidence > 0.0 && self.confidence < 1.0) {
-            return bad("--confidence", "in (0, 1)");
-        }
         Ok(())
     }
+}
 
-    /// `dp-on` or `dp-off`.
-    fn mode(&self) -> &'static str {
-        if self.epsilon.is_some() {
-            "dp-on"
-        } else {
-            "dp-off"
-        }
+/// Refuses fewer than 2 canaries or a confidence outside (0, 1), naming the flag.
+fn check_canaries(canaries: usize, confidence: f64) -> Result<(), PrivacyAuditError> {
+    if canaries < 2 {
+        return Err(PrivacyAuditError::Option {
+            option: "--canaries",
+            reason: "at least 2 canaries".into(),
+        });
     }
+    if !(confidence > 0.0 && confidence < 1.0) {
+        return Err(PrivacyAuditError::Option {
+            option: "--confidence",
+            reason: "in (0, 1)".into(),
+        });
+    }
+    Ok(())
 }
 
 /// Which canaries are inserted: each independently with probability ½, from a ChaCha20
@@ -195,7 +201,66 @@ pub struct AuditOutcome {
     pub settings: serde_json::Value,
 }
 
+/// What a run's audit saw, before the bound: its claim (no ε: DP off), every canary's
+/// score and inclusion, the one-shot estimate where the audit makes one, and the settings.
+pub struct Observed {
+    /// The run's claim.
+    pub claim: Claim,
+    /// Each canary's score.
+    pub scores: Vec<f64>,
+    /// Whether each canary was planted.
+    pub included: Vec<bool>,
+    /// Andrew et al.'s estimate, if made.
+    pub one_shot: Option<OneShotEstimate>,
+    /// The settings, for the report.
+    pub settings: serde_json::Value,
+}
+
 impl AuditOutcome {
+    /// The `kind` audit's outcome from what it `observed`: the one-run bound at
+    /// `confidence` over the grid [`default_grid`] fixes for the number of canaries, the
+    /// fault this process runs with; written into `dir` ([`AuditOutcome::write`]).
+    pub fn finish(
+        kind: &str,
+        observed: Observed,
+        confidence: f64,
+        dir: &Path,
+    ) -> Result<Self, PrivacyAuditError> {
+        let Observed {
+            claim,
+            scores,
+            included,
+            one_shot,
+            settings,
+        } = observed;
+        let bound = best_one_run_bound(
+            &scores,
+            &included,
+            &default_grid(scores.len()),
+            claim.delta,
+            confidence,
+        )
+        .map_err(|e| PrivacyAuditError::Run(e.to_string()))?;
+        let outcome = Self {
+            kind: kind.into(),
+            mode: if claim.epsilon_rdp.is_some() {
+                "dp-on"
+            } else {
+                "dp-off"
+            }
+            .into(),
+            fault: active_fault(),
+            claim,
+            bound,
+            one_shot,
+            scores,
+            included,
+            settings,
+        };
+        outcome.write(dir)?;
+        Ok(outcome)
+    }
+
     /// Whether the bound exceeds the claim: the run leaks more than it says.
     pub fn claim_refuted(&self) -> bool {
         self.claim

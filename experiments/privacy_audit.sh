@@ -60,7 +60,8 @@ for seed in 1 2 3; do
     run federated "on-eps4-m$m/seed$seed" "" "${common[@]}" --canaries "$m" --epsilon 4
   done
 done
-# PATE's label release on 1 000 canary queries (instant).
+# PATE's label release: 1 000 canaries, each with a release of 1 000 queries (under a
+# second a run).
 for seed in 1 2 3 4 5; do
   for eps in 1 4 8; do
     run pate "on-eps$eps/seed$seed" "" --seed "$seed" --epsilon "$eps"
@@ -69,5 +70,6 @@ for seed in 1 2 3 4 5; do
   for fault in no-noise noise-0.1; do
     run pate "$fault/seed$seed" "$fault" --seed "$seed" --epsilon 1
   done
+  run pate "on-eps4-m10000/seed$seed" "" --seed "$seed" --epsilon 4 --canaries 10000
 done
 python3 experiments/privacy_audit_table.py "$out" "$docs"

@@ -60,8 +60,9 @@ pub enum PrivacyAuditCommand {
     /// direction each, uploaded whenever sampled); defaults: 10 000 canaries of norm
     /// 10 C, q = 1, 10 rounds.
     Federated(FederatedAuditArgs),
-    /// PATE's noisy-label release (GNMax) on canary queries whose votes differ between
-    /// the worlds by one teacher's vote; default 1 000 canaries, 251 teachers.
+    /// PATE's noisy-label release (GNMax): each canary a speaker whose teacher's votes
+    /// differ between the worlds on every query of its own release; default 1 000
+    /// canaries, releases of 1 000 queries, 251 teachers.
     Pate(PateAuditArgs),
 }
 
@@ -71,10 +72,13 @@ pub struct PateAuditArgs {
     /// Output directory.
     #[arg(long)]
     out: PathBuf,
-    /// Canary queries (each planted with probability ½).
+    /// Canaries (each planted with probability ½; one release each).
     #[arg(long, default_value_t = 1000)]
     canaries: usize,
-    /// The data-independent ε of the whole release σ is calibrated to.
+    /// Queries of each release.
+    #[arg(long, default_value_t = 1000)]
+    queries: usize,
+    /// The data-independent ε of a release σ is calibrated to.
     #[arg(long, default_value_t = 1.0, conflicts_with = "dp_off")]
     epsilon: f64,
     /// Audit a release without noise instead.
@@ -391,6 +395,7 @@ fn privacy_federated(args: FederatedAuditArgs) -> anyhow::Result<()> {
 fn privacy_pate(args: PateAuditArgs) -> anyhow::Result<()> {
     let audit = PateAudit {
         canaries: args.canaries,
+        queries: args.queries,
         epsilon: (!args.dp_off).then_some(args.epsilon),
         delta: args.delta,
         teachers: args.teachers,

@@ -1,19 +1,18 @@
 //! The PATE audit: the noisy-label release of `hush-host pate label` (the aggregator's
-//! [`Aggregator::answer_all`], GNMax, noise from the CSPRNG source) on `m` canary queries,
-//! with the data-independent ε it reports ([`Aggregator::analyze`]) as the claim.
+//! [`Aggregator::answer_all`], GNMax, noise from the CSPRNG source), with the
+//! data-independent ε it reports for a release ([`Aggregator::analyze`]) as the claim.
 //!
-//! Canary query `i` has two classes `A_i`, `B_i` (random, distinct) and `n` teachers: `n − 1`
-//! of them split evenly between `A_i` and `B_i`, and one — the teacher whose partition holds
-//! canary `i`'s speaker — votes `A_i` when the canary is in its data (planted, probability ½)
-//! and `B_i` when it is not: the two worlds differ by one teacher's vote, the most one
-//! speaker can change (the sensitivity the accountant assumes). The teachers' votes are set by
-//! the audit rather than trained: PATE's guarantee rests on the aggregation, which this runs
-//! exactly as a labelling run does. The observation is the released label: score +1 for
-//! `A_i`, −1 for `B_i`, 0 for any other class or a refusal.
-//!
-//! Each canary changes one query, while the claim covers all `m`: a correct run's bound
-//! stays far under it, and only bugs that remove most of the noise can lift a single
-//! query's leak over the claim of the whole release.
+//! Canary `i` is a speaker, planted with probability ½ in one teacher's partition, and has
+//! a release of its own: `Q` queries, each with two classes `A`, `B` (random, distinct) and
+//! `n` teachers — `n − 1` split evenly between `A` and `B`, and the canary's teacher, who
+//! votes `A` on every query when the canary is in its data and `B` when it is not. The two
+//! worlds differ by that one teacher's votes on all `Q` queries: the most one speaker can
+//! change, which is what the claim covers. The releases are independent runs, and each
+//! canary is in exactly one, so the one-run bound over all `m` canaries holds as in one run
+//! (the joint output is as private in each canary as its own release). The teachers' votes
+//! are set by the audit rather than trained: PATE's guarantee rests on the aggregation,
+//! which runs exactly as a labelling run does. Score: the number of the canary's queries
+//! labelled `A` minus those labelled `B`.
 //!
 //! DP off is GNMax with σ = [`DP_OFF_SIGMA`] (the argmax, in effect).
 
@@ -35,10 +34,11 @@ pub const DP_OFF_SIGMA: f64 = 1e-6;
 /// One PATE audit's configuration.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct PateAudit {
-    /// Canary queries `m`.
+    /// Canaries `m` (one release each).
     pub canaries: usize,
-    /// The data-independent ε of the whole release GNMax's σ is calibrated to; `None`:
-    /// DP off.
+    /// Queries `Q` of each release.
+    pub queries: usize,
+    /// The data-independent ε of a release GNMax's σ is calibrated to; `None`: DP off.
     pub epsilon: Option<f64>,
     /// δ.
     pub delta: f64,
@@ -53,11 +53,12 @@ pub struct PateAudit {
 }
 
 impl PateAudit {
-    /// The audit's defaults: 1 000 canary queries, ε = 1 at δ = 1e-5, 251 teachers, 12
-    /// classes.
+    /// The audit's defaults: 1 000 canaries with a release of 1 000 queries each, ε = 1 at
+    /// δ = 1e-5, 251 teachers, 12 classes.
     pub fn new() -> Self {
         Self {
             canaries: 1000,
+            queries: 1000,
             epsilon: Some(1.0),
             delta: 1e-5,
             teachers: 251,
@@ -77,6 +78,9 @@ impl PateAudit {
         check_canaries(self.canaries, self.confidence)?;
         if self.teachers < 3 || self.teachers.is_multiple_of(2) {
             return bad("--teachers", "an odd number, at least 3");
+        }
+        if self.queries == 0 {
+            return bad("--queries", "at least 1");
         }
         if self.classes < 2 {
             return bad("--classes", "at least 2");
@@ -141,46 +145,52 @@ pub fn run(
     let draw = CanaryDraw::new(audit.canaries, audit.seed);
     let mut rng = ChaCha20Rng::seed_from_u64(audit.seed ^ 0x9a7e_ca4a);
     let half = ((audit.teachers - 1) / 2) as f64;
-    let mut pairs = Vec::with_capacity(audit.canaries);
-    let votes: Vec<Vec<f64>> = draw
-        .included
-        .iter()
-        .map(|&planted| {
-            let ab = sample(&mut rng, audit.classes, 2);
-            let (a, b) = (ab.index(0), ab.index(1));
-            pairs.push((a, b));
-            let mut v = vec![0.0; audit.classes];
-            v[a] = half;
-            v[b] = half;
-            v[if planted { a } else { b }] += 1.0;
-            v
-        })
-        .collect();
+    // One release's votes: every query tied between its A and B but for the canary's
+    // teacher, who votes A if planted.
+    let mut release = |planted: bool| -> (Vec<Vec<f64>>, Vec<(usize, usize)>) {
+        (0..audit.queries)
+            .map(|_| {
+                let ab = sample(&mut rng, audit.classes, 2);
+                let (a, b) = (ab.index(0), ab.index(1));
+                let mut v = vec![0.0; audit.classes];
+                v[a] = half;
+                v[b] = half;
+                v[if planted { a } else { b }] += 1.0;
+                (v, (a, b))
+            })
+            .unzip()
+    };
+    // σ depends only on the number of queries: calibrated once on a release's shape.
+    let shape = release(false).0;
     let sigma = match audit.epsilon {
-        Some(e) => calibrate_sigma(e, &votes, audit.delta)?,
+        Some(e) => calibrate_sigma(e, &shape, audit.delta)?,
         None => DP_OFF_SIGMA,
     };
+    let claimed = data_independent_epsilon(sigma, &shape, audit.delta)?;
     progress(&format!(
-        "{} canary queries, {} teachers, GNMax σ = {sigma:.3}",
-        audit.canaries, audit.teachers
+        "{} canaries, a release of {} queries each, {} teachers, GNMax σ = {sigma:.3}",
+        audit.canaries, audit.queries, audit.teachers
     ));
     let aggregator = Aggregator::GnMax { sigma };
     let mut noise = NoiseSource::from_seed(audit.seed ^ 0x9a7e_0015);
-    let (answers, _) = aggregator
-        .answer_all(&votes, None, &mut noise)
-        .map_err(|e| PrivacyAuditError::Run(e.to_string()))?;
-    let claimed = data_independent_epsilon(sigma, &votes, audit.delta)?;
-
-    // From here on, only the released labels.
-    let scores: Vec<f64> = answers
-        .iter()
-        .zip(&pairs)
-        .map(|(answer, &(a, b))| match answer.class() {
-            Some(c) if c == a => 1.0,
-            Some(c) if c == b => -1.0,
-            _ => 0.0,
-        })
-        .collect();
+    let mut scores = Vec::with_capacity(audit.canaries);
+    for &planted in &draw.included {
+        let (votes, pairs) = release(planted);
+        let (answers, _) = aggregator
+            .answer_all(&votes, None, &mut noise)
+            .map_err(|e| PrivacyAuditError::Run(e.to_string()))?;
+        // From here on, only the released labels.
+        let score: f64 = answers
+            .iter()
+            .zip(&pairs)
+            .map(|(answer, &(a, b))| match answer.class() {
+                Some(c) if c == a => 1.0,
+                Some(c) if c == b => -1.0,
+                _ => 0.0,
+            })
+            .sum();
+        scores.push(score);
+    }
     let claim = Claim {
         epsilon_rdp: audit.epsilon.map(|_| claimed),
         epsilon_pld: None,
@@ -190,7 +200,7 @@ pub fn run(
     let settings = serde_json::json!({
         "audit": audit,
         "aggregator": aggregator,
-        "queries": audit.canaries,
+        "releases": audit.canaries,
     });
     AuditOutcome::finish(
         "pate",

@@ -146,6 +146,38 @@ fn the_federated_audit_passes_a_correct_run_and_catches_noise_and_clip_faults() 
     }
 }
 
+/// The federated audit over virtual users (the population simulator's devices, made from
+/// the bundled corpus's speakers), sampled like the canaries: it runs, the devices are
+/// the users plus the planted canaries, and with DP off the canaries stand out.
+#[test]
+fn the_federated_audit_runs_over_virtual_users() {
+    let tmp = tempfile::tempdir().unwrap();
+    let cache = tmp.path().join("users");
+    let cache_arg = cache.to_str().unwrap();
+    let o = audit(
+        "federated",
+        &tmp.path().join("population"),
+        &[
+            "--users",
+            "40",
+            "--user-cache",
+            cache_arg,
+            "--canaries",
+            "2000",
+            "--rounds",
+            "3",
+            "--sampling-rate",
+            "0.5",
+            "--dp-off",
+        ],
+        None,
+    );
+    let planted = o.included.iter().filter(|&&i| i).count() as u64;
+    assert_eq!(o.settings["devices"], serde_json::json!(40 + planted));
+    assert!(cache.join("population.json").is_file());
+    assert!(o.bound.epsilon >= 2.0, "{:?}", o.bound);
+}
+
 /// Counting every update twice doubles each canary's μ (true ε ≈ 2 at a claimed 1). The
 /// one-shot estimate sees it; the one-run bound at 10 000 canaries does not reach the
 /// claim (it needs far more canaries: docs/results/privacy-audit/), so this test checks

@@ -19,6 +19,7 @@ use hush_host::audit::report::{pick_clips, preamble, run_report, write_report, R
 use hush_host::audit::speaker::{train_speaker_model, SpeakerModel, SpeakerTrainConfig};
 use hush_host::audit::update::{DpNoise, UpdateRule};
 use hush_host::audit::{PesqMode, RecordingMetrics};
+use hush_host::population::PopulationSpec;
 use hush_host::privacy_audit::dp_sgd::{run as dp_sgd_audit, DpSgdAudit};
 use hush_host::privacy_audit::federated::{run as federated_audit, FederatedAudit};
 use hush_host::privacy_audit::pate::{run as pate_audit, PateAudit};
@@ -168,6 +169,14 @@ pub struct FederatedAuditArgs {
     /// Local epochs of a real device [default: 1].
     #[arg(long)]
     local_epochs: Option<u32>,
+    /// Real devices: this many virtual users made from --data's base speakers (the
+    /// population simulator's; other population settings at their defaults) instead of
+    /// the corpus's training speakers.
+    #[arg(long)]
+    users: Option<usize>,
+    /// Where the virtual users are cached.
+    #[arg(long, requires = "users")]
+    user_cache: Option<PathBuf>,
 }
 
 /// Mel or MFCC, on the command line.
@@ -387,6 +396,15 @@ fn privacy_federated(args: FederatedAuditArgs) -> anyhow::Result<()> {
     audit.settings = c.settings(audit.settings);
     audit.rounds = args.rounds.unwrap_or(audit.rounds);
     audit.local_epochs = args.local_epochs.unwrap_or(audit.local_epochs);
+    if let Some(users) = args.users {
+        let spec = PopulationSpec {
+            users,
+            ..PopulationSpec::default()
+        };
+        spec.validate()?;
+        audit.population = Some(spec);
+        audit.user_cache = args.user_cache.clone();
+    }
     let outcome = federated_audit(&audit, &c.out, &mut |line| eprintln!("{line}"))?;
     print_outcome(&outcome, &c.out);
     Ok(())

@@ -14,9 +14,11 @@
 //! one-run bound it reports Andrew et al.'s (2024) one-shot estimate from the cosines of
 //! `w_T − w_0` with inserted and held-back canaries, labelled as an estimate.
 //!
-//! DP off is the same run without the host's noise (devices still clip).
+//! DP off is the same run without the host's noise (devices still clip). With
+//! [`FederatedAudit::population`] the real devices are virtual users (the population
+//! simulator's), sampled as a cohort each round like the canaries.
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
 use hush_audit::lower_bound::one_shot_estimate;
 use hush_models::checkpoint::{load_safetensors, NamedTensor};
@@ -31,6 +33,7 @@ use serde::{Deserialize, Serialize};
 
 use super::{AuditOutcome, AuditSettings, CanaryDraw, Claim, Observed, PrivacyAuditError};
 use crate::fleet::GivenDeltas;
+use crate::population::PopulationSpec;
 use crate::simulate::{simulate_with, SimulateConfig};
 
 /// Nonzero coordinates of a canary direction.
@@ -48,6 +51,13 @@ pub struct FederatedAudit {
     pub rounds: u64,
     /// Local epochs of a real device.
     pub local_epochs: u32,
+    /// Virtual users ([`crate::population`], made from `data`'s base speakers) as the
+    /// real devices instead of the corpus's training speakers.
+    #[serde(default)]
+    pub population: Option<PopulationSpec>,
+    /// Where the virtual users are cached (default: inside the run's folder).
+    #[serde(default)]
+    pub user_cache: Option<PathBuf>,
 }
 
 impl FederatedAudit {
@@ -58,6 +68,8 @@ impl FederatedAudit {
             settings: AuditSettings::new(data, 10_000, 10.0, 1.0),
             rounds: 10,
             local_epochs: 1,
+            population: None,
+            user_cache: None,
         }
     }
 
@@ -183,6 +195,12 @@ pub fn run(
     cfg.host.dp.noise_cohort_size = None;
     cfg.host.budget.delta = set.delta;
     cfg.host.dp.enabled = set.epsilon.is_some();
+    if let Some(spec) = &audit.population {
+        // The audit scores no test set: a tuning run never looks at it.
+        cfg.virtual_users = Some(spec.clone());
+        cfg.user_cache = audit.user_cache.clone();
+        cfg.tuning = true;
+    }
     if let Some(eps) = set.epsilon {
         cfg.host.dp.noise_multiplier = calibrate_noise_multiplier(
             Accountant::Rdp,

@@ -31,7 +31,7 @@ run() {
   grep "ε lower bound" "$out/$kind/$name.log" >&2
 }
 for seed in 1 2 3 4 5; do
-  common=(--data data/corpus/kws --epochs 10 --seed "$seed")
+  common=(--data data/corpus/kws --epochs 40 --seed "$seed")
   for eps in 1 4 8; do
     run dp-sgd "on-eps$eps/seed$seed" "" "${common[@]}" --canaries 1000 --epsilon "$eps"
   done

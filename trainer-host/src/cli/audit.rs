@@ -55,7 +55,7 @@ pub enum AuditCommand {
 #[derive(clap::Subcommand)]
 pub enum PrivacyAuditCommand {
     /// Central DP-SGD of a small keyword spotter with Dirac canaries (one gradient
-    /// coordinate each); defaults: 1 000 canaries of norm 100 C, q = 0.05, 10 epochs.
+    /// coordinate each); defaults: 1 000 canaries of norm 100 C, q = 0.2, 40 epochs.
     DpSgd(DpSgdAuditArgs),
     /// User-level DP in the in-process fleet simulator with canary clients (a fixed random
     /// direction each, uploaded whenever sampled); defaults: 10 000 canaries of norm
@@ -153,7 +153,7 @@ impl PrivacyAuditArgs {
 pub struct DpSgdAuditArgs {
     #[command(flatten)]
     common: PrivacyAuditArgs,
-    /// Epochs of DP-SGD [default: 10].
+    /// Epochs of DP-SGD [default: 40].
     #[arg(long)]
     epochs: Option<usize>,
 }

@@ -13,7 +13,7 @@ use hush_host::demo::small_kws_config;
 use hush_host::ledger::sqlite::SqliteLedgerStore;
 use hush_host::ledger::{LedgerStore, Mechanism};
 use hush_host::train::dp::is_public_speaker;
-use hush_host::train::{train_kws_dp, DpConfig, NoiseTarget, PrivacyReport};
+use hush_host::train::{kws_initial_weights, train_kws_dp, DpConfig, NoiseTarget, PrivacyReport};
 use hush_models::dp::ClipStrategy;
 
 fn data() -> PathBuf {
@@ -271,6 +271,47 @@ fn adaptive_clipping_moves_the_bound_and_accounts_the_count() {
     let written: PrivacyReport =
         serde_json::from_str(&std::fs::read_to_string(out.join("privacy.json")).unwrap()).unwrap();
     assert_eq!(&written, p);
+}
+
+/// The privacy audit scores its canaries by how far each weight moved from
+/// `kws_initial_weights`: those must be the weights DP-SGD starts from. With a learning
+/// rate of 1e-9 (AdamW moves a weight at most about lr a step) the released weights are
+/// the initial ones to 1e-6, and a different seed's are not.
+#[test]
+fn dp_sgd_starts_from_the_public_initial_weights() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("model");
+    let mut cfg = small_kws_config(&data(), 1, 7);
+    cfg.lr = 1e-9;
+    cfg.keep_last_epoch = true;
+    let mut dp = DpConfig::new(8.0, 1e-4, 1.0);
+    dp.ledger = dir.path().join("ledger.sqlite");
+    dp.reproducible = true;
+    train_kws_dp(&cfg, &dp, &out, "test", &mut |_| {}).unwrap();
+    let released =
+        hush_models::checkpoint::load_safetensors(&out.join(hush_models::package::WEIGHTS))
+            .unwrap();
+    let max_diff = |init: &[hush_models::checkpoint::NamedTensor]| {
+        let mut worst = 0f32;
+        let mut compared = 0;
+        for t in init
+            .iter()
+            .filter(|t| hush_models::arch::is_trainable(&t.name))
+        {
+            let r = released.iter().find(|r| r.name == t.name).unwrap();
+            for (a, b) in t.data.iter().zip(&r.data) {
+                worst = worst.max((a - b).abs());
+                compared += 1;
+            }
+        }
+        assert!(compared > 1000, "{compared}");
+        worst
+    };
+    let same = max_diff(&kws_initial_weights(&cfg).unwrap());
+    assert!(same < 1e-6, "{same}");
+    cfg.seed = 8;
+    let other = max_diff(&kws_initial_weights(&cfg).unwrap());
+    assert!(other > 1e-2, "{other}");
 }
 
 #[test]

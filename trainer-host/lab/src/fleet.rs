@@ -234,11 +234,15 @@ impl InProcessFleet {
             let trained = local_updates(&package, &reachable_tasks, self.batching)?
                 .into_iter()
                 .zip(&reachable_tasks)
-                .map(|((update, _), (_, task, device))| Ok((*task, *device, update)));
+                .map(|((update, _), (_, task, device))| {
+                    Ok::<_, SimulateError>((*task, *device, update))
+                });
             // Given deltas become updates one at a time (a canary is the whole model's size).
             let given = given.into_iter().map(|(task, device, user)| {
-                let delta = users.given_delta(user).unwrap_or_default();
-                Ok::<_, SimulateError>((task, device, given_update(task, device, delta)?))
+                let delta = users.given_delta(user).ok_or_else(|| {
+                    SimulateError::Unusable(format!("user {user} has no given delta"))
+                })?;
+                Ok((task, device, given_update(task, device, delta)?))
             });
             let mut late = Vec::new();
             for upload in trained.chain(given) {

@@ -459,8 +459,22 @@ impl GradientExamples for NoGradientExamples {
 pub fn kws_initial_weights(cfg: &KwsTrainConfig) -> Result<Vec<NamedTensor>, TrainError> {
     let (_, _, arch) = cfg.resolve_arch()?;
     let device = super::device(cfg.compute).autodiff();
-    device.seed(cfg.seed);
-    Ok(arch.init(&device)?.named_tensors()?)
+    Ok(seeded_model(&arch, cfg.seed, &device)?.named_tensors()?)
+}
+
+/// `arch` initialised from `seed` alone: the backend's random state held from seeding until
+/// every parameter is drawn (burn draws a parameter's values when it is first read), so
+/// other threads' draws cannot change the weights.
+fn seeded_model(
+    arch: &hush_models::arch::ArchConfig,
+    seed: u64,
+    device: &burn::tensor::Device,
+) -> Result<hush_models::arch::KwsModel, TrainError> {
+    let _rng = hush_models::rng::hold_backend_rng();
+    device.seed(seed);
+    let model = arch.init(device)?;
+    model.named_tensors()?;
+    Ok(model)
 }
 
 /// [`train_kws_dp`] with `extra` private examples given by their gradients.
@@ -550,8 +564,7 @@ pub fn train_kws_dp_with(
     };
 
     let device = plain.clone().autodiff();
-    device.seed(cfg.seed);
-    let mut model = arch.init(&device)?;
+    let mut model = seeded_model(&arch, cfg.seed, &device)?;
     model.set_input_norm(&mean, &scale)?;
     let per = cfg.frames * bins;
     let dims = (cfg.frames, bins, io.classes);

@@ -18,9 +18,8 @@
 
 use std::path::Path;
 
-use hush_models::checkpoint::{load_safetensors, NamedTensor};
+use hush_models::checkpoint::NamedTensor;
 use hush_models::dp::trainable_layout;
-use hush_models::package::WEIGHTS;
 use hush_train::{
     kws_initial_weights, train_kws_dp_with, DpConfig, GradientExamples, NoiseTarget, PrivacyReport,
 };
@@ -29,7 +28,10 @@ use rand::SeedableRng;
 use rand_chacha::ChaCha20Rng;
 use serde::{Deserialize, Serialize};
 
-use super::{AuditOutcome, AuditSettings, CanaryDraw, Claim, Observed, PrivacyAuditError};
+use super::{
+    flatten, package_weights, sparse_tensors, AuditOutcome, AuditSettings, CanaryDraw, Claim,
+    Observed, PrivacyAuditError,
+};
 use crate::recipes::small_kws_config;
 
 /// Noise multiplier of a DP-off run (negligible noise).
@@ -74,12 +76,12 @@ impl DpSgdAudit {
     }
 }
 
-/// Dirac canaries: canary `k` of the inserted ones is `sign · norm` on coordinate
-/// `offset` of layer `layer`.
+/// Dirac canaries: inserted canary `k` is `sign · norm` on one flat coordinate of the
+/// DP-trained weights.
 #[derive(Debug, Clone)]
 struct DiracCanaries {
-    /// (layer, offset, sign) of each inserted canary.
-    inserted: Vec<(String, usize, f32)>,
+    /// (flat coordinate, sign) of each inserted canary.
+    inserted: Vec<(usize, f32)>,
     norm: f32,
 }
 
@@ -89,55 +91,8 @@ impl GradientExamples for DiracCanaries {
     }
 
     fn gradient(&self, i: usize, layers: &[(String, usize)]) -> Vec<NamedTensor> {
-        let (layer, offset, sign) = &self.inserted[i];
-        layers
-            .iter()
-            .map(|(name, n)| {
-                let mut data = vec![0.0; *n];
-                if name == layer {
-                    data[*offset] = sign * self.norm;
-                }
-                NamedTensor {
-                    name: name.clone(),
-                    shape: vec![*n],
-                    data,
-                }
-            })
-            .collect()
+        sparse_tensors(layers, &self.inserted[i..=i], self.norm)
     }
-}
-
-/// The coordinate (layer, offset) of every canary: `m` distinct coordinates of the
-/// trainable layers, drawn uniformly from the seed.
-fn coordinates(
-    layers: &[(String, usize)],
-    m: usize,
-    seed: u64,
-) -> Result<Vec<(String, usize)>, PrivacyAuditError> {
-    let d: usize = layers.iter().map(|(_, n)| n).sum();
-    if m > d {
-        return Err(PrivacyAuditError::Option {
-            option: "--canaries",
-            reason: format!("{m} canaries need as many coordinates; the model has {d}"),
-        });
-    }
-    let mut rng = ChaCha20Rng::seed_from_u64(seed ^ 0xd14a_c000);
-    Ok(sample(&mut rng, d, m)
-        .into_iter()
-        .map(|mut flat| {
-            let mut it = layers.iter();
-            loop {
-                // `flat < d`, so some layer holds it.
-                let Some((name, n)) = it.next() else {
-                    unreachable!("coordinate {flat} past the layout")
-                };
-                if flat < *n {
-                    return (name.clone(), flat);
-                }
-                flat -= n;
-            }
-        })
-        .collect())
 }
 
 /// Runs the audited DP-SGD training into `dir/run` and audits what it released.
@@ -158,7 +113,23 @@ pub fn run(
         trainable_layout(&arch.init(&plain).map_err(|e| run_err(&e))?).map_err(|e| run_err(&e))?;
 
     let draw = CanaryDraw::new(set.canaries, set.seed);
-    let coords = coordinates(&layers, set.canaries, set.seed)?;
+    // Distinct flat coordinates of the trainable weights, one per canary.
+    let d: usize = layers.iter().map(|(_, n)| n).sum();
+    if set.canaries > d {
+        return Err(PrivacyAuditError::Option {
+            option: "--canaries",
+            reason: format!(
+                "{} canaries need as many coordinates; the model has {d}",
+                set.canaries
+            ),
+        });
+    }
+    let coords = sample(
+        &mut ChaCha20Rng::seed_from_u64(set.seed ^ 0xd14a_c000),
+        d,
+        set.canaries,
+    )
+    .into_vec();
     let (clip, noise) = match set.epsilon {
         Some(e) => (set.clip, NoiseTarget::Epsilon(e)),
         None => (
@@ -170,7 +141,7 @@ pub fn run(
         inserted: draw
             .inserted()
             .into_iter()
-            .map(|i| (coords[i].0.clone(), coords[i].1, draw.signs[i]))
+            .map(|i| (coords[i], draw.signs[i]))
             .collect(),
         norm: set.canary_norm * set.clip,
     };
@@ -202,21 +173,15 @@ pub fn run(
     .map_err(|e| run_err(&e))?;
 
     // From here on, only the released artifacts.
-    let released = load_safetensors(&model_dir.join(WEIGHTS)).map_err(|e| run_err(&e))?;
+    let released = package_weights(&model_dir, &layers)?;
     let privacy: PrivacyReport = read_json(&model_dir.join("privacy.json"))?;
     let initial = kws_initial_weights(&cfg).map_err(|e| run_err(&e))?;
-    let value = |tensors: &[NamedTensor], layer: &str, offset: usize| {
-        tensors
-            .iter()
-            .find(|t| t.name == layer)
-            .and_then(|t| t.data.get(offset).copied())
-            .ok_or_else(|| PrivacyAuditError::Run(format!("the release lacks layer `{layer}`")))
-    };
-    let mut scores = Vec::with_capacity(set.canaries);
-    for ((layer, offset), sign) in coords.iter().zip(&draw.signs) {
-        let moved = value(&released, layer, *offset)? - value(&initial, layer, *offset)?;
-        scores.push(f64::from(-sign * moved));
-    }
+    let initial = flatten(&initial, &layers, Path::new("the initial weights"))?;
+    let scores: Vec<f64> = coords
+        .iter()
+        .zip(&draw.signs)
+        .map(|(&c, sign)| f64::from(-sign * (released[c] - initial[c])))
+        .collect();
     let claim = Claim {
         epsilon_rdp: set.epsilon.map(|_| privacy.epsilon_rdp.epsilon),
         epsilon_pld: set

@@ -21,9 +21,8 @@
 use std::path::{Path, PathBuf};
 
 use hush_audit::lower_bound::one_shot_estimate;
-use hush_models::checkpoint::{load_safetensors, NamedTensor};
+use hush_models::checkpoint::NamedTensor;
 use hush_models::dp::trainable_layout;
-use hush_models::package::WEIGHTS;
 use hush_privacy::accountant::calibrate::{calibrate_noise_multiplier, DEFAULT_TOLERANCE};
 use hush_privacy::accountant::{Accountant, Adjacency};
 use rand::seq::index::sample;
@@ -31,7 +30,10 @@ use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha20Rng;
 use serde::{Deserialize, Serialize};
 
-use super::{AuditOutcome, AuditSettings, CanaryDraw, Claim, Observed, PrivacyAuditError};
+use super::{
+    package_weights, sparse_tensors, AuditOutcome, AuditSettings, CanaryDraw, Claim, Observed,
+    PrivacyAuditError,
+};
 use crate::fleet::GivenDeltas;
 use crate::population::PopulationSpec;
 use crate::simulate::{simulate_with, SimulateConfig};
@@ -133,46 +135,8 @@ impl GivenDeltas for SparseCanaries {
     }
 
     fn delta(&self, k: usize) -> Vec<NamedTensor> {
-        let mut flat_start = 0;
-        let support = &self.directions[self.enrolled[k]];
-        self.layout
-            .iter()
-            .map(|(name, n)| {
-                let mut data = vec![0.0; *n];
-                for &(c, v) in support {
-                    if (flat_start..flat_start + n).contains(&c) {
-                        data[c - flat_start] = v * self.norm;
-                    }
-                }
-                flat_start += n;
-                NamedTensor {
-                    name: name.clone(),
-                    shape: vec![*n],
-                    data,
-                }
-            })
-            .collect()
+        sparse_tensors(&self.layout, &self.directions[self.enrolled[k]], self.norm)
     }
-}
-
-/// The trainable tensors of the package in `dir`, flattened in `layout`'s order.
-fn flat_weights(dir: &Path, layout: &[(String, usize)]) -> Result<Vec<f32>, PrivacyAuditError> {
-    let tensors = load_safetensors(&dir.join(WEIGHTS))
-        .map_err(|e| PrivacyAuditError::Run(format!("{}: {e}", dir.display())))?;
-    let mut flat = Vec::with_capacity(layout.iter().map(|(_, n)| n).sum());
-    for (name, n) in layout {
-        let t = tensors
-            .iter()
-            .find(|t| &t.name == name && t.data.len() == *n)
-            .ok_or_else(|| {
-                PrivacyAuditError::Run(format!(
-                    "{}: no trainable tensor `{name}` of {n} values",
-                    dir.display()
-                ))
-            })?;
-        flat.extend_from_slice(&t.data);
-    }
-    Ok(flat)
 }
 
 /// Runs the audited federated simulation into `dir/run` and audits what it released.
@@ -257,8 +221,8 @@ pub fn run(
     .map_err(|e| run_err(&e))?;
 
     // From here on, only the released artifacts: the first and last published models.
-    let initial = flat_weights(&run_dir.join("initial-model"), &layout)?;
-    let last = flat_weights(&report.model, &layout)?;
+    let initial = package_weights(&run_dir.join("initial-model"), &layout)?;
+    let last = package_weights(&report.model, &layout)?;
     let delta: Vec<f32> = last.iter().zip(&initial).map(|(a, b)| a - b).collect();
     let norm = delta
         .iter()

@@ -29,6 +29,8 @@ pub mod pate;
 use std::path::{Path, PathBuf};
 
 use hush_audit::lower_bound::{best_one_run_bound, default_grid, OneRunBound, OneShotEstimate};
+use hush_models::checkpoint::{load_safetensors, NamedTensor};
+use hush_models::package::WEIGHTS;
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha20Rng;
 use serde::{Deserialize, Serialize};
@@ -401,6 +403,63 @@ impl AuditOutcome {
             settings = serde_json::to_string_pretty(&self.settings).unwrap_or_default(),
         )
     }
+}
+
+/// Tensors over `layout` (name, element count), zero but for `support`'s flat coordinates,
+/// each set to its value × `scale`: a canary's gradient or update.
+fn sparse_tensors(
+    layout: &[(String, usize)],
+    support: &[(usize, f32)],
+    scale: f32,
+) -> Vec<NamedTensor> {
+    let mut start = 0;
+    layout
+        .iter()
+        .map(|(name, n)| {
+            let mut data = vec![0.0; *n];
+            for &(c, v) in support {
+                if (start..start + n).contains(&c) {
+                    data[c - start] = v * scale;
+                }
+            }
+            start += n;
+            NamedTensor {
+                name: name.clone(),
+                shape: vec![*n],
+                data,
+            }
+        })
+        .collect()
+}
+
+/// `tensors`' layers named in `layout`, flattened in its order (what a flat canary
+/// coordinate indexes); `what` names the tensors in an error.
+fn flatten(
+    tensors: &[NamedTensor],
+    layout: &[(String, usize)],
+    what: &Path,
+) -> Result<Vec<f32>, PrivacyAuditError> {
+    let mut flat = Vec::with_capacity(layout.iter().map(|(_, n)| n).sum());
+    for (name, n) in layout {
+        let t = tensors
+            .iter()
+            .find(|t| &t.name == name && t.data.len() == *n)
+            .ok_or_else(|| {
+                PrivacyAuditError::Run(format!(
+                    "{}: no trainable tensor `{name}` of {n} values",
+                    what.display()
+                ))
+            })?;
+        flat.extend_from_slice(&t.data);
+    }
+    Ok(flat)
+}
+
+/// The released package in `dir`'s weights over `layout`, flattened ([`flatten`]).
+fn package_weights(dir: &Path, layout: &[(String, usize)]) -> Result<Vec<f32>, PrivacyAuditError> {
+    let tensors = load_safetensors(&dir.join(WEIGHTS))
+        .map_err(|e| PrivacyAuditError::Run(format!("{}: {e}", dir.display())))?;
+    flatten(&tensors, layout, dir)
 }
 
 /// Writes `bytes` to `path` through a temporary file and a rename (no partial file).

@@ -1,8 +1,9 @@
 //! One round engine, two drivers: the same seed and the same device inputs give the same
 //! released models and the same ledger whether the engine is driven in process (a
 //! manual clock, devices in id order) or through the HTTP server (devices on loopback,
-//! checking in and uploading in the reverse order). Cohort draws are keyed per device and
-//! the sum is order-free, so arrival order changes nothing.
+//! checking in and uploading in the reverse order), and whether the store is SQLite or
+//! PostgreSQL. Cohort draws are keyed per device and the sum is order-free, so arrival
+//! order changes nothing.
 #![allow(clippy::unwrap_used)]
 
 mod common;
@@ -17,6 +18,7 @@ use hush_host::fl::store::Store;
 use hush_host::fl::{FlConfig, ManualClock, RoundEngine, RoundLog};
 use hush_host::ledger::{LedgerStore, ReleaseRecord};
 use hush_host::server::start_host;
+use hush_host::store::postgres_cluster::start_for_test;
 use hush_host::store::{SqliteStore, DB_FILE};
 use hush_models::arch::is_trainable;
 use hush_models::checkpoint::NamedTensor;
@@ -26,6 +28,7 @@ const DEVICES: u64 = 6;
 
 fn config(model: &Path, data: &Path) -> FlConfig {
     let mut c = FlConfig::with_model(model, data);
+    c.server.store = None;
     c.server.listen = "127.0.0.1:0".into();
     c.server.tick_ms = 20;
     c.rounds.rounds = 3;
@@ -65,8 +68,8 @@ struct Released {
     rounds: Vec<RoundLog>,
 }
 
-fn released(data: &Path, rounds: Vec<RoundLog>) -> Released {
-    let store = SqliteStore::open(&data.join(DB_FILE)).unwrap();
+fn released(data: &Path, store_url: Option<&str>, rounds: Vec<RoundLog>) -> Released {
+    let store = hush_host::store::open(data, store_url).unwrap();
     let weights = store
         .model_versions()
         .unwrap()
@@ -132,11 +135,14 @@ fn in_process(model: &Path, data: &Path) -> Released {
     }
     let log = engine.round_log().unwrap();
     drop(engine);
-    released(data, log)
+    released(data, None, log)
 }
 
-fn over_http(model: &Path, data: &Path) -> Released {
-    let host = start_host(config(model, data)).unwrap();
+/// The HTTP server on `store_url`'s PostgreSQL database, or SQLite without one.
+fn over_http(model: &Path, data: &Path, store_url: Option<&str>) -> Released {
+    let mut cfg = config(model, data);
+    cfg.server.store = store_url.map(String::from);
+    let host = start_host(cfg).unwrap();
     let anon = HostClient::new(&host.url(), Duration::from_secs(10)).unwrap();
     let enrolment = host
         .enrol("fleet", DEVICES, Duration::from_secs(3600))
@@ -170,7 +176,7 @@ fn over_http(model: &Path, data: &Path) -> Released {
     }
     let log = host.round_log().unwrap();
     host.shutdown().unwrap();
-    released(data, log)
+    released(data, store_url, log)
 }
 
 #[test]
@@ -178,7 +184,7 @@ fn the_same_seed_and_inputs_release_the_same_models_and_ledger_through_either_dr
     let tmp = tempfile::tempdir().unwrap();
     let model = common::tiny_package(tmp.path());
     let a = in_process(&model, &tmp.path().join("in-process"));
-    let b = over_http(&model, &tmp.path().join("http"));
+    let b = over_http(&model, &tmp.path().join("http"), None);
     assert_eq!(a.ledger.len(), 3, "three releases: {:?}", a.rounds);
     assert_eq!(a.weights.len(), 4, "v0..v3");
     assert!(
@@ -200,6 +206,39 @@ fn the_same_seed_and_inputs_release_the_same_models_and_ledger_through_either_dr
             .collect()
     };
     assert_eq!(shape(&a.rounds), shape(&b.rounds));
+}
+
+/// The server on PostgreSQL (`server.store`) releases what the in-process engine on SQLite
+/// releases, bit for bit, and keeps nothing in a SQLite file.
+#[test]
+fn the_same_seed_and_inputs_release_the_same_models_and_ledger_on_postgresql() {
+    let test = "the_same_seed_and_inputs_release_the_same_models_and_ledger_on_postgresql";
+    let Some(cluster) = start_for_test(test) else {
+        return;
+    };
+    let url = cluster.create_database("host").unwrap();
+    let tmp = tempfile::tempdir().unwrap();
+    let model = common::tiny_package(tmp.path());
+    let a = in_process(&model, &tmp.path().join("in-process"));
+    let data = tmp.path().join("http-postgres");
+    let c = over_http(&model, &data, Some(&url));
+    assert_eq!(a.ledger.len(), 3, "three releases: {:?}", a.rounds);
+    assert_eq!(a.ledger, c.ledger, "the ledger, read back from PostgreSQL");
+    assert_eq!(a.weights, c.weights, "bit-identical model versions");
+    assert_eq!(
+        a.rounds
+            .iter()
+            .map(|l| l.realized_cohort)
+            .collect::<Vec<_>>(),
+        c.rounds
+            .iter()
+            .map(|l| l.realized_cohort)
+            .collect::<Vec<_>>()
+    );
+    assert!(
+        !data.join(DB_FILE).exists(),
+        "no SQLite store beside PostgreSQL"
+    );
 }
 
 /// The cohort is drawn and written when the round opens, in one transaction: check-ins

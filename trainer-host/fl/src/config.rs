@@ -57,6 +57,10 @@ pub struct ServerSection {
     /// Directory for `hush.sqlite` (devices, rounds, reports, ledger) and model versions
     /// under `models/v{N}/` (default `hush-data`).
     pub data_dir: PathBuf,
+    /// Where devices, rounds, reports and the ledger are kept instead of `hush.sqlite`: a
+    /// PostgreSQL database, `postgres://user[:password]@host[:port]/database` (default:
+    /// none, SQLite in `data_dir`).
+    pub store: Option<String>,
     /// Model package the first round starts from (required); copied to `models/v0/`.
     pub initial_model: PathBuf,
     /// Largest update body in bytes (default: the encoded size of a full update of the
@@ -84,6 +88,7 @@ impl Default for ServerSection {
         Self {
             listen: "127.0.0.1:8470".into(),
             data_dir: PathBuf::from("hush-data"),
+            store: None,
             initial_model: PathBuf::new(),
             max_upload_bytes: None,
             tick_ms: 100,
@@ -537,6 +542,17 @@ impl FlConfig {
             "server.data_dir",
             "must not be empty".into(),
         )?;
+        if let Some(url) = &self.server.store {
+            need(
+                url.starts_with("postgres://") || url.starts_with("postgresql://"),
+                "server.store",
+                format!(
+                    "= {:?}: expected a postgres://user@host:port/database URL (or no \
+                     server.store: SQLite in server.data_dir)",
+                    url.split('@').next_back().unwrap_or_default()
+                ),
+            )?;
+        }
         need(
             self.server.tick_ms > 0,
             "server.tick_ms",
@@ -740,6 +756,18 @@ mod tests {
         assert!(e.contains("server.listen"), "{e}");
         let e = err("[rounds]\nrounds = 3\n");
         assert!(e.contains("server.initial_model"), "{e}");
+        // A store that is not PostgreSQL's URL is named, without echoing its password.
+        let e = err("[server]\ninitial_model = \"m\"\nstore = \"mysql://u:secret@db/h\"\n");
+        assert!(
+            e.contains("server.store") && e.contains("postgres://"),
+            "{e}"
+        );
+        assert!(!e.contains("secret"), "{e}");
+        let ok = "[server]\ninitial_model = \"m\"\nstore = \"postgres://u@db:5432/h\"\n";
+        assert_eq!(
+            FlConfig::from_toml(ok).unwrap().server.store.as_deref(),
+            Some("postgres://u@db:5432/h")
+        );
     }
 
     #[test]

@@ -312,3 +312,79 @@ pub trait Store: LedgerStore + Send {
     /// version — all of them or none. Returns the ledger record.
     fn commit_release(&mut self, release: &ReleaseCommit) -> StoreResult<Option<ReleaseRecord>>;
 }
+
+/// A boxed store (one chosen at run time, `Box<dyn Store>`: SQLite or PostgreSQL) is a
+/// store.
+impl<T: Store + ?Sized> Store for Box<T> {
+    fn cohort_key(&mut self, fresh: [u8; 32]) -> StoreResult<[u8; 32]> {
+        (**self).cohort_key(fresh)
+    }
+    fn add_enrolment(
+        &mut self,
+        token_hash: &str,
+        label: &str,
+        quota: u64,
+        expires_at_ms: u64,
+        now_ms: u64,
+    ) -> StoreResult<u64> {
+        (**self).add_enrolment(token_hash, label, quota, expires_at_ms, now_ms)
+    }
+    fn enrol_device(
+        &mut self,
+        device: &NewDevice<'_>,
+        now_ms: u64,
+    ) -> StoreResult<Result<u64, EnrolRefusal>> {
+        (**self).enrol_device(device, now_ms)
+    }
+    fn device_by_token_hash(&self, token_hash: &str) -> StoreResult<Option<DeviceRow>> {
+        (**self).device_by_token_hash(token_hash)
+    }
+    fn devices(&self, now_ms: u64) -> StoreResult<(u64, u64)> {
+        (**self).devices(now_ms)
+    }
+    fn active_devices(&self, now_ms: u64) -> StoreResult<Vec<u64>> {
+        (**self).active_devices(now_ms)
+    }
+    fn device_list(&self) -> StoreResult<Vec<DeviceRow>> {
+        (**self).device_list()
+    }
+    fn enrolments(&self) -> StoreResult<Vec<EnrolmentRow>> {
+        (**self).enrolments()
+    }
+    fn revoke_device(&mut self, id: u64, now_ms: u64) -> StoreResult<bool> {
+        (**self).revoke_device(id, now_ms)
+    }
+    fn revoke_enrolment(&mut self, id: u64, now_ms: u64) -> StoreResult<bool> {
+        (**self).revoke_enrolment(id, now_ms)
+    }
+    fn open_round(&mut self, round: &RoundRow, cohort: &[u64]) -> StoreResult<()> {
+        (**self).open_round(round, cohort)
+    }
+    fn rounds(&self) -> StoreResult<Vec<RoundRow>> {
+        (**self).rounds()
+    }
+    fn close_round(&mut self, id: u64, outcome: &RoundOutcome, now_ms: u64) -> StoreResult<()> {
+        (**self).close_round(id, outcome, now_ms)
+    }
+    fn cohort(&self, round: u64) -> StoreResult<Vec<u64>> {
+        (**self).cohort(round)
+    }
+    fn accepted_key(&self, key: &str) -> StoreResult<Option<u64>> {
+        (**self).accepted_key(key)
+    }
+    fn record_report(&mut self, report: &ReportRow, now_ms: u64) -> StoreResult<()> {
+        (**self).record_report(report, now_ms)
+    }
+    fn rejected_total(&self) -> StoreResult<u64> {
+        (**self).rejected_total()
+    }
+    fn add_initial_version(&mut self, version: &ModelVersionRow, now_ms: u64) -> StoreResult<()> {
+        (**self).add_initial_version(version, now_ms)
+    }
+    fn model_versions(&self) -> StoreResult<Vec<ModelVersionRow>> {
+        (**self).model_versions()
+    }
+    fn commit_release(&mut self, release: &ReleaseCommit) -> StoreResult<Option<ReleaseRecord>> {
+        (**self).commit_release(release)
+    }
+}

@@ -1,5 +1,6 @@
 //! The round server: the federated round engine ([`hush_fl::RoundEngine`]) over HTTP
-//! or HTTPS ([`tls`], rustls), on the SQLite store ([`hush_store::SqliteStore`]), and
+//! or HTTPS ([`tls`], rustls), on the configured store ([`hush_store::open`]: SQLite in the
+//! data directory, or PostgreSQL with `server.store`), and
 //! [`start_host`] / [`HostHandle`] for the CLI, the demo and tests.
 //!
 //! Connections are accepted and timed by [`conn`] (header, idle, request and TLS handshake
@@ -47,8 +48,8 @@ use hush_fl::aggregate::{Rejection, UpdateValidator};
 use hush_fl::config::LimitsSection;
 use hush_fl::engine::token_hash;
 use hush_fl::enrolment::{self, random_token};
+use hush_fl::store::Store;
 use hush_fl::{Clock, FlConfig, FlError, RoundEngine, RoundLog, SystemClock};
-use hush_store::{SqliteStore, DB_FILE};
 use rand::SeedableRng;
 use serde::de::DeserializeOwned;
 use tokio::sync::Semaphore;
@@ -58,8 +59,9 @@ use crate::conn::{ConnLimits, PeerAddr};
 use crate::metrics::Metrics;
 use crate::ratelimit::RateLimiter;
 
-/// The engine as the server runs it: the SQLite store and the system clock.
-pub type HostEngine = RoundEngine<SqliteStore, SystemClock>;
+/// The engine as the server runs it: the configured store (SQLite in the data directory,
+/// or `server.store`'s PostgreSQL) and the system clock.
+pub type HostEngine = RoundEngine<Box<dyn Store>, SystemClock>;
 
 /// Largest JSON control body.
 const MAX_JSON_BYTES: usize = 64 * 1024;
@@ -73,7 +75,7 @@ const RESERVED_FDS: usize = 128;
 struct Shared {
     mgr: Mutex<HostEngine>,
     /// A second connection to the store, for token checks outside the engine's lock.
-    auth: Mutex<SqliteStore>,
+    auth: Mutex<Box<dyn Store>>,
     validator: Arc<UpdateValidator>,
     metrics: Arc<Metrics>,
     limits: LimitsSection,
@@ -707,9 +709,10 @@ pub fn start_host(config: FlConfig) -> Result<HostHandle, FlError> {
     let data = &config.server.data_dir.clone();
     std::fs::create_dir_all(data).map_err(FlError::io(data))?;
     let operator = operator_token(data)?;
-    let store = SqliteStore::open(&data.join(DB_FILE))?;
+    let store_url = config.server.store.clone();
+    let store = hush_store::open(data, store_url.as_deref())?;
     let mgr = RoundEngine::open(config, store, SystemClock)?;
-    let auth = SqliteStore::open(&data.join(DB_FILE))?;
+    let auth = hush_store::open(data, store_url.as_deref())?;
     let validator = mgr.validator();
     let shared = Arc::new(Shared {
         mgr: Mutex::new(mgr),

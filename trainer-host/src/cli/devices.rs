@@ -1,13 +1,13 @@
 //! `hush-host devices enrol | list | revoke --config hush.toml`: the operator's side of
 //! enrolment, on the host's store (while it serves, too: SQLite in WAL mode takes the
-//! writes in turn). See docs/security.md.
+//! writes in turn, PostgreSQL locks the rows it changes). See docs/security.md.
 
 use std::path::PathBuf;
 
 use anyhow::Context;
 use hush_host::fl::enrolment::{self, Revoke};
+use hush_host::fl::store::Store;
 use hush_host::fl::{Clock, FlConfig, SystemClock};
-use hush_host::store::{SqliteStore, DB_FILE};
 
 /// `hush-host devices …`.
 #[derive(clap::Subcommand)]
@@ -25,7 +25,8 @@ pub enum DevicesCommand {
 /// The host's configuration file.
 #[derive(clap::Args)]
 pub struct ConfigArg {
-    /// The host's configuration (its `server.data_dir` holds the store).
+    /// The host's configuration (its `server.store`, or else `server.data_dir`, holds the
+    /// store).
     #[arg(long, default_value = "hush.toml")]
     pub config: PathBuf,
 }
@@ -63,12 +64,12 @@ pub struct RevokeArgs {
     enrolment: Option<u64>,
 }
 
-fn open_store(config: &ConfigArg) -> anyhow::Result<SqliteStore> {
+fn open_store(config: &ConfigArg) -> anyhow::Result<Box<dyn Store>> {
     let cfg = FlConfig::load(&config.config)
         .with_context(|| format!("reading {}", config.config.display()))?;
     let data = &cfg.server.data_dir;
     std::fs::create_dir_all(data).with_context(|| format!("creating {}", data.display()))?;
-    Ok(SqliteStore::open(&data.join(DB_FILE))?)
+    Ok(hush_host::store::open(data, cfg.server.store.as_deref())?)
 }
 
 fn days_ms(days: f64) -> anyhow::Result<u64> {

@@ -16,6 +16,10 @@ pub struct ServeArgs {
     /// Override `server.listen`.
     #[arg(long)]
     pub listen: Option<String>,
+    /// Override `server.store`: a PostgreSQL database, postgres://user@host:port/db, for
+    /// devices, rounds and the ledger (default: SQLite in `server.data_dir`).
+    #[arg(long)]
+    pub store: Option<String>,
     /// Log lines as `text` or as one JSON object per line (`json`, for log collectors).
     /// The level is set by `RUST_LOG` (default `info`).
     #[arg(long, value_enum, default_value = "text")]
@@ -47,8 +51,13 @@ pub fn run(args: ServeArgs) -> anyhow::Result<()> {
     };
     let mut config = FlConfig::load(&args.config)
         .with_context(|| format!("reading {}", args.config.display()))?;
-    if let Some(listen) = args.listen {
-        config.server.listen = listen;
+    if args.listen.is_some() || args.store.is_some() {
+        if let Some(listen) = args.listen {
+            config.server.listen = listen;
+        }
+        if let Some(store) = args.store {
+            config.server.store = Some(store);
+        }
         config.validate()?;
     }
     let data_dir = config.server.data_dir.clone();

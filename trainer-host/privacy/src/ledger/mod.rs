@@ -38,6 +38,7 @@
 //! # Ok::<(), Box<dyn std::error::Error>>(())
 //! ```
 
+pub mod row;
 pub mod sqlite;
 
 use serde::{Deserialize, Serialize};
@@ -55,9 +56,9 @@ pub enum LedgerError {
     Store {
         /// Where (file path or operation).
         location: String,
-        /// The underlying error.
+        /// The underlying error (SQLite's or PostgreSQL's).
         #[source]
-        source: rusqlite::Error,
+        source: Box<dyn std::error::Error + Send + Sync>,
     },
     /// A stored row does not decode.
     #[error("ledger row {id}: column {column} holds {value:?}, which is not valid")]
@@ -437,6 +438,22 @@ impl Authorization {
     /// The release authorised.
     pub fn release(&self) -> &Release {
         &self.release
+    }
+}
+
+/// A boxed store (a store chosen at run time, `Box<dyn LedgerStore>`) is a store.
+impl<T: LedgerStore + ?Sized> LedgerStore for Box<T> {
+    fn append(
+        &mut self,
+        release: &Release,
+        epsilon_rdp: Option<f64>,
+        epsilon_pld: Option<f64>,
+    ) -> Result<ReleaseRecord, LedgerError> {
+        (**self).append(release, epsilon_rdp, epsilon_pld)
+    }
+
+    fn records(&self) -> Result<Vec<ReleaseRecord>, LedgerError> {
+        (**self).records()
     }
 }
 

@@ -2,12 +2,9 @@
 //!
 //! One table, `releases`; triggers make it append-only (UPDATE and DELETE abort). Every append
 //! runs in its own transaction with `synchronous = FULL`, committed before `append` returns.
-//! Enum columns hold their snake_case names. A release's [`AdditionalCost`] is text in
-//! `additional_cost`, `delta=<δ spent>;rdp=<order>:<rdp>,<order>:<rdp>,…`, every number in
-//! Rust's shortest round-trip form so that it reads back bit for bit (NULL when there is no
-//! such cost; a ledger made before that column existed gets it added, NULL in every old row,
-//! on open). A row that does not decode is reported as
-//! [`LedgerError::Corrupt`], never a panic.
+//! Rows are [`super::row::LedgerRow`]s (enum names, the additional cost as exact text); a
+//! ledger made before the `additional_cost` column existed gets it added, NULL in every old
+//! row, on open.
 //!
 //! [`create_schema`], [`append_on`] and [`read_records`] work on any connection, so that
 //! another store keeping the ledger in its own database (the federated round store) can
@@ -18,8 +15,8 @@ use std::time::{SystemTime, UNIX_EPOCH};
 
 use rusqlite::{params, Connection};
 
+use super::row::{LedgerRow, COLUMNS};
 use super::{LedgerError, LedgerStore, Release, ReleaseRecord};
-use crate::accountant::{AdditionalCost, SubsampledGaussian};
 
 const SCHEMA: &str = "
 CREATE TABLE IF NOT EXISTS releases (
@@ -54,7 +51,7 @@ pub struct SqliteLedgerStore {
 fn store_err(location: &str) -> impl Fn(rusqlite::Error) -> LedgerError + '_ {
     move |source| LedgerError::Store {
         location: location.to_string(),
-        source,
+        source: Box::new(source),
     }
 }
 
@@ -102,136 +99,6 @@ pub fn create_schema(conn: &Connection, location: &str) -> Result<(), LedgerErro
     Ok(())
 }
 
-fn enum_text<T: serde::Serialize + std::fmt::Debug>(v: &T) -> String {
-    match serde_json::to_value(v) {
-        Ok(serde_json::Value::String(s)) => s,
-        _ => format!("{v:?}"),
-    }
-}
-
-fn parse_enum<T: serde::de::DeserializeOwned>(
-    id: i64,
-    column: &'static str,
-    s: String,
-) -> Result<T, LedgerError> {
-    serde_json::from_value(serde_json::Value::String(s.clone())).map_err(|_| LedgerError::Corrupt {
-        id,
-        column,
-        value: s,
-    })
-}
-
-/// One raw row, before decoding.
-type RawRow = (
-    i64,
-    i64,
-    String,
-    String,
-    f64,
-    f64,
-    i64,
-    String,
-    String,
-    Option<i64>,
-    f64,
-    Option<f64>,
-    Option<f64>,
-    String,
-    Option<String>,
-);
-
-/// `delta=<δ>;rdp=<order>:<rdp>,…` (each number exact: Rust prints the shortest text that
-/// parses back to the same `f64`).
-fn encode_additional(cost: &AdditionalCost) -> String {
-    let rdp: Vec<String> = cost
-        .rdp
-        .iter()
-        .map(|(o, r)| format!("{o:?}:{r:?}"))
-        .collect();
-    format!("delta={:?};rdp={}", cost.delta, rdp.join(","))
-}
-
-fn decode_additional(text: &str) -> Result<AdditionalCost, String> {
-    let number = |s: &str| {
-        s.parse::<f64>()
-            .map_err(|_| format!("{s:?} is not a number"))
-    };
-    let (delta, rdp) = text
-        .strip_prefix("delta=")
-        .and_then(|rest| rest.split_once(";rdp="))
-        .ok_or("expected delta=<number>;rdp=<order>:<rdp>,...")?;
-    let rdp = rdp
-        .split(',')
-        .filter(|p| !p.is_empty())
-        .map(|pair| {
-            let (o, r) = pair
-                .split_once(':')
-                .ok_or_else(|| format!("{pair:?} is not <order>:<rdp>"))?;
-            Ok((number(o)?, number(r)?))
-        })
-        .collect::<Result<Vec<_>, String>>()?;
-    AdditionalCost {
-        rdp,
-        delta: number(delta)?,
-    }
-    .validated()
-    .map_err(|e| e.to_string())
-}
-
-fn decode(row: RawRow) -> Result<ReleaseRecord, LedgerError> {
-    let (id, at, mech, sampling, rate, sigma, steps, unit, adjacency, pop, delta, er, ep, rel, add) =
-        row;
-    let additional = match add {
-        None => AdditionalCost::none(),
-        Some(text) => decode_additional(&text).map_err(|e| LedgerError::Corrupt {
-            id,
-            column: "additional_cost",
-            value: format!("{text} ({e})"),
-        })?,
-    };
-    let steps = u64::try_from(steps).map_err(|_| LedgerError::Corrupt {
-        id,
-        column: "steps",
-        value: steps.to_string(),
-    })?;
-    let population = match pop {
-        None => None,
-        Some(p) => Some(u64::try_from(p).map_err(|_| LedgerError::Corrupt {
-            id,
-            column: "population",
-            value: p.to_string(),
-        })?),
-    };
-    let event = SubsampledGaussian {
-        sampling: parse_enum(id, "sampling", sampling)?,
-        sampling_rate: rate,
-        noise_multiplier: sigma,
-        steps,
-    }
-    .validated()
-    .map_err(|e| LedgerError::Corrupt {
-        id,
-        column: "sampling_rate/noise_multiplier/steps",
-        value: e.to_string(),
-    })?;
-    Ok(ReleaseRecord {
-        id,
-        recorded_at_ms: at,
-        release: Release {
-            mechanism: parse_enum(id, "mechanism", mech)?,
-            event,
-            unit: parse_enum(id, "unit", unit)?,
-            adjacency: parse_enum(id, "adjacency", adjacency)?,
-            population,
-            delta,
-            released: rel,
-            additional,
-        },
-        epsilon_rdp: er,
-        epsilon_pld: ep,
-    })
-}
-
 /// Appends `release` to the ledger on `conn` (a plain connection or an open
 /// transaction: the row is durable when that transaction commits) and returns the record.
 pub fn append_on(
@@ -242,45 +109,27 @@ pub fn append_on(
     epsilon_pld: Option<f64>,
     now_ms: i64,
 ) -> Result<ReleaseRecord, LedgerError> {
-    let steps = i64::try_from(release.event.steps).map_err(|_| {
-        LedgerError::Accountant(crate::accountant::validate::invalid(
-            "steps",
-            release.event.steps,
-            "below 2^63",
-        ))
-    })?;
-    let population = match release.population {
-        None => None,
-        Some(p) => Some(i64::try_from(p).map_err(|_| {
-            LedgerError::Accountant(crate::accountant::validate::invalid(
-                "population",
-                p,
-                "below 2^63",
-            ))
-        })?),
-    };
-    let additional =
-        (!release.additional.is_none()).then(|| encode_additional(&release.additional));
+    let row = LedgerRow::encode(release, epsilon_rdp, epsilon_pld, now_ms)?;
     conn.execute(
-        "INSERT INTO releases (recorded_at_ms, mechanism, sampling, sampling_rate,
-             noise_multiplier, steps, unit, adjacency, population, delta, epsilon_rdp,
-             epsilon_pld, released, additional_cost)
-         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14)",
+        &format!(
+            "INSERT INTO releases ({COLUMNS})
+             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14)"
+        ),
         params![
-            now_ms,
-            enum_text(&release.mechanism),
-            enum_text(&release.event.sampling),
-            release.event.sampling_rate,
-            release.event.noise_multiplier,
-            steps,
-            enum_text(&release.unit),
-            enum_text(&release.adjacency),
-            population,
-            release.delta,
-            epsilon_rdp,
-            epsilon_pld,
-            release.released,
-            additional,
+            row.recorded_at_ms,
+            row.mechanism,
+            row.sampling,
+            row.sampling_rate,
+            row.noise_multiplier,
+            row.steps,
+            row.unit,
+            row.adjacency,
+            row.population,
+            row.delta,
+            row.epsilon_rdp,
+            row.epsilon_pld,
+            row.released,
+            row.additional_cost,
         ],
     )
     .map_err(store_err(location))?;
@@ -296,37 +145,32 @@ pub fn append_on(
 /// Every record of the ledger on `conn`, in the order they were appended.
 pub fn read_records(conn: &Connection, location: &str) -> Result<Vec<ReleaseRecord>, LedgerError> {
     let mut stmt = conn
-        .prepare(
-            "SELECT id, recorded_at_ms, mechanism, sampling, sampling_rate, noise_multiplier,
-                    steps, unit, adjacency, population, delta, epsilon_rdp, epsilon_pld,
-                    released, additional_cost
-             FROM releases ORDER BY id",
-        )
+        .prepare(&format!("SELECT id, {COLUMNS} FROM releases ORDER BY id"))
         .map_err(store_err(location))?;
     let rows = stmt
         .query_map([], |r| {
-            Ok((
-                r.get(0)?,
-                r.get(1)?,
-                r.get(2)?,
-                r.get(3)?,
-                r.get(4)?,
-                r.get(5)?,
-                r.get(6)?,
-                r.get(7)?,
-                r.get(8)?,
-                r.get(9)?,
-                r.get(10)?,
-                r.get(11)?,
-                r.get(12)?,
-                r.get(13)?,
-                r.get(14)?,
-            ))
+            Ok(LedgerRow {
+                id: r.get(0)?,
+                recorded_at_ms: r.get(1)?,
+                mechanism: r.get(2)?,
+                sampling: r.get(3)?,
+                sampling_rate: r.get(4)?,
+                noise_multiplier: r.get(5)?,
+                steps: r.get(6)?,
+                unit: r.get(7)?,
+                adjacency: r.get(8)?,
+                population: r.get(9)?,
+                delta: r.get(10)?,
+                epsilon_rdp: r.get(11)?,
+                epsilon_pld: r.get(12)?,
+                released: r.get(13)?,
+                additional_cost: r.get(14)?,
+            })
         })
         .map_err(store_err(location))?;
     let mut out = Vec::new();
     for row in rows {
-        out.push(decode(row.map_err(store_err(location))?)?);
+        out.push(row.map_err(store_err(location))?.decode()?);
     }
     Ok(out)
 }
@@ -375,7 +219,7 @@ impl LedgerStore for SqliteLedgerStore {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::accountant::{Adjacency, PrivacyUnit};
+    use crate::accountant::{AdditionalCost, Adjacency, PrivacyUnit, SubsampledGaussian};
     use crate::ledger::Mechanism;
 
     #[test]

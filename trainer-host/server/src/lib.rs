@@ -710,7 +710,7 @@ pub fn start_host(config: FlConfig) -> Result<HostHandle, FlError> {
     std::fs::create_dir_all(data).map_err(FlError::io(data))?;
     let operator = operator_token(data)?;
     let store_url = config.server.store.clone();
-    let store = hush_store::open(data, store_url.as_deref())?;
+    let store = hush_store::open_to_run_rounds(data, store_url.as_deref())?;
     let mgr = RoundEngine::open(config, store, SystemClock)?;
     let auth = hush_store::open(data, store_url.as_deref())?;
     let validator = mgr.validator();

@@ -29,6 +29,16 @@ pub fn open(data_dir: &Path, url: Option<&str>) -> StoreResult<Box<dyn Store>> {
     }
 }
 
+/// [`open`] for the round engine of `hush-host serve`: on PostgreSQL the connection also
+/// claims the database's rounds ([`PostgresStore::connect_to_run_rounds`]), so that a
+/// second host on the same database is refused.
+pub fn open_to_run_rounds(data_dir: &Path, url: Option<&str>) -> StoreResult<Box<dyn Store>> {
+    match url {
+        Some(url) => Ok(Box::new(PostgresStore::connect_to_run_rounds(url)?)),
+        None => open(data_dir, None),
+    }
+}
+
 #[cfg(test)]
 mod conformance;
 #[cfg(test)]

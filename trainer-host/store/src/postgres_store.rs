@@ -157,12 +157,35 @@ CREATE TRIGGER releases_no_truncate BEFORE TRUNCATE ON releases
 
 /// The advisory lock migrations run under (any constant; `hush` in ASCII).
 const MIGRATION_LOCK: i64 = 0x6875_7368;
+/// The advisory lock the one host running rounds on a database holds for as long as its
+/// connection lives (`hush` + `host`).
+const HOST_LOCK: i64 = 0x6875_7368_686f_7374;
 
 /// [`Store`] (and the ledger's [`LedgerStore`]) in a PostgreSQL database.
 pub struct PostgresStore {
     client: RefCell<Client>,
     config: Config,
     location: String,
+    /// Holds [`HOST_LOCK`] (taken again on every reconnect).
+    runs_rounds: bool,
+}
+
+/// Takes [`HOST_LOCK`] on `client`'s session, or says who has it.
+fn claim_rounds(client: &mut Client, location: &str) -> StoreResult<()> {
+    let taken: bool = client
+        .query_one("SELECT pg_try_advisory_lock($1)", &[&HOST_LOCK])
+        .map_err(err("claim the database's rounds"))?
+        .get(0);
+    if !taken {
+        return Err(StoreError::new(
+            "claim the database's rounds",
+            format!(
+                "another hush-host already runs rounds on {location}; one host per database \
+                 runs them (several replicas sharing a round are not built yet)"
+            ),
+        ));
+    }
+    Ok(())
 }
 
 fn err(op: &'static str) -> impl Fn(postgres::Error) -> StoreError {
@@ -280,7 +303,18 @@ impl PostgresStore {
             client: RefCell::new(client),
             config,
             location,
+            runs_rounds: false,
         })
+    }
+
+    /// [`PostgresStore::connect`] for the host that runs rounds: its session holds an
+    /// advisory lock, so a second host started on the same database is refused with an
+    /// error instead of abandoning the first one's open round.
+    pub fn connect_to_run_rounds(url: &str) -> StoreResult<Self> {
+        let mut store = Self::connect(url)?;
+        claim_rounds(store.client.get_mut(), &store.location)?;
+        store.runs_rounds = true;
+        Ok(store)
     }
 
     /// Where the store is (its URL without the password).
@@ -292,10 +326,14 @@ impl PostgresStore {
     fn client(&self) -> StoreResult<RefMut<'_, Client>> {
         let mut client = self.client.borrow_mut();
         if client.is_closed() {
-            *client = self
+            let mut fresh = self
                 .config
                 .connect(NoTls)
                 .map_err(|e| StoreError::new(&format!("reconnect to {}", self.location), e))?;
+            if self.runs_rounds {
+                claim_rounds(&mut fresh, &self.location)?;
+            }
+            *client = fresh;
         }
         Ok(client)
     }

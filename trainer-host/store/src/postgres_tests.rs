@@ -144,6 +144,37 @@ fn a_store_reconnects_after_the_database_restarts_and_bad_urls_are_named() {
     assert_eq!(s.enrolments().unwrap().len(), 1);
     s.add_enrolment("e2", "more", 5, 1_000, 2).unwrap();
     assert_eq!(s.enrolments().unwrap().len(), 2);
+    // One host runs a database's rounds: a second is refused, also after the first's
+    // connection came back from the restart; once the first is gone, another may.
+    let mut host = PostgresStore::connect_to_run_rounds(&url).unwrap();
+    let refused = PostgresStore::connect_to_run_rounds(&url)
+        .err()
+        .unwrap()
+        .to_string();
+    assert!(
+        refused.contains("another hush-host already runs rounds"),
+        "{refused}"
+    );
+    c.stop().unwrap();
+    c.start_again().unwrap();
+    assert!(
+        host.enrolments().is_err(),
+        "the restart closed its connection"
+    );
+    assert_eq!(
+        host.enrolments().unwrap().len(),
+        2,
+        "reconnected, lock taken again"
+    );
+    assert!(PostgresStore::connect_to_run_rounds(&url).is_err());
+    host.add_enrolment("e3", "x", 1, 1_000, 3).unwrap();
+    drop(host);
+    // The server ends the dropped session (and frees its lock) a moment later.
+    let next = (0..100).find_map(|_| {
+        std::thread::sleep(std::time::Duration::from_millis(50));
+        PostgresStore::connect_to_run_rounds(&url).ok()
+    });
+    assert!(next.is_some(), "the lock outlived its session");
     // A URL that does not parse, and a server that is not there, are named.
     let bad = PostgresStore::connect("postgres://[nope")
         .err()

@@ -3,13 +3,16 @@
 //! microphone delivers it: the model window by window, window posteriors smoothed,
 //! thresholded and held off for a refractory period; one JSON line per detection,
 //! `{"time_s","label","score"}`. `--windows` prints every window's verdict instead.
+//! `--vad MODEL.onnx` runs the spotter only on windows around speech (Silero VAD).
 
 use std::fs::File;
 use std::io::{BufReader, Write};
 use std::path::PathBuf;
 
 use anyhow::{ensure, Context};
-use hush_device::infer::{Detection, KeywordSpotter, KwsClassifier, SpotterOptions};
+use hush_device::infer::{
+    Detection, KeywordSpotter, KwsClassifier, SileroVad, SpotterOptions, VoiceGate,
+};
 
 /// Arguments of `hush-device listen`.
 #[derive(clap::Args)]
@@ -53,6 +56,15 @@ pub struct ListenArgs {
     /// detections.
     #[arg(long)]
     pub windows: bool,
+    /// Run the keyword model only on windows that hold speech, as this voice-activity
+    /// model says: Silero VAD's 16 kHz sequence export (models/vad/silero_vad_16k_sequence.onnx).
+    #[arg(long, value_name = "VAD.onnx")]
+    pub vad: Option<PathBuf>,
+    /// With `--vad`: a 32 ms frame is speech when its probability reaches this (0.05:
+    /// Silero's usual 0.5 misses many of the synthetic voices hush's models are trained
+    /// on; chosen on a validation recording, BENCHMARKS.md "Voice-activity gate").
+    #[arg(long, default_value_t = 0.05, requires = "vad")]
+    pub vad_threshold: f32,
 }
 
 /// The library's spotter, fed chunk by chunk, and what it printed.
@@ -75,8 +87,12 @@ impl Listener {
             threshold: args.threshold,
             refractory_ms: args.refractory_ms,
         };
-        let spotter = KeywordSpotter::new(clf, &opts)
+        let mut spotter = KeywordSpotter::new(clf, &opts)
             .map_err(|e| anyhow::anyhow!("{}: {e}", args.model.display()))?;
+        if let Some(vad) = &args.vad {
+            let gate = VoiceGate::new(SileroVad::load(vad)?, args.vad_threshold, 0)?;
+            spotter = spotter.with_voice_gate(gate)?;
+        }
         Ok(Self {
             spotter,
             windows_only: args.windows,
@@ -113,8 +129,12 @@ impl Listener {
                 args.threshold, args.smooth_ms, args.refractory_ms
             )
         };
+        let skipped = match self.spotter.windows_skipped() {
+            0 => String::new(),
+            n => format!(" ({n} more skipped: no speech)"),
+        };
         format!(
-            "listen: {:.1} s of audio, {} windows, {} {what}",
+            "listen: {:.1} s of audio, {} windows{skipped}, {} {what}",
             self.spotter.samples_pushed() as f64 / f64::from(rate),
             self.spotter.windows_scored(),
             self.printed

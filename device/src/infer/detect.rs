@@ -104,6 +104,13 @@ impl KeywordDetector {
         })
     }
 
+    /// Forgets the windows seen (as at the start of a stream; the refractory period
+    /// stays): after a stretch the model did not score, smoothing starts again.
+    pub fn forget(&mut self) {
+        self.history.fill(0.0);
+        self.next = 0;
+    }
+
     /// Takes the posteriors of the window ending at `end_s` (one per label); returns a
     /// detection when a keyword's smoothed posterior reaches the threshold outside the
     /// refractory period. Until `smooth_windows` windows have been seen, the missing ones

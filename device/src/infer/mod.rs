@@ -4,7 +4,8 @@
 //! and inference see the same numbers. [`kws`] loads and runs keyword spotters;
 //! [`stream`] runs one over a stream of audio, window by window, and [`detect`] turns its
 //! windows into keyword detections; [`spotter`] puts the two together, the streaming loop
-//! `hush-device listen` and the C API (`device/capi`) both run; [`asr`] loads and runs
+//! `hush-device listen` and the C API (`device/capi`) both run; [`vad`] gates it on speech
+//! (Silero VAD); [`asr`] loads and runs
 //! CTC speech recognisers over whole utterances.
 //!
 //! It does not train (that is hush-models' step and the host's trainer) and does not
@@ -16,6 +17,7 @@ pub mod detect;
 pub mod kws;
 pub mod spotter;
 pub mod stream;
+pub mod vad;
 
 use std::path::{Path, PathBuf};
 
@@ -32,6 +34,7 @@ pub use detect::{Detection, DetectorOptions, KeywordDetector};
 pub use kws::{card_features, Classification, KwsClassifier};
 pub use spotter::{KeywordSpotter, SpotterOptions};
 pub use stream::{KwsStream, WindowVerdict};
+pub use vad::{SileroVad, VoiceGate};
 
 /// Why a model could not be loaded or run. Every variant names the file involved.
 #[derive(Debug, thiserror::Error)]

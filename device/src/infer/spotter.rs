@@ -19,6 +19,7 @@
 //! # Ok::<(), hush_device::infer::InferError>(())
 //! ```
 
+use super::vad::{VoiceGate, VAD_RATE};
 use super::WindowVerdict;
 use super::{Detection, DetectorOptions, InferError, KeywordDetector, KwsClassifier, KwsStream};
 
@@ -66,8 +67,11 @@ pub struct KeywordSpotter {
     detector: KeywordDetector,
     /// The last push's window verdicts (kept to reuse the allocation).
     verdicts: Vec<WindowVerdict>,
+    /// Scores only windows around speech, when set.
+    gate: Option<VoiceGate>,
     samples: u64,
     windows: u64,
+    skipped: u64,
 }
 
 impl KeywordSpotter {
@@ -97,9 +101,33 @@ impl KeywordSpotter {
             stream: KwsStream::new(clf, hop)?,
             detector,
             verdicts: Vec::new(),
+            gate: None,
             samples: 0,
             windows: 0,
+            skipped: 0,
         })
+    }
+
+    /// The same spotter, running the model only on windows that end within the model's
+    /// window length of speech `gate` heard (so every window holding a frame of speech is
+    /// scored); the others are skipped, and smoothing starts afresh after them. The
+    /// model's rate must be the VAD's, 16 kHz.
+    pub fn with_voice_gate(mut self, gate: VoiceGate) -> Result<Self, InferError> {
+        let frame = &self.classifier().features().frame;
+        if frame.sample_rate != VAD_RATE {
+            return Err(InferError::Options {
+                reason: format!(
+                    "the voice-activity gate runs at {VAD_RATE} Hz; the model's features are \
+                     at {} Hz",
+                    frame.sample_rate
+                ),
+            });
+        }
+        let io = self.classifier().card().arch.io();
+        let window =
+            (io.frames.saturating_sub(1) * frame.window_shift() + frame.window_length()) as u64;
+        self.gate = Some(gate.with_hold(window));
+        Ok(self)
     }
 
     /// Pushes samples (in [-1, 1], at the model's rate), appends the detections now due
@@ -111,7 +139,20 @@ impl KeywordSpotter {
         detections: &mut Vec<Detection>,
     ) -> Result<&[WindowVerdict], InferError> {
         self.verdicts.clear();
-        self.stream.push(samples, &mut self.verdicts)?;
+        match &mut self.gate {
+            None => self.stream.push(samples, &mut self.verdicts)?,
+            Some(gate) => {
+                gate.push(samples)?;
+                let gate = &*gate;
+                let skipped = self
+                    .stream
+                    .push_gated(samples, &mut self.verdicts, |end| gate.open_at(end))?;
+                if skipped > 0 {
+                    self.detector.forget();
+                }
+                self.skipped += skipped;
+            }
+        }
         self.samples += samples.len() as u64;
         self.windows += self.verdicts.len() as u64;
         for v in &self.verdicts {
@@ -140,5 +181,10 @@ impl KeywordSpotter {
     /// Windows scored so far.
     pub fn windows_scored(&self) -> u64 {
         self.windows
+    }
+
+    /// Windows the voice-activity gate skipped so far (0 without a gate).
+    pub fn windows_skipped(&self) -> u64 {
+        self.skipped
     }
 }

@@ -99,6 +99,18 @@ impl KwsStream {
         samples: &[f32],
         out: &mut Vec<WindowVerdict>,
     ) -> Result<(), InferError> {
+        self.push_gated(samples, out, |_| true).map(|_| ())
+    }
+
+    /// [`KwsStream::push`], but a window that became due is scored only when `gate` says
+    /// yes for the sample its window ends at (counted from the start of the stream); the
+    /// others are skipped without running the model. Returns how many were skipped.
+    pub fn push_gated(
+        &mut self,
+        samples: &[f32],
+        out: &mut Vec<WindowVerdict>,
+        gate: impl Fn(u64) -> bool,
+    ) -> Result<u64, InferError> {
         let mut new = std::mem::take(&mut self.new);
         new.clear();
         self.front
@@ -116,6 +128,7 @@ impl KwsStream {
         );
         // Frame by frame, so that a large chunk yields every window that falls due in it.
         let done_before = self.front.frames_done() - (new.len() / self.dim.max(1)) as u64;
+        let mut skipped = 0;
         for (k, frame) in new.chunks_exact(self.dim.max(1)).enumerate() {
             self.recent.extend_from_slice(frame);
             if self.recent.len() > full {
@@ -124,7 +137,11 @@ impl KwsStream {
             self.since += 1;
             if self.recent.len() == full && self.since >= self.hop {
                 self.since = 0;
-                let index = done_before + k as u64;
+                let end = (done_before + k as u64) * shift + win;
+                if !gate(end) {
+                    skipped += 1;
+                    continue;
+                }
                 let probs = match self.window_probs() {
                     Ok(p) => p,
                     Err(e) => {
@@ -132,12 +149,11 @@ impl KwsStream {
                         return Err(e);
                     }
                 };
-                let end = index * shift + win;
                 out.push(self.verdict(probs, end as f64 / rate));
             }
         }
         self.new = new;
-        Ok(())
+        Ok(skipped)
     }
 
     /// The classifier this stream runs.

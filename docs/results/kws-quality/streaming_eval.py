@@ -18,6 +18,14 @@ False alarms per hour are over the whole recording's duration. Needs numpy and s
 
     python3 docs/results/kws-quality/streaming_eval.py --hush-device target/debug/hush-device \
         --models models/kws-12,/work/kws-runs/kws12-cmvn-only --out /tmp/stream-eval
+
+With `--vad MODEL.onnx` every setting runs twice, without and with `listen --vad`, and
+each run's CPU time (user + system, of the listen process) is recorded, as are the
+keywords the gate lost (hit without it, missed with it). `--gap` spaces the clips further
+and `--max-seconds` stops placing them, for a recording that is mostly silence:
+
+    python3 docs/results/kws-quality/streaming_eval.py --models models/kws-12 --thresholds 0.8 \
+        --gap 5,25 --max-seconds 600 --vad models/vad/silero_vad_16k_sequence.onnx --out /tmp/vad-eval
 """
 
 import argparse
@@ -25,6 +33,7 @@ import json
 import os
 import random
 import re
+import resource
 import subprocess
 import wave
 
@@ -60,7 +69,7 @@ def events(corpus_kws, corpus_asr):
     return out
 
 
-def build(corpus_kws, corpus_asr, seed, path):
+def build(corpus_kws, corpus_asr, seed, path, gaps=(0.3, 1.5), max_seconds=None):
     rng = random.Random(seed)
     todo = events(corpus_kws, corpus_asr)
     rng.shuffle(todo)
@@ -68,7 +77,9 @@ def build(corpus_kws, corpus_asr, seed, path):
     noises = [read(os.path.join(noise_dir, f)) for f in sorted(os.listdir(noise_dir)) if f.endswith(".flac")]
     pieces, placed, at = [], [], 0
     for kind, what, clip in todo:
-        gap = np.zeros(int(rng.uniform(0.3, 1.5) * RATE), dtype=np.float32)
+        if max_seconds is not None and at >= max_seconds * RATE:
+            break
+        gap = np.zeros(int(rng.uniform(*gaps) * RATE), dtype=np.float32)
         at += len(gap)
         audio = read(clip)
         placed.append({"kind": kind, "what": what, "start_s": at / RATE,
@@ -95,6 +106,7 @@ def build(corpus_kws, corpus_asr, seed, path):
 
 def score(placed, detections, hours):
     kw = [e for e in placed if e["kind"] == "keyword"]
+    kw_index = {i: k for k, i in enumerate(i for i, e in enumerate(placed) if e["kind"] == "keyword")}
     hit = set()
     false_alarms, in_sentence = [], 0
     by_context = {"sentence": 0, "keyword": 0, "unknown": 0, "noise": 0}
@@ -117,6 +129,7 @@ def score(placed, detections, hours):
     return {
         "keywords": len(kw),
         "hits": len(hit),
+        "hit_clips": sorted(kw_index[i] for i in hit),
         "recall": len(hit) / len(kw),
         "false_alarms": len(false_alarms),
         "false_alarms_per_hour": len(false_alarms) / hours,
@@ -134,30 +147,55 @@ def main():
     ap.add_argument("--smooth-ms", default="500", help="posterior smoothing spans, comma-separated")
     ap.add_argument("--out", required=True)
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--gap", default="0.3,1.5", help="silence between clips: MIN,MAX seconds")
+    ap.add_argument("--max-seconds", type=float, help="place no clip after this point")
+    ap.add_argument("--vad", help="also run every setting with `listen --vad VAD`")
+    ap.add_argument("--vad-thresholds", default="0.5",
+                    help="with --vad: listen's --vad-threshold values, comma-separated")
     a = ap.parse_args()
     os.makedirs(a.out, exist_ok=True)
     wav = os.path.join(a.out, "stream.wav")
+    gap = tuple(float(g) for g in a.gap.split(","))
     placed, seconds = build(os.path.join(REPO, "data/corpus/kws"), os.path.join(REPO, "data/corpus/asr"),
-                            a.seed, wav)
+                            a.seed, wav, gap, a.max_seconds)
     with open(os.path.join(a.out, "stream.json"), "w") as f:
         json.dump({"seconds": seconds, "events": placed}, f, indent=1)
     hours = seconds / 3600
     print(f"recording: {seconds:.0f} s, {len(placed)} clips "
           f"({sum(e['kind'] == 'keyword' for e in placed)} keywords)")
     results = []
+    gates = [None] + ([(a.vad, t) for t in a.vad_thresholds.split(",")] if a.vad else [])
     for model in a.models.split(","):
         for th, smooth in [(t, s) for t in a.thresholds.split(",") for s in a.smooth_ms.split(",")]:
-            run = subprocess.run([a.hush_device, "listen", "--model", model, "--input", wav,
-                                  "--threshold", th, "--smooth-ms", smooth],
-                                 check=True, capture_output=True, text=True)
-            dets = [json.loads(l) for l in run.stdout.splitlines()]
-            r = {"model": model, "threshold": float(th), "smooth_ms": int(smooth),
-                 **score(placed, dets, hours)}
-            results.append(r)
-            print(f"{model} @ {th}, smoothing {smooth} ms: recall {r['recall']:.3f} ({r['hits']}/{r['keywords']}), "
-                  f"false alarms {r['false_alarms']} ({r['false_alarms_per_hour']:.1f}/h, "
-                  f"near: {r['false_alarms_by_context']}), "
-                  f"keyword in a sentence {r['keyword_in_a_sentence']}")
+            ungated = None
+            for vad in gates:
+                before = resource.getrusage(resource.RUSAGE_CHILDREN)
+                run = subprocess.run([a.hush_device, "listen", "--model", model, "--input", wav,
+                                      "--threshold", th, "--smooth-ms", smooth]
+                                     + (["--vad", vad[0], "--vad-threshold", vad[1]] if vad else []),
+                                     check=True, capture_output=True, text=True)
+                after = resource.getrusage(resource.RUSAGE_CHILDREN)
+                cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
+                dets = [json.loads(l) for l in run.stdout.splitlines()]
+                r = {"model": model, "threshold": float(th), "smooth_ms": int(smooth),
+                     "vad": vad and vad[0], "vad_threshold": vad and float(vad[1]),
+                     "cpu_s": cpu, "cpu_ms_per_audio_s": 1000 * cpu / seconds,
+                     "summary": run.stderr.strip().splitlines()[-1],
+                     **score(placed, dets, hours)}
+                if vad is None:
+                    ungated = r
+                else:
+                    lost = sorted(set(ungated["hit_clips"]) - set(r["hit_clips"]))
+                    r["lost_to_gate"] = len(lost)
+                    r["cpu_vs_ungated"] = cpu / ungated["cpu_s"]
+                results.append(r)
+                gate = f", --vad at {vad[1]}: {r['lost_to_gate']} keywords lost to the gate, " \
+                    f"CPU x{r['cpu_vs_ungated']:.3f}" if vad else ""
+                print(f"{model} @ {th}, smoothing {smooth} ms: recall {r['recall']:.3f} ({r['hits']}/{r['keywords']}), "
+                      f"false alarms {r['false_alarms']} ({r['false_alarms_per_hour']:.1f}/h, "
+                      f"near: {r['false_alarms_by_context']}), "
+                      f"keyword in a sentence {r['keyword_in_a_sentence']}, "
+                      f"CPU {r['cpu_s']:.2f} s ({r['cpu_ms_per_audio_s']:.2f} ms per s of audio){gate}")
     with open(os.path.join(a.out, "results.json"), "w") as f:
         json.dump({"seconds": seconds, "seed": a.seed, "results": results}, f, indent=1)
 

@@ -1,0 +1,189 @@
+//! The voice-activity gate: Silero VAD (`models/vad/`) run by tract gives onnxruntime's
+//! speech probabilities (a committed reference, `fixtures/vad/`), whatever the chunking;
+//! `hush-device listen --vad` finds the same keywords as without it while skipping the
+//! windows with no speech, scores nothing on noise alone, and refuses a missing or
+//! foreign VAD model and a bad threshold with errors that name them.
+
+// Test helpers panic on failure, like the tests that call them.
+#![allow(clippy::unwrap_used)]
+
+mod common;
+
+use std::path::{Path, PathBuf};
+
+use hush_device::audio::{read_audio, write_wav_i16, Audio};
+use hush_device::infer::SileroVad;
+
+const RATE: u32 = 16_000;
+
+fn repo(path: &str) -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("..").join(path)
+}
+
+fn vad_model() -> PathBuf {
+    repo("models/vad/silero_vad_16k_sequence.onnx")
+}
+
+/// The fixture's signal: a keyword clip, then a second of pink noise at 0.01.
+fn fixture_signal() -> Vec<f32> {
+    let mut x = read_audio(&repo("data/corpus/kws/stop/01fddb35_nohash_0.flac"))
+        .unwrap()
+        .samples;
+    let noise = read_audio(&repo("data/corpus/kws/_background_noise_/pink_noise.flac")).unwrap();
+    x.extend(noise.samples[..RATE as usize].iter().map(|s| 0.01 * s));
+    x
+}
+
+#[test]
+fn tract_gives_onnxruntimes_speech_probabilities_in_any_chunking() {
+    let fixture: serde_json::Value = serde_json::from_str(
+        &std::fs::read_to_string(repo("device/tests/fixtures/vad/probs.json")).unwrap(),
+    )
+    .unwrap();
+    let expected: Vec<f64> = fixture["probs"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|p| p.as_f64().unwrap())
+        .collect();
+    let signal = fixture_signal();
+    assert_eq!(signal.len() as u64, fixture["samples"].as_u64().unwrap());
+    for chunk in [signal.len(), 512, 320, 7] {
+        let mut vad = SileroVad::load(&vad_model()).unwrap();
+        let mut probs = Vec::new();
+        for piece in signal.chunks(chunk) {
+            vad.push(piece, &mut probs).unwrap();
+        }
+        assert_eq!(probs.len(), expected.len(), "chunks of {chunk}");
+        for (k, (got, want)) in probs.iter().zip(&expected).enumerate() {
+            assert!(
+                (f64::from(*got) - want).abs() < 1e-4,
+                "chunks of {chunk}, frame {k}: tract {got}, onnxruntime {want}"
+            );
+        }
+    }
+    // The clip is heard as speech, the noise after it is not.
+    assert!(expected[12..22].iter().all(|p| *p > 0.5), "{expected:?}");
+    assert!(expected[35..].iter().all(|p| *p < 0.1), "{expected:?}");
+}
+
+/// `seconds` of pink noise at 0.01 with `clips` (start s, corpus path) added, as a WAV.
+fn recording(dir: &Path, name: &str, seconds: usize, clips: &[(f64, &str)]) -> PathBuf {
+    let noise = read_audio(&repo("data/corpus/kws/_background_noise_/pink_noise.flac")).unwrap();
+    let mut samples: Vec<f32> = (0..seconds * RATE as usize)
+        .map(|i| 0.01 * noise.samples[i % noise.samples.len()])
+        .collect();
+    for (start, clip) in clips {
+        let clip = read_audio(&repo(&format!("data/corpus/kws/{clip}"))).unwrap();
+        let at = (start * f64::from(RATE)) as usize;
+        for (s, c) in samples[at..].iter_mut().zip(&clip.samples) {
+            *s += c;
+        }
+    }
+    let path = dir.join(name);
+    write_wav_i16(
+        &path,
+        &Audio {
+            samples,
+            sample_rate: RATE,
+        },
+    )
+    .unwrap();
+    path
+}
+
+fn listen(wav: &Path, extra: &[&str]) -> (bool, String, String) {
+    let model = repo("models/kws-12");
+    let mut args = vec![
+        "--model",
+        model.to_str().unwrap(),
+        "--input",
+        wav.to_str().unwrap(),
+    ];
+    args.extend_from_slice(extra);
+    common::run("listen", &args)
+}
+
+fn labels(stdout: &str) -> Vec<String> {
+    stdout
+        .lines()
+        .map(|l| {
+            let v: serde_json::Value = serde_json::from_str(l).unwrap();
+            v["label"].as_str().unwrap().to_string()
+        })
+        .collect()
+}
+
+/// The number in "N more skipped" of listen's summary (0 when absent).
+fn skipped(stderr: &str) -> u64 {
+    stderr
+        .split('(')
+        .find_map(|s| {
+            s.split_once(" more skipped")
+                .map(|(n, _)| n.trim().parse().unwrap())
+        })
+        .unwrap_or(0)
+}
+
+#[test]
+fn the_gate_keeps_the_keywords_and_skips_the_silence() {
+    let dir = tempfile::tempdir().unwrap();
+    let vad = vad_model();
+    let vad = vad.to_str().unwrap();
+    // Three keywords and another word, far apart over quiet noise.
+    let talk = recording(
+        dir.path(),
+        "talk.wav",
+        20,
+        &[
+            (1.0, "yes/01fddb35_nohash_0.flac"),
+            (6.0, "_unknown_/01fddb35_nohash_0.flac"),
+            (11.0, "stop/01fddb35_nohash_0.flac"),
+            (16.0, "no/01fddb35_nohash_0.flac"),
+        ],
+    );
+    let (ok, plain, stderr) = listen(&talk, &[]);
+    assert!(ok, "{stderr}");
+    assert_eq!(labels(&plain), ["yes", "stop", "no"], "{plain}");
+    assert_eq!(skipped(&stderr), 0, "{stderr}");
+    let (ok, gated, stderr) = listen(&talk, &["--vad", vad]);
+    assert!(ok, "{stderr}");
+    assert_eq!(labels(&gated), ["yes", "stop", "no"], "{gated}");
+    // 191 windows are due in 20 s; the gate scores those within a second of speech.
+    let skip = skipped(&stderr);
+    assert!(skip > 100 && skip < 191, "{stderr}");
+
+    // Noise alone: nothing scored, nothing reported.
+    let quiet = recording(dir.path(), "quiet.wav", 10, &[]);
+    let (ok, stdout, stderr) = listen(&quiet, &["--vad", vad]);
+    assert!(ok, "{stderr}");
+    assert!(stdout.is_empty(), "{stdout}");
+    assert!(stderr.contains(" 0 windows (91 more skipped"), "{stderr}");
+}
+
+#[test]
+fn a_missing_or_foreign_vad_model_and_a_bad_threshold_are_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let quiet = recording(dir.path(), "quiet.wav", 2, &[]);
+    let missing = dir.path().join("no-vad.onnx");
+    let (ok, _, stderr) = listen(&quiet, &["--vad", missing.to_str().unwrap()]);
+    assert!(!ok);
+    assert!(
+        stderr.contains("no-vad.onnx") && stderr.contains("missing file"),
+        "{stderr}"
+    );
+    let kws = repo("models/kws-12/model.onnx");
+    let (ok, _, stderr) = listen(&quiet, &["--vad", kws.to_str().unwrap()]);
+    assert!(!ok);
+    assert!(stderr.contains("Silero VAD"), "{stderr}");
+    let vad = vad_model();
+    let (ok, _, stderr) = listen(
+        &quiet,
+        &["--vad", vad.to_str().unwrap(), "--vad-threshold", "1.5"],
+    );
+    assert!(!ok);
+    assert!(stderr.contains("VAD threshold 1.5"), "{stderr}");
+    let (ok, _, stderr) = listen(&quiet, &["--vad-threshold", "0.4"]);
+    assert!(!ok);
+    assert!(stderr.contains("--vad"), "{stderr}");
+}

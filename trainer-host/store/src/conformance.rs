@@ -84,7 +84,7 @@ fn sealed() -> SealedRelease {
     ledger.seal(ledger.authorize(&r).unwrap()).unwrap()
 }
 
-fn commit(round: u64, v: ModelVersionRow) -> ReleaseCommit {
+pub fn commit(round: u64, v: ModelVersionRow) -> ReleaseCommit {
     ReleaseCommit {
         round,
         outcome: released(v.version),

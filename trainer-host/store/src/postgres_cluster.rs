@@ -221,6 +221,11 @@ impl LocalCluster {
         self.check("pg_ctl stop", out)
     }
 
+    /// The loopback port the server listens on.
+    pub fn port(&self) -> u16 {
+        self.port
+    }
+
     /// The connection URL of database `db` on this cluster.
     pub fn url_of(&self, db: &str) -> String {
         format!("postgres://hush@127.0.0.1:{}/{db}", self.port)

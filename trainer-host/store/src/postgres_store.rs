@@ -46,7 +46,11 @@
 //! skips its fsync): a crash loses that round's sum anyway.
 //!
 //! A connection that the server closed (a restart) is opened again on the next call; the
-//! call that saw it fail returns its error.
+//! call that saw it fail returns its error. A COMMIT that gets no answer because the
+//! connection died may or may not have committed: for a release and an accepted report —
+//! the two writes whose outcome the engine acts on — the store asks the database on a new
+//! connection and reports what happened (a release the ledger holds is never reported
+//! failed, an update whose receipt is stored never left out of the sum).
 
 use std::cell::{RefCell, RefMut};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
@@ -170,12 +174,20 @@ pub struct PostgresStore {
     runs_rounds: bool,
 }
 
-/// Takes [`HOST_LOCK`] on `client`'s session, or says who has it.
-fn claim_rounds(client: &mut Client, location: &str) -> StoreResult<()> {
-    let taken: bool = client
-        .query_one("SELECT pg_try_advisory_lock($1)", &[&HOST_LOCK])
-        .map_err(err("claim the database's rounds"))?
-        .get(0);
+/// Takes [`HOST_LOCK`] on `client`'s session, trying for up to `patience` (a session
+/// that just died keeps it until the server notices), or says who has it.
+fn claim_rounds(client: &mut Client, location: &str, patience: Duration) -> StoreResult<()> {
+    let until = std::time::Instant::now() + patience;
+    let taken = loop {
+        let taken: bool = client
+            .query_one("SELECT pg_try_advisory_lock($1)", &[&HOST_LOCK])
+            .map_err(err("claim the database's rounds"))?
+            .get(0);
+        if taken || std::time::Instant::now() >= until {
+            break taken;
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    };
     if !taken {
         return Err(StoreError::new(
             "claim the database's rounds",
@@ -312,7 +324,7 @@ impl PostgresStore {
     /// error instead of abandoning the first one's open round.
     pub fn connect_to_run_rounds(url: &str) -> StoreResult<Self> {
         let mut store = Self::connect(url)?;
-        claim_rounds(store.client.get_mut(), &store.location)?;
+        claim_rounds(store.client.get_mut(), &store.location, Duration::ZERO)?;
         store.runs_rounds = true;
         Ok(store)
     }
@@ -331,7 +343,8 @@ impl PostgresStore {
                 .connect(NoTls)
                 .map_err(|e| StoreError::new(&format!("reconnect to {}", self.location), e))?;
             if self.runs_rounds {
-                claim_rounds(&mut fresh, &self.location)?;
+                // The lost session's lock lasts until the server sees it gone.
+                claim_rounds(&mut fresh, &self.location, Duration::from_secs(10))?;
             }
             *client = fresh;
         }
@@ -489,6 +502,40 @@ impl PostgresStore {
         LedgerError::Store {
             location: self.location.clone(),
             source: source.into(),
+        }
+    }
+}
+
+impl PostgresStore {
+    /// After a COMMIT of `op` got no answer (the connection was lost, so the server may or
+    /// may not have committed), asks the database on a new connection with `committed`
+    /// whether the transaction's effect is there. `Ok(true)`: it committed; an error: it
+    /// did not, or that could not be told.
+    fn lost_commit(
+        &self,
+        op: &str,
+        lost: postgres::Error,
+        committed: impl FnOnce(&mut Client) -> Result<bool, postgres::Error>,
+    ) -> StoreResult<()> {
+        let unknown = |why: String| {
+            StoreError::new(
+                op,
+                format!("{lost}; whether it committed is unknown: {why}"),
+            )
+        };
+        let found = committed(&mut *self.client().map_err(|e| unknown(e.to_string()))?)
+            .map_err(|e| unknown(e.to_string()))?;
+        if found {
+            tracing::warn!("{op}: the COMMIT got no answer, but the database holds it");
+            Ok(())
+        } else {
+            Err(StoreError::new(
+                op,
+                format!(
+                    "{lost}; the connection was lost and the database shows it was not \
+                     committed (nothing recorded)"
+                ),
+            ))
         }
     }
 }
@@ -831,7 +878,24 @@ impl Store for PostgresStore {
             ],
         )
         .map_err(&op)?;
-        tx.commit().map_err(&op)
+        match tx.commit() {
+            Ok(()) => Ok(()),
+            // An accepted report whose COMMIT went unanswered: if its key is in the
+            // database, the engine must count the update (a retry would be told
+            // "duplicate" and never sent again).
+            Err(e) if c.is_closed() => {
+                drop(c);
+                match &r.idempotency_key {
+                    Some(key) => self.lost_commit("record report", e, |client| {
+                        Ok(client
+                            .query_opt("SELECT 1 FROM reports WHERE idempotency_key = $1", &[key])?
+                            .is_some())
+                    }),
+                    None => Err(StoreError::new("record report", e)),
+                }
+            }
+            Err(e) => Err(op(e)),
+        }
     }
 
     fn rejected_total(&self) -> StoreResult<u64> {
@@ -888,7 +952,29 @@ impl Store for PostgresStore {
         };
         write_outcome(&mut tx, c.round, &c.outcome, c.now_ms)?;
         write_version(&mut tx, &c.version, c.now_ms)?;
-        tx.commit().map_err(err("commit release"))?;
-        Ok(record)
+        match tx.commit() {
+            Ok(()) => Ok(record),
+            // The connection died with the COMMIT in flight: the server may have committed.
+            // Without asking, a host could abandon (and delete the files of) a release the
+            // ledger holds. Committed means round `c.round` released as `c.version`.
+            Err(e) if client.is_closed() => {
+                drop(client);
+                let (round, version) = (
+                    to_i64(c.round, "round id")?,
+                    to_i64(c.version.version, "model version")?,
+                );
+                self.lost_commit("commit release", e, |client| {
+                    Ok(client
+                        .query_opt(
+                            "SELECT 1 FROM rounds WHERE id = $1 AND state = 'released'
+                                 AND released_version = $2",
+                            &[&round, &version],
+                        )?
+                        .is_some())
+                })?;
+                Ok(record)
+            }
+            Err(e) => Err(StoreError::new("commit release", e)),
+        }
     }
 }

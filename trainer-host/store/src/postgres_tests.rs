@@ -4,9 +4,12 @@
 //! Without PostgreSQL's server programs each test prints one `skipped:` line and passes,
 //! unless `HUSH_REQUIRE_TOOLS=1` (scripts/test, CI), where it fails.
 
-use std::sync::atomic::{AtomicU32, Ordering};
+use std::io::{Read, Write};
+use std::net::{Shutdown, TcpListener, TcpStream};
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU8, Ordering};
+use std::sync::Arc;
 
-use hush_fl::store::{NewDevice, Store};
+use hush_fl::store::{NewDevice, ReportRow, RoundState, Store};
 use hush_privacy::ledger::LedgerStore;
 
 use crate::conformance::{self as check, Boxed};
@@ -192,4 +195,177 @@ fn a_store_reconnects_after_the_database_restarts_and_bad_urls_are_named() {
         absent.contains("connect to postgres://hush@127.0.0.1:1/none"),
         "{absent}"
     );
+}
+
+/// What [`CutProxy`] does to the next COMMIT a client sends.
+#[derive(Clone, Copy)]
+#[repr(u8)]
+enum Cut {
+    /// Nothing: forward everything.
+    Never = 0,
+    /// Drop the connection without forwarding the COMMIT (the server rolls back).
+    BeforeCommit = 1,
+    /// Forward the COMMIT, then drop the connection before the server's answer reaches the
+    /// client (the server commits; the client cannot know).
+    AnswerToCommit = 2,
+}
+
+/// A TCP proxy between the store and the server that can cut a connection at its next
+/// COMMIT (the simple-query message `COMMIT`), once.
+struct CutProxy {
+    port: u16,
+    cut: Arc<AtomicU8>,
+    /// Connections it has accepted.
+    connections: Arc<AtomicU32>,
+}
+
+impl CutProxy {
+    fn start(server_port: u16) -> Self {
+        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+        let port = listener.local_addr().unwrap().port();
+        let cut = Arc::new(AtomicU8::new(Cut::Never as u8));
+        let armed = cut.clone();
+        let connections = Arc::new(AtomicU32::new(0));
+        let counted = connections.clone();
+        std::thread::spawn(move || {
+            for client in listener.incoming() {
+                let Ok(client) = client else { return };
+                counted.fetch_add(1, Ordering::SeqCst);
+                let server = TcpStream::connect(("127.0.0.1", server_port)).unwrap();
+                let cutting = Arc::new(AtomicBool::new(false));
+                let (mut from_server, mut to_client) =
+                    (server.try_clone().unwrap(), client.try_clone().unwrap());
+                let muted = cutting.clone();
+                std::thread::spawn(move || {
+                    let mut buf = [0u8; 65536];
+                    while let Ok(n) = from_server.read(&mut buf) {
+                        if n == 0 || muted.load(Ordering::SeqCst) {
+                            break;
+                        }
+                        if to_client.write_all(&buf[..n]).is_err() {
+                            break;
+                        }
+                    }
+                });
+                let armed = armed.clone();
+                std::thread::spawn(move || {
+                    let (mut from_client, mut to_server) = (client, server);
+                    let mut buf = [0u8; 65536];
+                    while let Ok(n) = from_client.read(&mut buf) {
+                        if n == 0 {
+                            break;
+                        }
+                        let chunk = &buf[..n];
+                        let commit = chunk.windows(7).any(|w| w == b"COMMIT\0");
+                        let mode = armed.load(Ordering::SeqCst);
+                        if commit && mode != Cut::Never as u8 {
+                            armed.store(Cut::Never as u8, Ordering::SeqCst);
+                            cutting.store(true, Ordering::SeqCst);
+                            if mode == Cut::AnswerToCommit as u8 {
+                                let _ = to_server.write_all(chunk);
+                                // Let the server commit before the connection goes.
+                                std::thread::sleep(std::time::Duration::from_millis(300));
+                            }
+                            let _ = from_client.shutdown(Shutdown::Both);
+                            let _ = to_server.shutdown(Shutdown::Both);
+                            break;
+                        }
+                        if to_server.write_all(chunk).is_err() {
+                            break;
+                        }
+                    }
+                });
+            }
+        });
+        Self {
+            port,
+            cut,
+            connections,
+        }
+    }
+
+    fn connections(&self) -> u32 {
+        self.connections.load(Ordering::SeqCst)
+    }
+
+    fn arm(&self, cut: Cut) {
+        self.cut.store(cut as u8, Ordering::SeqCst);
+    }
+}
+
+#[test]
+fn a_release_whose_commit_goes_unanswered_is_found_committed_or_not() {
+    let Some(c) = cluster("a_release_whose_commit_goes_unanswered_is_found_committed_or_not")
+    else {
+        return;
+    };
+    let direct = c.create_database("cut").unwrap();
+    let proxy = CutProxy::start(c.port());
+    let proxied = format!("postgres://hush@127.0.0.1:{}/cut", proxy.port);
+    let mut s = PostgresStore::connect_to_run_rounds(&proxied).unwrap();
+    s.add_initial_version(&check::version(0), 1).unwrap();
+    s.open_round(&check::round(1), &[]).unwrap();
+    let observer = || PostgresStore::connect(&direct).unwrap();
+
+    // An accepted report: lost before the server saw its COMMIT it is reported failed
+    // (the device retries); lost after, it is reported recorded (the engine adds the
+    // update, and the device's retry is then a duplicate).
+    let report = |key: &str| ReportRow {
+        round: 1,
+        device: 1,
+        idempotency_key: Some(key.into()),
+        accepted: true,
+        reason: None,
+        bytes: 10,
+    };
+    proxy.arm(Cut::BeforeCommit);
+    let err = s.record_report(&report("1:a"), 5).unwrap_err().to_string();
+    assert!(err.contains("was not committed"), "{err}");
+    assert_eq!(observer().accepted_key("1:a").unwrap(), None);
+    proxy.arm(Cut::AnswerToCommit);
+    let before = proxy.connections();
+    s.record_report(&report("1:b"), 5).unwrap();
+    assert_eq!(
+        proxy.connections(),
+        before + 1,
+        "cut, and asked on a new connection"
+    );
+    assert_eq!(observer().accepted_key("1:b").unwrap(), Some(1));
+
+    // The COMMIT never reaches the server: the release is reported failed, and nothing of
+    // it is in the database.
+    proxy.arm(Cut::BeforeCommit);
+    let err = s
+        .commit_release(&check::commit(1, check::version(1)))
+        .unwrap_err()
+        .to_string();
+    assert!(err.contains("was not committed"), "{err}");
+    let o = observer();
+    assert!(o.records().unwrap().is_empty());
+    assert_eq!(o.rounds().unwrap()[0].state, RoundState::Open);
+    assert_eq!(o.model_versions().unwrap().len(), 1);
+
+    // The server commits but its answer is lost: the store finds the release committed
+    // and returns the ledger record it wrote (the host keeps its files, spends its ε once).
+    proxy.arm(Cut::AnswerToCommit);
+    let before = proxy.connections();
+    let record = s
+        .commit_release(&check::commit(1, check::version(1)))
+        .unwrap()
+        .unwrap();
+    assert_eq!(
+        proxy.connections(),
+        before + 1,
+        "cut, and asked on a new connection"
+    );
+    let o = observer();
+    assert_eq!(o.records().unwrap(), vec![record]);
+    assert_eq!(o.rounds().unwrap()[0].state, RoundState::Released);
+    assert_eq!(
+        o.model_versions().unwrap(),
+        vec![check::version(0), check::version(1)]
+    );
+    // The reconnected store still holds the database's rounds, and works.
+    assert!(PostgresStore::connect_to_run_rounds(&direct).is_err());
+    assert_eq!(s.rounds().unwrap().len(), 1);
 }

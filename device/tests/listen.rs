@@ -12,13 +12,7 @@ mod common;
 
 use std::path::{Path, PathBuf};
 
-use hush_device::audio::{read_audio, write_wav_i16, Audio};
-
-const RATE: u32 = 16_000;
-
-fn repo(path: &str) -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("..").join(path)
-}
+use hush_device::audio::{write_wav_i16, Audio};
 
 /// Where each word starts (s) and what it is, in the recording [`recording`] writes.
 const SCRIPT: [(f64, &str, &str); 4] = [
@@ -30,32 +24,12 @@ const SCRIPT: [(f64, &str, &str); 4] = [
 
 /// 11 s: the [`SCRIPT`]'s one-second clips over pink noise 40 dB down, as a 16-bit WAV.
 fn recording(dir: &Path) -> PathBuf {
-    let noise = read_audio(&repo("data/corpus/kws/_background_noise_/pink_noise.flac")).unwrap();
-    let mut samples: Vec<f32> = (0..11 * RATE as usize)
-        .map(|i| 0.01 * noise.samples[i % noise.samples.len()])
-        .collect();
-    for (start, _, clip) in SCRIPT {
-        let clip = read_audio(&repo(&format!("data/corpus/kws/{clip}"))).unwrap();
-        assert_eq!(clip.sample_rate, RATE);
-        let at = (start * f64::from(RATE)) as usize;
-        for (s, c) in samples[at..].iter_mut().zip(&clip.samples) {
-            *s += c;
-        }
-    }
-    let path = dir.join("stream.wav");
-    write_wav_i16(
-        &path,
-        &Audio {
-            samples,
-            sample_rate: RATE,
-        },
-    )
-    .unwrap();
-    path
+    let clips: Vec<(f64, &str)> = SCRIPT.iter().map(|(t, _, clip)| (*t, *clip)).collect();
+    common::corpus_recording(dir, "stream.wav", 11, &clips)
 }
 
 fn listen(args: &[&str]) -> (bool, String, String) {
-    let model = repo("models/kws-12");
+    let model = common::repo("models/kws-12");
     let mut all = vec!["--model", model.to_str().unwrap()];
     all.extend_from_slice(args);
     common::run("listen", &all)

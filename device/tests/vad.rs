@@ -11,14 +11,12 @@ mod common;
 
 use std::path::{Path, PathBuf};
 
-use hush_device::audio::{read_audio, write_wav_i16, Audio};
+use hush_device::audio::read_audio;
 use hush_device::infer::SileroVad;
 
 const RATE: u32 = 16_000;
 
-fn repo(path: &str) -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("..").join(path)
-}
+use common::repo;
 
 fn vad_model() -> PathBuf {
     repo("models/vad/silero_vad_16k_sequence.onnx")
@@ -67,31 +65,6 @@ fn tract_gives_onnxruntimes_speech_probabilities_in_any_chunking() {
     assert!(expected[35..].iter().all(|p| *p < 0.1), "{expected:?}");
 }
 
-/// `seconds` of pink noise at 0.01 with `clips` (start s, corpus path) added, as a WAV.
-fn recording(dir: &Path, name: &str, seconds: usize, clips: &[(f64, &str)]) -> PathBuf {
-    let noise = read_audio(&repo("data/corpus/kws/_background_noise_/pink_noise.flac")).unwrap();
-    let mut samples: Vec<f32> = (0..seconds * RATE as usize)
-        .map(|i| 0.01 * noise.samples[i % noise.samples.len()])
-        .collect();
-    for (start, clip) in clips {
-        let clip = read_audio(&repo(&format!("data/corpus/kws/{clip}"))).unwrap();
-        let at = (start * f64::from(RATE)) as usize;
-        for (s, c) in samples[at..].iter_mut().zip(&clip.samples) {
-            *s += c;
-        }
-    }
-    let path = dir.join(name);
-    write_wav_i16(
-        &path,
-        &Audio {
-            samples,
-            sample_rate: RATE,
-        },
-    )
-    .unwrap();
-    path
-}
-
 fn listen(wav: &Path, extra: &[&str]) -> (bool, String, String) {
     let model = repo("models/kws-12");
     let mut args = vec![
@@ -131,7 +104,7 @@ fn the_gate_keeps_the_keywords_and_skips_the_silence() {
     let vad = vad_model();
     let vad = vad.to_str().unwrap();
     // Three keywords and another word, far apart over quiet noise.
-    let talk = recording(
+    let talk = common::corpus_recording(
         dir.path(),
         "talk.wav",
         20,
@@ -154,7 +127,7 @@ fn the_gate_keeps_the_keywords_and_skips_the_silence() {
     assert!(skip > 100 && skip < 191, "{stderr}");
 
     // Noise alone: nothing scored, nothing reported.
-    let quiet = recording(dir.path(), "quiet.wav", 10, &[]);
+    let quiet = common::corpus_recording(dir.path(), "quiet.wav", 10, &[]);
     let (ok, stdout, stderr) = listen(&quiet, &["--vad", vad]);
     assert!(ok, "{stderr}");
     assert!(stdout.is_empty(), "{stdout}");
@@ -164,7 +137,7 @@ fn the_gate_keeps_the_keywords_and_skips_the_silence() {
 #[test]
 fn a_missing_or_foreign_vad_model_and_a_bad_threshold_are_refused() {
     let dir = tempfile::tempdir().unwrap();
-    let quiet = recording(dir.path(), "quiet.wav", 2, &[]);
+    let quiet = common::corpus_recording(dir.path(), "quiet.wav", 2, &[]);
     let missing = dir.path().join("no-vad.onnx");
     let (ok, _, stderr) = listen(&quiet, &["--vad", missing.to_str().unwrap()]);
     assert!(!ok);

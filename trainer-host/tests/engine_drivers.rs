@@ -241,6 +241,126 @@ fn the_same_seed_and_inputs_release_the_same_models_and_ledger_on_postgresql() {
     );
 }
 
+/// Calls `f` until it succeeds, as a device's client would: only transient failures are
+/// retried (at most 100 times); returns the result and the 503 `store_unavailable` refusals
+/// met on the way.
+fn retrying<T>(
+    mut f: impl FnMut() -> Result<T, hush_device::client::ClientError>,
+) -> (T, Vec<hush_device::client::ClientError>) {
+    let mut refused = Vec::new();
+    for _ in 0..100 {
+        match f() {
+            Ok(v) => return (v, refused),
+            Err(e) if e.is_transient() => {
+                refused.push(e);
+                std::thread::sleep(Duration::from_millis(50));
+            }
+            Err(e) => panic!("not transient: {e}"),
+        }
+    }
+    panic!("still failing after 100 tries: {:?}", refused.last());
+}
+
+/// The server on PostgreSQL keeps its round through a database restart: while the database
+/// is down, devices are told 503 `store_unavailable` with `Retry-After` (not a 500), and
+/// once it is back the run completes, with one ledger record per released round.
+#[test]
+fn a_database_restart_mid_round_is_a_503_to_retry_and_the_run_completes() {
+    use hush_device::client::ClientError;
+    let test = "a_database_restart_mid_round_is_a_503_to_retry_and_the_run_completes";
+    let Some(mut cluster) = start_for_test(test) else {
+        return;
+    };
+    let url = cluster.create_database("restart").unwrap();
+    let tmp = tempfile::tempdir().unwrap();
+    let model = common::tiny_package(tmp.path());
+    let data = tmp.path().join("host");
+    let mut cfg = config(&model, &data);
+    cfg.server.store = Some(url.clone());
+    let host = start_host(cfg).unwrap();
+    let anon = HostClient::new(&host.url(), Duration::from_secs(10)).unwrap();
+    let enrolment = host
+        .enrol("fleet", DEVICES, Duration::from_secs(3600))
+        .unwrap();
+    let clients: Vec<(u64, HostClient)> = (1..=DEVICES)
+        .map(|d| {
+            let r = anon.register(&format!("d{d}"), &enrolment).unwrap();
+            (d, anon.clone().with_token(&r.token))
+        })
+        .collect();
+    let req = CheckInRequest {
+        model_version: None,
+        examples: 10,
+    };
+    let mut restarted = false;
+    let mut store_refusals = 0;
+    for _ in 0..50 {
+        if host.is_finished() {
+            break;
+        }
+        let lay = layout(&host.latest_model().1);
+        let mut tasks = Vec::new();
+        for (d, c) in &clients {
+            let (assignment, refused) = retrying(|| c.check_in(&req));
+            store_refusals += refused.len();
+            if let Assignment::Train(t) = assignment {
+                tasks.push((*d, c, t));
+            }
+        }
+        for (k, (d, c, t)) in tasks.iter().enumerate() {
+            if k == 1 && !restarted {
+                // Mid-round, one update in: the database goes down.
+                cluster.stop().unwrap();
+                let down = c.check_in(&req).unwrap_err();
+                let ClientError::Refused {
+                    status,
+                    code,
+                    retry_after,
+                    ..
+                } = &down
+                else {
+                    panic!("{down}");
+                };
+                assert_eq!(
+                    (*status, code.as_str()),
+                    (503, "store_unavailable"),
+                    "{down}"
+                );
+                assert!(retry_after.is_some(), "{down}");
+                cluster.start_again().unwrap();
+                restarted = true;
+            }
+            let body = encode_update(&device_update(&lay, t, *d)).unwrap();
+            let (_, refused) = retrying(|| c.upload(t.round, &body));
+            store_refusals += refused.len();
+        }
+    }
+    assert!(restarted, "the restart happened mid-round");
+    assert!(host.is_finished(), "the run completed");
+    let log = host.round_log().unwrap();
+    host.shutdown().unwrap();
+    let after = released(&data, Some(&url), log);
+    let released_rounds = after
+        .rounds
+        .iter()
+        .filter(|l| l.released_version.is_some())
+        .count();
+    assert_eq!(released_rounds, 3, "{:?}", after.rounds);
+    assert_eq!(
+        after.rounds.len(),
+        3,
+        "no round abandoned: {:?}",
+        after.rounds
+    );
+    assert_eq!(
+        after.ledger.len(),
+        3,
+        "one ledger record per released round"
+    );
+    assert_eq!(after.weights.len(), 4, "v0..v3");
+    eprintln!("{store_refusals} store_unavailable refusals retried after the restart");
+}
+
 /// The cohort is drawn and written when the round opens, in one transaction: check-ins
 /// only read it (no write per check-in, whatever the fleet's size), and the devices told to
 /// train are exactly those `cohort_tasks` hands an in-process driver.

@@ -175,13 +175,17 @@ pub(crate) fn run_plan(
     let out = plan
         .run(tvec!(input.into_tvalue()))
         .map_err(|e| run(format!("{e:#}")))?;
-    let values = out
-        .get(output)
-        .ok_or_else(|| run(format!("no output {output}")))?
+    output_values(&out, output).map_err(run)
+}
+
+/// Output number `i` of a plan's run, flattened to f32s (or why not).
+pub(crate) fn output_values(out: &TVec<TValue>, i: usize) -> Result<Vec<f32>, String> {
+    Ok(out
+        .get(i)
+        .ok_or_else(|| format!("no output {i}"))?
         .to_plain_array_view::<f32>()
-        .map_err(|e| run(format!("{e:#}")))?
+        .map_err(|e| format!("{e:#}"))?
         .iter()
         .copied()
-        .collect();
-    Ok(values)
+        .collect())
 }

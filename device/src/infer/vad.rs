@@ -14,7 +14,7 @@ use std::path::{Path, PathBuf};
 
 use tract_onnx::prelude::*;
 
-use super::{InferError, Plan};
+use super::{output_values, InferError, Plan};
 
 /// The sample rate the model is trained for.
 pub const VAD_RATE: u32 = 16_000;
@@ -128,16 +128,7 @@ impl SileroVad {
                 tensor(&[1, 1, STATE], &self.c)?.into_tvalue(),
             ))
             .map_err(|e| run(format!("{e:#}")))?;
-        let values = |i: usize| -> Result<Vec<f32>, InferError> {
-            Ok(out
-                .get(i)
-                .ok_or_else(|| run(format!("no output {i}")))?
-                .to_plain_array_view::<f32>()
-                .map_err(|e| run(format!("{e:#}")))?
-                .iter()
-                .copied()
-                .collect())
-        };
+        let values = |i: usize| output_values(&out, i).map_err(run);
         let prob = values(0)?
             .first()
             .copied()

@@ -29,3 +29,46 @@ pub fn run(subcommand: &str, args: &[&str]) -> (bool, String, String) {
         String::from_utf8_lossy(&out.stderr).into_owned(),
     )
 }
+
+/// A path in the repository.
+#[allow(dead_code)] // not every test binary uses it
+pub fn repo(path: &str) -> std::path::PathBuf {
+    std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("..")
+        .join(path)
+}
+
+/// `seconds` of the corpus's pink noise at 0.01 with `clips` (start in seconds, path under
+/// data/corpus/kws) added, written to `dir/name` as a 16 kHz 16-bit WAV.
+#[allow(dead_code)] // not every test binary uses it
+pub fn corpus_recording(
+    dir: &std::path::Path,
+    name: &str,
+    seconds: usize,
+    clips: &[(f64, &str)],
+) -> std::path::PathBuf {
+    use hush_device::audio::{read_audio, write_wav_i16, Audio};
+    const RATE: u32 = 16_000;
+    let noise = read_audio(&repo("data/corpus/kws/_background_noise_/pink_noise.flac")).unwrap();
+    let mut samples: Vec<f32> = (0..seconds * RATE as usize)
+        .map(|i| 0.01 * noise.samples[i % noise.samples.len()])
+        .collect();
+    for (start, clip) in clips {
+        let clip = read_audio(&repo(&format!("data/corpus/kws/{clip}"))).unwrap();
+        assert_eq!(clip.sample_rate, RATE);
+        let at = (start * f64::from(RATE)) as usize;
+        for (s, c) in samples[at..].iter_mut().zip(&clip.samples) {
+            *s += c;
+        }
+    }
+    let path = dir.join(name);
+    write_wav_i16(
+        &path,
+        &Audio {
+            samples,
+            sample_rate: RATE,
+        },
+    )
+    .unwrap();
+    path
+}

@@ -127,6 +127,24 @@ fn internal(e: impl std::fmt::Display) -> Response {
     api_error(StatusCode::INTERNAL_SERVER_ERROR, "internal", e.to_string())
 }
 
+/// What a failed engine or store call answers: the store being unreachable (a database
+/// restarting, a full disk) is a 503 `store_unavailable` with `Retry-After`, which devices
+/// retry; anything else a 500.
+fn engine_failed(e: FlError) -> Response {
+    match e {
+        FlError::Store(e) => {
+            warn!("store failed: {e}");
+            retry_later(
+                StatusCode::SERVICE_UNAVAILABLE,
+                "store_unavailable",
+                format!("the host's store failed ({e}); try again"),
+                Duration::from_secs(1),
+            )
+        }
+        e => internal(e),
+    }
+}
+
 fn rejection(r: Rejection) -> Response {
     let status = StatusCode::from_u16(r.status).unwrap_or(StatusCode::BAD_REQUEST);
     api_error(status, r.code, r.error)
@@ -149,7 +167,7 @@ async fn with_mgr<T: Send + 'static>(
     let s = state.clone();
     match tokio::task::spawn_blocking(move || f(&mut s.lock())).await {
         Ok(Ok(v)) => Ok(v),
-        Ok(Err(e)) => Err(internal(e)),
+        Ok(Err(e)) => Err(engine_failed(e)),
         Err(e) => Err(internal(format!("request handler failed: {e}"))),
     }
 }
@@ -191,7 +209,7 @@ async fn authenticate(state: &AppState, headers: &HeaderMap) -> Result<u64, Resp
     match checked {
         Ok(Ok(Ok(id))) => Ok(id),
         Ok(Ok(Err(why))) => Err(unauthorized(why, WHICH)),
-        Ok(Err(e)) => Err(internal(e)),
+        Ok(Err(e)) => Err(engine_failed(e)),
         Err(e) => Err(internal(format!("token check failed: {e}"))),
     }
 }

@@ -47,10 +47,11 @@
 //!
 //! A connection that the server closed (a restart) is opened again on the next call; the
 //! call that saw it fail returns its error. A COMMIT that gets no answer because the
-//! connection died may or may not have committed: for a release and an accepted report —
-//! the two writes whose outcome the engine acts on — the store asks the database on a new
-//! connection and reports what happened (a release the ledger holds is never reported
-//! failed, an update whose receipt is stored never left out of the sum).
+//! connection died may or may not have committed: for a round's opening, a release and an
+//! accepted report — the writes whose outcome the engine acts on — the store asks the
+//! database on a new connection and reports what happened (a round opened is never opened
+//! again, a release the ledger holds is never reported failed, an update whose receipt is
+//! stored never left out of the sum).
 
 use std::cell::{RefCell, RefMut};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
@@ -815,7 +816,20 @@ impl Store for PostgresStore {
             &[&id, &opened, &members],
         )
         .map_err(err("record cohort"))?;
-        tx.commit().map_err(&op)
+        match tx.commit() {
+            Ok(()) => Ok(()),
+            // Committed unless the round is missing: without asking, the engine would try
+            // to open the same round again, and fail on its id, for ever.
+            Err(e) if c.is_closed() => {
+                drop(c);
+                self.lost_commit("open round", e, |client| {
+                    Ok(client
+                        .query_opt("SELECT 1 FROM rounds WHERE id = $1", &[&id])?
+                        .is_some())
+                })
+            }
+            Err(e) => Err(op(e)),
+        }
     }
 
     fn rounds(&self) -> StoreResult<Vec<RoundRow>> {

@@ -304,8 +304,26 @@ fn a_release_whose_commit_goes_unanswered_is_found_committed_or_not() {
     let proxied = format!("postgres://hush@127.0.0.1:{}/cut", proxy.port);
     let mut s = PostgresStore::connect_to_run_rounds(&proxied).unwrap();
     s.add_initial_version(&check::version(0), 1).unwrap();
-    s.open_round(&check::round(1), &[]).unwrap();
     let observer = || PostgresStore::connect(&direct).unwrap();
+
+    // A round's opening: lost before the COMMIT, reported failed and absent (the engine
+    // opens it again); lost after, reported opened, with its cohort.
+    proxy.arm(Cut::BeforeCommit);
+    let err = s
+        .open_round(&check::round(1), &[1, 2])
+        .unwrap_err()
+        .to_string();
+    assert!(err.contains("was not committed"), "{err}");
+    assert!(observer().rounds().unwrap().is_empty());
+    proxy.arm(Cut::AnswerToCommit);
+    let before = proxy.connections();
+    s.open_round(&check::round(1), &[1, 2]).unwrap();
+    assert_eq!(
+        proxy.connections(),
+        before + 1,
+        "cut, and asked on a new connection"
+    );
+    assert_eq!(observer().cohort(1).unwrap(), vec![1, 2]);
 
     // An accepted report: lost before the server saw its COMMIT it is reported failed
     // (the device retries); lost after, it is reported recorded (the engine adds the

@@ -27,7 +27,7 @@
  * Minor version: bumped when functions or status codes are added (compatible: an app
  * built against an older minor version runs unchanged).
  */
-#define HUSH_API_VERSION_MINOR 0
+#define HUSH_API_VERSION_MINOR 1
 
 /**
  * Most samples one `hush_spotter_push` takes: 10 s at 16 kHz.
@@ -373,6 +373,27 @@ HushStatus hush_spotter_push(struct HushSpotter *spotter,
                              struct HushDetection *out,
                              size_t out_cap,
                              size_t *out_len);
+
+/**
+ * Gates the spotter on speech: from now on it runs its model only on windows that hold
+ * speech, as the Silero VAD model at `vad_model` hears it (UTF-8, NUL-terminated, at most
+ * `HUSH_MAX_PATH_BYTES`: the `silero_vad_16k_sequence.onnx` of the repository's
+ * `models/vad/`), a 32 ms frame being speech when its probability reaches `threshold`
+ * (in (0, 1); `hush-device listen --vad` uses 0.05). Windows without speech cost no
+ * inference; on a mostly silent stream about half the CPU (BENCHMARKS.md). Call it after
+ * `hush_spotter_open`, before the first push, once.
+ *
+ * Errors (the spotter unchanged): NULL_POINTER, TOO_LONG (path), INVALID_ARGUMENT (a
+ * threshold out of range; a path that is empty or not UTF-8; samples already pushed; a
+ * gate already set), NOT_FOUND, BAD_PACKAGE (not Silero VAD's sequence export),
+ * UNSUPPORTED_SAMPLE_RATE (a model not at 16 kHz), INVALID_HANDLE.
+ *
+ * # Safety
+ * `vad_model` is NULL or a NUL-terminated string.
+ */
+HushStatus hush_spotter_enable_vad(struct HushSpotter *spotter,
+                                   const char *vad_model,
+                                   float threshold);
 
 /**
  * Writes to `*out` how many detections the spotter holds for the next push.

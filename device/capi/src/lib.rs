@@ -42,8 +42,9 @@ mod train;
 mod transcriber;
 
 pub use spotter::{
-    hush_spotter_close, hush_spotter_default_options, hush_spotter_open, hush_spotter_pending,
-    hush_spotter_push, hush_spotter_sample_rate, HushDetection, HushSpotter, HushSpotterOptions,
+    hush_spotter_close, hush_spotter_default_options, hush_spotter_enable_vad, hush_spotter_open,
+    hush_spotter_pending, hush_spotter_push, hush_spotter_sample_rate, HushDetection, HushSpotter,
+    HushSpotterOptions,
 };
 pub use status::{hush_api_version, hush_last_error_message, hush_status_name, HushStatus};
 pub use train::{hush_train_round, HushClip, HushPrivacyRecord};
@@ -57,7 +58,7 @@ pub use transcriber::{
 pub const HUSH_API_VERSION_MAJOR: u32 = 1;
 /// Minor version: bumped when functions or status codes are added (compatible: an app
 /// built against an older minor version runs unchanged).
-pub const HUSH_API_VERSION_MINOR: u32 = 0;
+pub const HUSH_API_VERSION_MINOR: u32 = 1;
 
 /// Most samples one `hush_spotter_push` takes: 10 s at 16 kHz.
 pub const HUSH_MAX_PUSH_SAMPLES: usize = 160_000;

@@ -4,7 +4,7 @@
 use std::collections::VecDeque;
 use std::ffi::c_char;
 
-use hush::infer::{Detection, KeywordSpotter, KwsClassifier, SpotterOptions};
+use hush::infer::{Detection, KeywordSpotter, KwsClassifier, SileroVad, SpotterOptions, VoiceGate};
 use hush_models::package::Task;
 
 use crate::ffi::{c_str, finite, non_null, out_buffer, out_ptr, put, reset, slice, write_slice};
@@ -83,6 +83,8 @@ struct Spotter {
     pending: VecDeque<Detection>,
     /// Reused for each push's detections.
     fresh: Vec<Detection>,
+    /// A voice-activity gate is set (`hush_spotter_enable_vad`).
+    gated: bool,
 }
 
 impl Spotter {
@@ -177,6 +179,7 @@ pub unsafe extern "C" fn hush_spotter_open(
             spotter,
             pending: VecDeque::new(),
             fresh: Vec::new(),
+            gated: false,
         })?;
         // SAFETY: checked by `out_ptr`; writable per the contract.
         unsafe { put(out, handle_of(token)) };
@@ -275,6 +278,70 @@ pub unsafe extern "C" fn hush_spotter_push(
             unsafe { write_slice(buffer, &ready) };
             // SAFETY: checked by `out_ptr`; writable per the contract.
             unsafe { put(out_len, ready.len()) };
+            Ok(())
+        })
+    })
+}
+
+/// Gates the spotter on speech: from now on it runs its model only on windows that hold
+/// speech, as the Silero VAD model at `vad_model` hears it (UTF-8, NUL-terminated, at most
+/// `HUSH_MAX_PATH_BYTES`: the `silero_vad_16k_sequence.onnx` of the repository's
+/// `models/vad/`), a 32 ms frame being speech when its probability reaches `threshold`
+/// (in (0, 1); `hush-device listen --vad` uses 0.05). Windows without speech cost no
+/// inference; on a mostly silent stream about half the CPU (BENCHMARKS.md). Call it after
+/// `hush_spotter_open`, before the first push, once.
+///
+/// Errors (the spotter unchanged): NULL_POINTER, TOO_LONG (path), INVALID_ARGUMENT (a
+/// threshold out of range; a path that is empty or not UTF-8; samples already pushed; a
+/// gate already set), NOT_FOUND, BAD_PACKAGE (not Silero VAD's sequence export),
+/// UNSUPPORTED_SAMPLE_RATE (a model not at 16 kHz), INVALID_HANDLE.
+///
+/// # Safety
+/// `vad_model` is NULL or a NUL-terminated string.
+#[no_mangle]
+pub unsafe extern "C" fn hush_spotter_enable_vad(
+    spotter: *mut HushSpotter,
+    vad_model: *const c_char,
+    threshold: f32,
+) -> HushStatus {
+    call(|| {
+        let token = token_of(spotter, "spotter")?;
+        // SAFETY: NULL or NUL-terminated per the contract.
+        let path = unsafe { c_str(vad_model, HUSH_MAX_PATH_BYTES, "vad_model") }?;
+        if !(threshold > 0.0 && threshold < 1.0) {
+            return fail(
+                HushStatus::InvalidArgument,
+                format!("`threshold` {threshold}: expected a probability in (0, 1)"),
+            );
+        }
+        let file = std::path::Path::new(path);
+        if !file.is_file() {
+            return fail(
+                HushStatus::NotFound,
+                format!("`vad_model` {path}: no such file"),
+            );
+        }
+        SPOTTERS.with(token, |s| {
+            if s.gated {
+                return fail(
+                    HushStatus::InvalidArgument,
+                    "this spotter is gated already".to_string(),
+                );
+            }
+            let rate = s.spotter.sample_rate();
+            if rate != hush::infer::vad::VAD_RATE {
+                return fail(
+                    HushStatus::UnsupportedSampleRate,
+                    format!(
+                        "the VAD runs at {} Hz; this model's features are at {rate} Hz",
+                        hush::infer::vad::VAD_RATE
+                    ),
+                );
+            }
+            let vad = SileroVad::load(file).map_err(infer_error)?;
+            let gate = VoiceGate::new(vad, threshold, 0).map_err(infer_error)?;
+            s.spotter.set_voice_gate(gate).map_err(infer_error)?;
+            s.gated = true;
             Ok(())
         })
     })

@@ -188,6 +188,72 @@ fn spotter_open_refuses_null_pointers_paths_options_and_packages() {
 }
 
 #[test]
+fn enable_vad_refuses_nulls_thresholds_missing_and_foreign_models_and_late_calls() {
+    let vad = c_path(&common::repo("models/vad/silero_vad_16k_sequence.onnx"));
+    let (s, h) = open_spotter(&kws12());
+    expect(s, S::Ok, "");
+    // SAFETY: NUL-terminated paths (or NULL), a live handle, then a closed one.
+    unsafe {
+        expect(
+            hush_spotter_enable_vad(h, null(), 0.05),
+            S::NullPointer,
+            "vad_model",
+        );
+        expect(
+            hush_spotter_enable_vad(null_mut(), ptr(&vad), 0.05),
+            S::NullPointer,
+            "spotter",
+        );
+        for bad in [0.0, 1.0, -0.5, f32::NAN] {
+            expect(
+                hush_spotter_enable_vad(h, ptr(&vad), bad),
+                S::InvalidArgument,
+                "threshold",
+            );
+        }
+        let missing = c_path(&common::repo("models/vad/no-such.onnx"));
+        expect(
+            hush_spotter_enable_vad(h, ptr(&missing), 0.05),
+            S::NotFound,
+            "no-such.onnx",
+        );
+        let foreign = c_path(&common::repo("models/kws-12/model.onnx"));
+        expect(
+            hush_spotter_enable_vad(h, ptr(&foreign), 0.05),
+            S::BadPackage,
+            "Silero VAD",
+        );
+        // Refused calls left the spotter ungated: the gate can still be set, once.
+        expect(hush_spotter_enable_vad(h, ptr(&vad), 0.05), S::Ok, "");
+        expect(
+            hush_spotter_enable_vad(h, ptr(&vad), 0.05),
+            S::InvalidArgument,
+            "gated already",
+        );
+        expect(hush_spotter_close(h), S::Ok, "");
+        expect(
+            hush_spotter_enable_vad(h, ptr(&vad), 0.05),
+            S::InvalidHandle,
+            "",
+        );
+
+        // After samples were pushed, a gate would count from the wrong start: refused.
+        let (s, h) = open_spotter(&kws12());
+        expect(s, S::Ok, "");
+        let pcm = vec![0.0f32; 1600];
+        let mut n = 0usize;
+        let pushed = hush_spotter_push(h, pcm.as_ptr(), pcm.len(), RATE, null_mut(), 0, &mut n);
+        expect(pushed, S::Ok, "");
+        expect(
+            hush_spotter_enable_vad(h, ptr(&vad), 0.05),
+            S::InvalidArgument,
+            "first push",
+        );
+        expect(hush_spotter_close(h), S::Ok, "");
+    }
+}
+
+#[test]
 fn spotter_push_refuses_nulls_lengths_rates_samples_and_dead_handles() {
     let (s, h) = open_spotter(&kws12());
     expect(s, S::Ok, "");

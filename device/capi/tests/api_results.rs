@@ -25,6 +25,16 @@ use HushStatus as S;
 /// `(time_s, label, score)` of every detection, pushing `chunk` samples at a time into
 /// a spotter whose output holds `cap` detections.
 fn c_detections(samples: &[f32], chunk: usize, cap: usize) -> Vec<(f64, String, f32)> {
+    c_gated_detections(samples, chunk, cap, None)
+}
+
+/// [`c_detections`] with the spotter gated by `vad` (model path, threshold) when given.
+fn c_gated_detections(
+    samples: &[f32],
+    chunk: usize,
+    cap: usize,
+    vad: Option<(&CString, f32)>,
+) -> Vec<(f64, String, f32)> {
     let mut h = null_mut();
     let dir = common::kws12();
     let mut found = Vec::new();
@@ -39,6 +49,9 @@ fn c_detections(samples: &[f32], chunk: usize, cap: usize) -> Vec<(f64, String, 
     // SAFETY: a NUL-terminated path, pointers to locals, and each chunk with its length.
     unsafe {
         expect(hush_spotter_open(ptr(&dir), null(), &mut h), S::Ok, "");
+        if let Some((model, threshold)) = vad {
+            expect(hush_spotter_enable_vad(h, ptr(model), threshold), S::Ok, "");
+        }
         let mut take = |out: &[HushDetection], n: usize| {
             for d in &out[..n] {
                 let label = CStr::from_ptr(d.label.as_ptr())
@@ -116,6 +129,36 @@ fn the_spotter_detects_what_listen_detects_when_it_does() {
     // The label index is the model's.
     let labels = &clf.card().labels;
     assert_eq!(labels.iter().position(|l| l == "stop"), Some(8));
+
+    // Gated on speech by Silero VAD: what the library's gated spotter (`listen --vad`)
+    // detects, the same three keywords; on noise alone, nothing.
+    let vad_path = common::repo("models/vad/silero_vad_16k_sequence.onnx");
+    let gate = || {
+        hush::infer::VoiceGate::new(hush::infer::SileroVad::load(&vad_path).unwrap(), 0.05, 0)
+            .unwrap()
+    };
+    let mut gated = KeywordSpotter::new(&clf, &SpotterOptions::default())
+        .unwrap()
+        .with_voice_gate(gate())
+        .unwrap();
+    let mut want_gated = Vec::new();
+    for piece in samples.chunks(320) {
+        gated.push(piece, &mut want_gated).unwrap();
+    }
+    assert!(gated.windows_skipped() > 0);
+    let want_gated: Vec<(f64, String, f32)> = want_gated
+        .into_iter()
+        .map(|d| (d.time_s, d.label, d.score))
+        .collect();
+    let gated_labels: Vec<&str> = want_gated.iter().map(|d| d.1.as_str()).collect();
+    assert_eq!(gated_labels, ["yes", "stop", "no"], "{want_gated:?}");
+    let model = CString::new(vad_path.to_str().unwrap()).unwrap();
+    for (chunk, cap) in [(101, 1), (HUSH_MAX_PUSH_SAMPLES, 16)] {
+        let got = c_gated_detections(&samples, chunk, cap, Some((&model, 0.05)));
+        assert_eq!(got, want_gated, "gated, chunks of {chunk}, room for {cap}");
+    }
+    let quiet: Vec<f32> = samples[..16_000].iter().map(|s| s * 0.0).collect();
+    assert!(c_gated_detections(&quiet, 1600, 4, Some((&model, 0.05))).is_empty());
 }
 
 #[test]

@@ -108,11 +108,18 @@ impl KeywordSpotter {
         })
     }
 
-    /// The same spotter, running the model only on windows that end within the model's
-    /// window length of speech `gate` heard (so every window holding a frame of speech is
-    /// scored); the others are skipped, and smoothing starts afresh after them. The
-    /// model's rate must be the VAD's, 16 kHz.
+    /// The same spotter, gated by `gate` ([`KeywordSpotter::set_voice_gate`]).
     pub fn with_voice_gate(mut self, gate: VoiceGate) -> Result<Self, InferError> {
+        self.set_voice_gate(gate)?;
+        Ok(self)
+    }
+
+    /// From now on, runs the model only on windows that end within the model's window
+    /// length of speech `gate` heard (so every window holding a frame of speech is
+    /// scored); the others are skipped, and smoothing starts afresh after them. The
+    /// model's rate must be the VAD's, 16 kHz; set it before the first push (the gate
+    /// counts samples from the start of the stream).
+    pub fn set_voice_gate(&mut self, gate: VoiceGate) -> Result<(), InferError> {
         let frame = &self.classifier().features().frame;
         if frame.sample_rate != VAD_RATE {
             return Err(InferError::Options {
@@ -123,11 +130,20 @@ impl KeywordSpotter {
                 ),
             });
         }
+        if self.samples > 0 {
+            return Err(InferError::Options {
+                reason: format!(
+                    "a voice-activity gate is set before the first push; {} samples were \
+                     pushed already",
+                    self.samples
+                ),
+            });
+        }
         let io = self.classifier().card().arch.io();
         let window =
             (io.frames.saturating_sub(1) * frame.window_shift() + frame.window_length()) as u64;
         self.gate = Some(gate.with_hold(window));
-        Ok(self)
+        Ok(())
     }
 
     /// Pushes samples (in [-1, 1], at the model's rate), appends the detections now due

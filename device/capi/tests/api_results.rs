@@ -153,9 +153,27 @@ fn the_spotter_detects_what_listen_detects_when_it_does() {
     let gated_labels: Vec<&str> = want_gated.iter().map(|d| d.1.as_str()).collect();
     assert_eq!(gated_labels, ["yes", "stop", "no"], "{want_gated:?}");
     let model = CString::new(vad_path.to_str().unwrap()).unwrap();
+    // The same detections at the same times however the stream is cut; the smoothed
+    // scores to float rounding only (a large chunk lets the gate see speech later in it,
+    // so smoothing may restart at another slot and add in another order).
     for (chunk, cap) in [(101, 1), (HUSH_MAX_PUSH_SAMPLES, 16)] {
         let got = c_gated_detections(&samples, chunk, cap, Some((&model, 0.05)));
-        assert_eq!(got, want_gated, "gated, chunks of {chunk}, room for {cap}");
+        assert_eq!(
+            got.len(),
+            want_gated.len(),
+            "gated, chunks of {chunk}: {got:?}"
+        );
+        for (g, w) in got.iter().zip(&want_gated) {
+            assert_eq!(
+                (g.0, &g.1),
+                (w.0, &w.1),
+                "gated, chunks of {chunk}, room for {cap}"
+            );
+            assert!(
+                (g.2 - w.2).abs() < 1e-5,
+                "gated, chunks of {chunk}: {g:?} vs {w:?}"
+            );
+        }
     }
     let quiet: Vec<f32> = samples[..16_000].iter().map(|s| s * 0.0).collect();
     assert!(c_gated_detections(&quiet, 1600, 4, Some((&model, 0.05))).is_empty());

@@ -144,7 +144,16 @@ impl LocalCluster {
             .output()
             .map_err(io("running initdb"))?;
         cluster.check("initdb", initdb)?;
-        cluster.start_again()?;
+        // The free port is found by binding and releasing it; another process may take it
+        // before the server binds it: then try another.
+        for attempt in 0.. {
+            cluster.port = 0;
+            match cluster.start_again() {
+                Ok(()) => break,
+                Err(e) if attempt >= 2 => return Err(e),
+                Err(_) => continue,
+            }
+        }
         Ok(cluster)
     }
 

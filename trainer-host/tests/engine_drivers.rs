@@ -138,22 +138,28 @@ fn in_process(model: &Path, data: &Path) -> Released {
     released(data, None, log)
 }
 
-/// The HTTP server on `store_url`'s PostgreSQL database, or SQLite without one.
-fn over_http(model: &Path, data: &Path, store_url: Option<&str>) -> Released {
-    let mut cfg = config(model, data);
-    cfg.server.store = store_url.map(String::from);
-    let host = start_host(cfg).unwrap();
+/// The fleet, enrolled with one token and registered over HTTP: devices 1..=DEVICES and
+/// their clients.
+fn register_fleet(host: &hush_host::server::HostHandle) -> Vec<(u64, HostClient)> {
     let anon = HostClient::new(&host.url(), Duration::from_secs(10)).unwrap();
     let enrolment = host
         .enrol("fleet", DEVICES, Duration::from_secs(3600))
         .unwrap();
-    let clients: Vec<(u64, HostClient)> = (1..=DEVICES)
+    (1..=DEVICES)
         .map(|d| {
             let r = anon.register(&format!("d{d}"), &enrolment).unwrap();
             assert_eq!(r.device_id, d);
             (d, anon.clone().with_token(&r.token))
         })
-        .collect();
+        .collect()
+}
+
+/// The HTTP server on `store_url`'s PostgreSQL database, or SQLite without one.
+fn over_http(model: &Path, data: &Path, store_url: Option<&str>) -> Released {
+    let mut cfg = config(model, data);
+    cfg.server.store = store_url.map(String::from);
+    let host = start_host(cfg).unwrap();
+    let clients = register_fleet(&host);
     let req = CheckInRequest {
         model_version: None,
         examples: 10,
@@ -278,16 +284,7 @@ fn a_database_restart_mid_round_is_a_503_to_retry_and_the_run_completes() {
     let mut cfg = config(&model, &data);
     cfg.server.store = Some(url.clone());
     let host = start_host(cfg).unwrap();
-    let anon = HostClient::new(&host.url(), Duration::from_secs(10)).unwrap();
-    let enrolment = host
-        .enrol("fleet", DEVICES, Duration::from_secs(3600))
-        .unwrap();
-    let clients: Vec<(u64, HostClient)> = (1..=DEVICES)
-        .map(|d| {
-            let r = anon.register(&format!("d{d}"), &enrolment).unwrap();
-            (d, anon.clone().with_token(&r.token))
-        })
-        .collect();
+    let clients = register_fleet(&host);
     let req = CheckInRequest {
         model_version: None,
         examples: 10,

@@ -83,8 +83,6 @@ struct Spotter {
     pending: VecDeque<Detection>,
     /// Reused for each push's detections.
     fresh: Vec<Detection>,
-    /// A voice-activity gate is set (`hush_spotter_enable_vad`).
-    gated: bool,
 }
 
 impl Spotter {
@@ -179,7 +177,6 @@ pub unsafe extern "C" fn hush_spotter_open(
             spotter,
             pending: VecDeque::new(),
             fresh: Vec::new(),
-            gated: false,
         })?;
         // SAFETY: checked by `out_ptr`; writable per the contract.
         unsafe { put(out, handle_of(token)) };
@@ -308,12 +305,6 @@ pub unsafe extern "C" fn hush_spotter_enable_vad(
         let token = token_of(spotter, "spotter")?;
         // SAFETY: NULL or NUL-terminated per the contract.
         let path = unsafe { c_str(vad_model, HUSH_MAX_PATH_BYTES, "vad_model") }?;
-        if !(threshold > 0.0 && threshold < 1.0) {
-            return fail(
-                HushStatus::InvalidArgument,
-                format!("`threshold` {threshold}: expected a probability in (0, 1)"),
-            );
-        }
         let file = std::path::Path::new(path);
         if !file.is_file() {
             return fail(
@@ -322,12 +313,6 @@ pub unsafe extern "C" fn hush_spotter_enable_vad(
             );
         }
         SPOTTERS.with(token, |s| {
-            if s.gated {
-                return fail(
-                    HushStatus::InvalidArgument,
-                    "this spotter is gated already".to_string(),
-                );
-            }
             let rate = s.spotter.sample_rate();
             if rate != hush::infer::vad::VAD_RATE {
                 return fail(
@@ -339,10 +324,8 @@ pub unsafe extern "C" fn hush_spotter_enable_vad(
                 );
             }
             let vad = SileroVad::load(file).map_err(infer_error)?;
-            let gate = VoiceGate::new(vad, threshold, 0).map_err(infer_error)?;
-            s.spotter.set_voice_gate(gate).map_err(infer_error)?;
-            s.gated = true;
-            Ok(())
+            let gate = VoiceGate::new(vad, threshold).map_err(infer_error)?;
+            s.spotter.set_voice_gate(gate).map_err(infer_error)
         })
     })
 }

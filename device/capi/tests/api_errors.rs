@@ -228,7 +228,7 @@ fn enable_vad_refuses_nulls_thresholds_missing_and_foreign_models_and_late_calls
         expect(
             hush_spotter_enable_vad(h, ptr(&vad), 0.05),
             S::InvalidArgument,
-            "gated already",
+            "gate already",
         );
         expect(hush_spotter_close(h), S::Ok, "");
         expect(

@@ -134,8 +134,7 @@ fn the_spotter_detects_what_listen_detects_when_it_does() {
     // detects, the same three keywords; on noise alone, nothing.
     let vad_path = common::repo("models/vad/silero_vad_16k_sequence.onnx");
     let gate = || {
-        hush::infer::VoiceGate::new(hush::infer::SileroVad::load(&vad_path).unwrap(), 0.05, 0)
-            .unwrap()
+        hush::infer::VoiceGate::new(hush::infer::SileroVad::load(&vad_path).unwrap(), 0.05).unwrap()
     };
     let mut gated = KeywordSpotter::new(&clf, &SpotterOptions::default())
         .unwrap()

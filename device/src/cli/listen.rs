@@ -90,7 +90,7 @@ impl Listener {
         let mut spotter = KeywordSpotter::new(clf, &opts)
             .map_err(|e| anyhow::anyhow!("{}: {e}", args.model.display()))?;
         if let Some(vad) = &args.vad {
-            let gate = VoiceGate::new(SileroVad::load(vad)?, args.vad_threshold, 0)?;
+            let gate = VoiceGate::new(SileroVad::load(vad)?, args.vad_threshold)?;
             spotter = spotter.with_voice_gate(gate)?;
         }
         Ok(Self {

@@ -117,8 +117,8 @@ impl KeywordSpotter {
     /// From now on, runs the model only on windows that end within the model's window
     /// length of speech `gate` heard (so every window holding a frame of speech is
     /// scored); the others are skipped, and smoothing starts afresh after them. The
-    /// model's rate must be the VAD's, 16 kHz; set it before the first push (the gate
-    /// counts samples from the start of the stream).
+    /// model's rate must be the VAD's, 16 kHz; set it once, before the first push (the
+    /// gate counts samples from the start of the stream).
     pub fn set_voice_gate(&mut self, gate: VoiceGate) -> Result<(), InferError> {
         let frame = &self.classifier().features().frame;
         if frame.sample_rate != VAD_RATE {
@@ -128,6 +128,11 @@ impl KeywordSpotter {
                      at {} Hz",
                     frame.sample_rate
                 ),
+            });
+        }
+        if self.gate.is_some() {
+            return Err(InferError::Options {
+                reason: "this spotter has a voice-activity gate already".into(),
             });
         }
         if self.samples > 0 {

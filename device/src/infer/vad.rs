@@ -150,7 +150,8 @@ impl SileroVad {
 
 /// Speech or not, for any sample of the stream: open from the first frame whose speech
 /// probability reaches `threshold` until `hold` samples after the end of the last such
-/// frame.
+/// frame (the spotter sets `hold` to its window's length,
+/// [`crate::infer::KeywordSpotter::set_voice_gate`]).
 #[derive(Debug, Clone)]
 pub struct VoiceGate {
     vad: SileroVad,
@@ -163,8 +164,8 @@ pub struct VoiceGate {
 
 impl VoiceGate {
     /// A gate over `vad` that opens at a frame with speech probability ≥ `threshold` (in
-    /// (0, 1)) and stays open `hold` samples after the last one.
-    pub fn new(vad: SileroVad, threshold: f32, hold: u64) -> Result<Self, InferError> {
+    /// (0, 1)); it holds nothing until given a hold ([`VoiceGate::with_hold`]).
+    pub fn new(vad: SileroVad, threshold: f32) -> Result<Self, InferError> {
         if !(threshold > 0.0 && threshold < 1.0) {
             return Err(InferError::Options {
                 reason: format!("VAD threshold {threshold}: expected a probability in (0, 1)"),
@@ -173,7 +174,7 @@ impl VoiceGate {
         Ok(Self {
             vad,
             threshold,
-            hold,
+            hold: 0,
             last_speech_end: None,
             probs: Vec::new(),
         })
@@ -203,10 +204,5 @@ impl VoiceGate {
     pub fn open_at(&self, at: u64) -> bool {
         self.last_speech_end
             .is_some_and(|end| end.saturating_add(self.hold) >= at)
-    }
-
-    /// Frames of 32 ms the VAD has judged.
-    pub fn frames_judged(&self) -> u64 {
-        self.vad.frames_done()
     }
 }

@@ -330,11 +330,6 @@ impl PostgresStore {
         Ok(store)
     }
 
-    /// Where the store is (its URL without the password).
-    pub fn location(&self) -> &str {
-        &self.location
-    }
-
     /// The connection, opened again first if the server closed it.
     fn client(&self) -> StoreResult<RefMut<'_, Client>> {
         let mut client = self.client.borrow_mut();

@@ -156,32 +156,78 @@ fn register_fleet(host: &hush_host::server::HostHandle) -> Vec<(u64, HostClient)
 
 /// The HTTP server on `store_url`'s PostgreSQL database, or SQLite without one.
 fn over_http(model: &Path, data: &Path, store_url: Option<&str>) -> Released {
-    let mut cfg = config(model, data);
-    cfg.server.store = store_url.map(String::from);
-    let host = start_host(cfg).unwrap();
-    let clients = register_fleet(&host);
+    replicas_over_http(model, data, store_url, 1)
+}
+
+/// `replicas` servers on `store_url`'s database (replica `i > 0` in `<data>-<i>`): device
+/// `d` registers with, checks in at and uploads to replica `d % replicas`.
+fn replicas_over_http(
+    model: &Path,
+    data: &Path,
+    store_url: Option<&str>,
+    replicas: usize,
+) -> Released {
+    let hosts: Vec<_> = (0..replicas)
+        .map(|i| {
+            let dir = match i {
+                0 => data.to_path_buf(),
+                i => PathBuf::from(format!("{}-{i}", data.display())),
+            };
+            let mut cfg = config(model, &dir);
+            cfg.server.store = store_url.map(String::from);
+            start_host(cfg).unwrap()
+        })
+        .collect();
+    let clients: Vec<(u64, HostClient)> = if replicas == 1 {
+        register_fleet(&hosts[0])
+    } else {
+        let enrolment = hosts[0]
+            .enrol("fleet", DEVICES, Duration::from_secs(3600))
+            .unwrap();
+        let mut fleet: Vec<(u64, HostClient)> = (1..=DEVICES)
+            .map(|d| {
+                let host = &hosts[d as usize % replicas];
+                let anon = HostClient::new(&host.url(), Duration::from_secs(10)).unwrap();
+                let r = anon.register(&format!("d{d}"), &enrolment).unwrap();
+                (r.device_id, anon.with_token(&r.token))
+            })
+            .collect();
+        fleet.sort_by_key(|(d, _)| *d);
+        assert_eq!(
+            fleet.iter().map(|(d, _)| *d).collect::<Vec<_>>(),
+            (1..=DEVICES).collect::<Vec<_>>()
+        );
+        fleet
+    };
     let req = CheckInRequest {
         model_version: None,
         examples: 10,
     };
-    for _ in 0..50 {
-        if host.is_finished() {
+    for _ in 0..500 {
+        if hosts.iter().all(|h| h.is_finished()) {
             break;
         }
-        let lay = layout(&host.latest_model().1);
+        let lay = layout(&hosts[0].latest_model().1);
         let mut tasks = Vec::new();
         for (d, c) in clients.iter().rev() {
             if let Assignment::Train(t) = c.check_in(&req).unwrap() {
                 tasks.push((*d, c, t));
             }
         }
+        if tasks.is_empty() {
+            // Replicas learn of a release at their next tick.
+            std::thread::sleep(Duration::from_millis(20));
+        }
         for (d, c, t) in tasks {
             let body = encode_update(&device_update(&lay, &t, d)).unwrap();
             c.upload(t.round, &body).unwrap();
         }
     }
-    let log = host.round_log().unwrap();
-    host.shutdown().unwrap();
+    assert!(hosts.iter().all(|h| h.is_finished()), "the run finished");
+    let log = hosts[0].round_log().unwrap();
+    for host in hosts {
+        host.shutdown().unwrap();
+    }
     released(data, store_url, log)
 }
 
@@ -245,6 +291,45 @@ fn the_same_seed_and_inputs_release_the_same_models_and_ledger_on_postgresql() {
         !data.join(DB_FILE).exists(),
         "no SQLite store beside PostgreSQL"
     );
+}
+
+/// Three replicas on one PostgreSQL database, the fleet spread over them, release what one
+/// host releases on the same seed and the same inputs, bit for bit: each replica adds the
+/// updates it receives into its own partial sum on the fixed-point grid, and the
+/// coordinator adds the partial sums (integers: the same total however they were split)
+/// and the noise once.
+#[test]
+fn three_replicas_on_postgresql_release_what_one_host_releases() {
+    let test = "three_replicas_on_postgresql_release_what_one_host_releases";
+    let Some(cluster) = start_for_test(test) else {
+        return;
+    };
+    let url = cluster.create_database("replicas").unwrap();
+    let tmp = tempfile::tempdir().unwrap();
+    let model = common::tiny_package(tmp.path());
+    let a = in_process(&model, &tmp.path().join("in-process"));
+    let r = replicas_over_http(&model, &tmp.path().join("replica"), Some(&url), 3);
+    assert_eq!(a.ledger.len(), 3, "three releases: {:?}", a.rounds);
+    assert_eq!(a.ledger, r.ledger, "one ledger record per round");
+    assert_eq!(a.weights, r.weights, "bit-identical model versions");
+    let shape = |r: &[RoundLog]| -> Vec<(u64, u64, u64, String)> {
+        r.iter()
+            .map(|l| {
+                (
+                    l.round,
+                    l.realized_cohort,
+                    l.reports_accepted,
+                    format!("{:?}", l.state),
+                )
+            })
+            .collect()
+    };
+    assert_eq!(shape(&a.rounds), shape(&r.rounds));
+    // Every replica serves every version: the files came from the database.
+    for i in 1..3 {
+        let dir = tmp.path().join(format!("replica-{i}/models/v3"));
+        assert_eq!(std::fs::read(dir.join(WEIGHTS)).unwrap(), r.weights[3]);
+    }
 }
 
 /// Calls `f` until it succeeds, as a device's client would: only transient failures are
@@ -423,4 +508,58 @@ fn a_round_draws_and_writes_its_whole_cohort_when_it_opens() {
         .unwrap();
     let expected: Vec<(i64, i64)> = drawn.iter().map(|&d| (d as i64, 1)).collect();
     assert_eq!(rows, expected, "one row per drawn device, written at open");
+}
+
+/// A replica whose clock runs an hour ahead does not close a round early: with several
+/// replicas, a round's deadline is set and compared by the database's clock.
+#[test]
+fn a_replica_with_a_clock_an_hour_ahead_does_not_close_a_round_early() {
+    use hush_host::fl::{Clock, SystemClock};
+    let test = "a_replica_with_a_clock_an_hour_ahead_does_not_close_a_round_early";
+    let Some(cluster) = start_for_test(test) else {
+        return;
+    };
+    let url = cluster.create_database("clock").unwrap();
+    let tmp = tempfile::tempdir().unwrap();
+    let model = common::tiny_package(tmp.path());
+    let mut cfg = config(&model, &tmp.path().join("ahead"));
+    cfg.server.store = Some(url.clone());
+    cfg.rounds.sampling_rate = 1.0;
+    let hour = 3_600_000;
+    let ahead = ManualClock::new(SystemClock.now_ms() + hour);
+    let store = hush_host::store::PostgresStore::connect_as_replica(&url).unwrap();
+    let mut engine = RoundEngine::open(cfg, store, ahead.clone()).unwrap();
+    let enrolment = engine
+        .issue_enrolment("fleet", DEVICES, Duration::from_secs(3 * 3600))
+        .unwrap()
+        .token;
+    for d in 1..=DEVICES {
+        engine
+            .register(&format!("d{d}"), &enrolment)
+            .unwrap()
+            .unwrap();
+    }
+    let req = CheckInRequest {
+        model_version: None,
+        examples: 10,
+    };
+    assert!(matches!(
+        engine.check_in(1, &req).unwrap(),
+        Assignment::Train(_)
+    ));
+    // By this replica's clock the 600 s deadline passed long ago; by the database's it
+    // has not: the round stays open.
+    ahead.advance(hour);
+    engine.tick().unwrap();
+    let status = engine.status().unwrap();
+    assert_eq!(status.open_round, Some(1), "{:?}", engine.round_log());
+    let row = &engine.round_log().unwrap()[0];
+    assert_eq!(row.state, hush_host::fl::store::RoundState::Open);
+    let store = hush_host::store::open(tmp.path(), Some(&url)).unwrap();
+    let opened = store.rounds().unwrap()[0].opened_at_ms;
+    let now = SystemClock.now_ms();
+    assert!(
+        opened <= now && now - opened < 60_000,
+        "opened at {opened} by the database's clock, not this replica's ({now})"
+    );
 }

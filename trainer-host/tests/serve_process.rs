@@ -690,3 +690,172 @@ fn json_logs_are_one_object_per_line() {
     }
     assert!(log.contains("registration refused"), "{log}");
 }
+
+/// A replica's `hush.toml` in `dir`: its own data directory, the shared database.
+fn write_replica_config(dir: &Path, model: &Path, store: &str) -> PathBuf {
+    std::fs::create_dir_all(dir).unwrap();
+    let data = dir.join("data");
+    let config = dir.join("hush.toml");
+    std::fs::write(
+        &config,
+        format!(
+            "seed = 3\n\
+             [server]\ndata_dir = {data:?}\ninitial_model = {model:?}\ntick_ms = 20\n\
+             store = {store:?}\n\
+             [rounds]\nrounds = 2\nsampling_rate = 1.0\nmin_devices = 4\n\
+             min_reports = 1\ndeadline_secs = 120.0\n\
+             [dp]\nnoise_multiplier = 1.0\nclip = 1.0\n\
+             [budget]\nepsilon = 1000.0\ndelta = 1e-5\n"
+        ),
+    )
+    .unwrap();
+    config
+}
+
+/// Device `token`'s client at the replica `url`.
+fn device_at(url: &str, token: &str) -> HostClient {
+    HostClient::new(url, Duration::from_secs(10))
+        .unwrap()
+        .with_token(token)
+}
+
+/// Uploads to the first replica of `urls` that answers, as a device with a list of host
+/// URLs does: a replica that is down is skipped.
+fn upload_anywhere(urls: &[&str], token: &str, round: u64, body: &[u8]) {
+    for url in urls {
+        match device_at(url, token).upload(round, body) {
+            Ok(_) => return,
+            Err(e) if e.is_transient() => continue,
+            Err(e) => panic!("upload to {url}: {e}"),
+        }
+    }
+    panic!("no replica took the upload");
+}
+
+/// Waits until the replica's status shows `rounds` released.
+fn wait_for_rounds(host: &Serve, rounds: u64, when: &str) {
+    let start = Instant::now();
+    while host.client().status().unwrap().rounds_done < rounds {
+        assert!(
+            start.elapsed() < Duration::from_secs(60),
+            "{when}: round {rounds} was not released"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+/// Three `serve` replicas on one PostgreSQL database. Round 1: a replica is killed after
+/// accepting an update (its device's retry lands elsewhere as a duplicate, nothing is
+/// lost: the update is in its partial sum in the database), and the coordinator dies at a
+/// named point of the release; the last replica takes the coordinator's lock and finishes
+/// the release from the partial sums, or finds it committed. Round 2 runs on the replicas
+/// left (one started again). At every fault point: one ledger record per released round,
+/// each round's accepted updates counted once, every version's files on every live
+/// replica matching the digest its release committed.
+#[test]
+fn replicas_killed_mid_round_and_mid_release_count_every_update_once() {
+    use hush_host::fl::store::SharedRounds as _;
+    let test = "replicas_killed_mid_round_and_mid_release_count_every_update_once";
+    let Some(cluster) = hush_host::store::postgres_cluster::start_for_test(test) else {
+        return;
+    };
+    let tmp = tempfile::tempdir().unwrap();
+    let model = common::tiny_package(tmp.path());
+    for (i, point) in RELEASE_POINTS.iter().enumerate() {
+        let url = cluster.create_database(&format!("faults{i}")).unwrap();
+        let dir = tmp.path().join(point);
+        let [ca, cb, cc] =
+            ["a", "b", "c"].map(|r| write_replica_config(&dir.join(r), &model, &url));
+        let (pa, pb, pc) = (free_port(), free_port(), free_port());
+        let a = Serve::start_with_fault(&ca, pa, Some(point));
+        let b = Serve::start(&cb, pb);
+        let c = Serve::start(&cc, pc);
+        let (ua, ub, uc) = (a.url.clone(), b.url.clone(), c.url.clone());
+        let enrolment = a.enrol(4);
+        let tokens: Vec<String> = (1..=4)
+            .map(|d| {
+                let r = a.anon().register(&format!("d{d}"), &enrolment).unwrap();
+                assert_eq!(r.device_id, d);
+                r.token
+            })
+            .collect();
+        // Device 1 checks in first, at A: A opens round 1 and coordinates it. The others
+        // check in at their own replicas, which learn of the round from the database.
+        let homes = [&ua, &ub, &uc, &ub];
+        let tasks: Vec<TrainTask> = tokens
+            .iter()
+            .zip(homes)
+            .map(|(t, u)| task(&device_at(u, t)))
+            .collect();
+        assert!(tasks.iter().all(|t| t.round == 1), "{point}: {tasks:?}");
+        let body = |d: usize| common::small_update_body(&model, &tasks[d], d as u64 + 1);
+        upload_anywhere(&[&ua], &tokens[0], 1, &body(0));
+        upload_anywhere(&[&ub], &tokens[1], 1, &body(1));
+        upload_anywhere(&[&ub], &tokens[3], 1, &body(3));
+        b.kill();
+        // Device 4 did not hear B's answer: it sends the same update to C.
+        upload_anywhere(&[&ub, &uc], &tokens[3], 1, &body(3));
+        upload_anywhere(&[&uc], &tokens[2], 1, &body(2));
+        // Every device has reported: A closes the round and dies at `point`; C takes over.
+        a.wait_for_abort();
+        wait_for_rounds(&c, 1, point);
+
+        // Round 2, on C and B started again (a new replica): device 1 checks in first at
+        // C (the coordinator, or the first to take the lock), devices 2 and 4 at B.
+        let b = Serve::start(&cb, pb);
+        let homes = [&uc, &ub, &uc, &ub];
+        let tasks: Vec<TrainTask> = tokens
+            .iter()
+            .zip(homes)
+            .map(|(t, u)| task(&device_at(u, t)))
+            .collect();
+        assert!(
+            tasks.iter().all(|t| t.round == 2 && t.model_version == 1),
+            "{point}"
+        );
+        for (d, (token, home)) in tokens.iter().zip(homes).enumerate() {
+            let body = common::small_update_body(&model, &tasks[d], d as u64 + 1);
+            upload_anywhere(&[home], token, 2, &body);
+        }
+        wait_for_rounds(&c, 2, point);
+        wait_for_rounds(&b, 2, point);
+        assert!(c.client().status().unwrap().finished, "{point}");
+
+        let store = hush_host::store::PostgresStore::connect_as_replica(&url).unwrap();
+        let rounds = store.rounds().unwrap();
+        assert_eq!(rounds.len(), 2, "{point}: {rounds:?}");
+        for r in &rounds {
+            assert_eq!(r.state, RoundState::Released, "{point}: {r:?}");
+            assert_eq!(
+                r.accepted, 4,
+                "{point}: round {} counts each device once",
+                r.id
+            );
+            let sums = store.partial_sums(r.id).unwrap();
+            assert_eq!(sums.iter().map(|p| p.accepted).sum::<u64>(), 4, "{point}");
+        }
+        assert_eq!(
+            store.partial_sums(1).unwrap().len(),
+            3,
+            "{point}: round 1's updates went into A's, B's and C's partial sums"
+        );
+        let records = store.records().unwrap();
+        assert_eq!(
+            records.len(),
+            2,
+            "{point}: one ledger record per released round"
+        );
+        let versions = store.model_versions().unwrap();
+        assert_eq!(versions.len(), 3, "{point}");
+        for (serve, config) in [(&b, &cb), (&c, &cc)] {
+            assert_eq!(serve.client().status().unwrap().model_version, 2, "{point}");
+            let data = config.parent().unwrap().join("data");
+            for v in &versions {
+                let files = data.join("models").join(format!("v{}", v.version));
+                assert_eq!(digest(&files).unwrap(), v.digest, "{point}: v{}", v.version);
+            }
+        }
+        b.kill();
+        c.kill();
+    }
+}

@@ -351,12 +351,15 @@ fn uploads_beyond_the_concurrency_limit_get_503_with_retry_after() {
     c.limits.max_concurrent_uploads = 1;
     c.limits.body_timeout_secs = 60.0;
     let host = start_host(c).unwrap();
-    let a = register(
-        &host,
-        &host.enrol("t", 1, Duration::from_secs(3600)).unwrap(),
-    );
+    let enrolment = host.enrol("t", 2, Duration::from_secs(3600)).unwrap();
+    let a = register(&host, &enrolment);
     let t = task(&host, &a.token);
     let body = small_update_body(&f.model, &t, a.device_id);
+    // The probe is a device registered after the round opened: should it get the slot
+    // before the stalled upload does, it is refused (not in the cohort) rather than
+    // counted, so the round stays open for the test.
+    let b = register(&host, &enrolment);
+    let probe = small_update_body(&f.model, &t, b.device_id);
 
     // One upload holds the only slot: its headers sent, its body stalled.
     let mut slow = TcpStream::connect(host.addr).unwrap();
@@ -370,11 +373,11 @@ fn uploads_beyond_the_concurrency_limit_get_503_with_retry_after() {
     )
     .unwrap();
     slow.write_all(&body[..10]).unwrap();
-    // Once the server is reading it, the same update from another connection is turned
-    // away with a time to come back.
+    // Once the server is reading it, another upload is turned away with a time to come
+    // back.
     let mut busy = None;
     wait_until("the second upload is refused as busy", || {
-        let r = upload(&host, &a.token, t.round, &body);
+        let r = upload(&host, &b.token, t.round, &probe);
         let refused = r.status == 503;
         busy = Some(r);
         refused

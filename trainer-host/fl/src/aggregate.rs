@@ -255,6 +255,42 @@ impl Aggregator {
         self.accepted
     }
 
+    /// The sum's grid values as little-endian `i64`s, layer after layer (a replica's
+    /// partial sum as the database keeps it; [`Aggregator::add_partial`] reads it back).
+    pub fn to_bytes(&self) -> Vec<u8> {
+        let mut out = Vec::with_capacity(8 * self.sum.iter().map(|l| l.data.len()).sum::<usize>());
+        for l in &self.sum {
+            for v in &l.data {
+                out.extend_from_slice(&v.to_le_bytes());
+            }
+        }
+        out
+    }
+
+    /// Adds another partial sum of the same layout (from [`Aggregator::to_bytes`]) holding
+    /// `accepted` updates: integer addition, so the total is the one a single sum of
+    /// every update would hold, however they were split.
+    pub fn add_partial(&mut self, bytes: &[u8], accepted: u64) -> Result<(), String> {
+        let values: usize = self.sum.iter().map(|l| l.data.len()).sum();
+        if bytes.len() != 8 * values {
+            return Err(format!(
+                "a partial sum of {} bytes does not fit the model's {values} values",
+                bytes.len()
+            ));
+        }
+        let mut chunks = bytes.chunks_exact(8);
+        for l in &mut self.sum {
+            for (a, c) in l.data.iter_mut().zip(&mut chunks) {
+                let v = i64::from_le_bytes(c.try_into().expect("chunks of 8"));
+                *a = a
+                    .checked_add(v)
+                    .ok_or_else(|| "partial sums overflow the grid".to_string())?;
+            }
+        }
+        self.accepted += accepted;
+        Ok(())
+    }
+
     /// The sum as floats (to be privatized).
     pub fn into_sum(self) -> Vec<NamedTensor> {
         let scale = self.scale;

@@ -34,8 +34,19 @@
 //!   then make the files visible. A failure before the commit abandons the round with
 //!   nothing recorded; a crash anywhere is finished or undone by the next start
 //!   ([`ModelDirs::recover`]). The named [`fault`] points sit between these steps.
-//! - **Restart.** A round still open in the store lost its in-memory sum: it is marked
-//!   abandoned (no release, no ε) and the next check-in opens a fresh one. Tokens, cohorts and
+//! - **Replicas.** On a store with [`SharedRounds`] (PostgreSQL), several hosts share the
+//!   rounds (docs/design/replicas.md): each adds the uploads it accepts into its own
+//!   partial sum, committed with the report before the device hears 200 (a device counts
+//!   once per round whichever replica it reaches); one replica, the coordinator (a lock in
+//!   the database), opens rounds and closes them — uploads end (`closing`), every partial
+//!   sum is added (integers: the same total however they were split), then the release
+//!   above, its files written into the database in the same transaction. Every replica
+//!   catches up at each tick and request (`sync`: new versions copied from the database,
+//!   the current round); deadlines are the database's clock. A coordinator that dies
+//!   leaves its round to the next one, which finishes a `closing` round from the partial
+//!   sums, so a round is released once or not at all.
+//! - **Restart.** Alone, a round still open in the store lost its in-memory sum: it is
+//!   marked abandoned (no release, no ε) and the next check-in opens a fresh one. Tokens, cohorts and
 //!   reports are in the store. The server optimizer's state is written into each published
 //!   model version ([`OPTIMIZER_STATE`]), so a restarted host goes on with the same moments.
 
@@ -74,7 +85,8 @@ use crate::fault;
 use crate::publish::ModelDirs;
 pub use crate::publish::OPTIMIZER_STATE;
 use crate::store::{
-    ModelVersionRow, NewDevice, ReleaseCommit, ReportRow, RoundOutcome, RoundRow, RoundState, Store,
+    Added, ModelVersionRow, NewDevice, PartialSum, ReleaseCommit, ReportRow, RoundOutcome,
+    RoundRow, RoundState, SharedRounds, Store,
 };
 use crate::{FlConfig, FlError};
 
@@ -109,13 +121,22 @@ pub struct RoundLog {
 
 struct OpenRound {
     row: RoundRow,
-    authorization: Option<Authorization>,
-    mechanism: Option<GaussianMechanism>,
+    /// The release's noise and ledger authorization, fixed when the round opened (`None`
+    /// without DP, or in a replica that did not open it: worked out again at its close).
+    terms: Option<RoundTerms>,
+    /// The sum of the updates accepted here (with several replicas, this replica's
+    /// partial sum; the release adds up every replica's).
     agg: Aggregator,
     /// The devices drawn into the cohort when the round opened (`row.selected` of them).
     cohort: HashSet<u64>,
     reported: HashSet<u64>,
     rejected: u64,
+}
+
+/// A private round's noise and the ledger's authorization of its release.
+struct RoundTerms {
+    mechanism: GaussianMechanism,
+    authorization: Authorization,
 }
 
 /// Where the noise of each release comes from.
@@ -247,11 +268,17 @@ impl<S: Store, C: Clock> RoundEngine<S, C> {
         .map_err(|e| FlError::config("budget", &e.to_string()))?;
 
         let mut versions = store.model_versions()?;
+        if let Some(shared) = store.shared_rounds() {
+            // One of several replicas: every version the others released, from the database.
+            materialize_versions(&models, shared, &versions)?;
+        }
         models.recover(&versions)?;
         let now = clock.now_ms();
-        // An open round's sum died with the previous process.
+        // An open round's sum died with the previous process (with several replicas the
+        // round goes on: its partial sums are in the database).
+        let alone = store.shared_rounds().is_none();
         for r in store.rounds()? {
-            if r.state == RoundState::Open {
+            if alone && r.state == RoundState::Open {
                 warn!(
                     round = r.id,
                     "round was open when the host stopped; abandoning it"
@@ -283,15 +310,33 @@ impl<S: Store, C: Clock> RoundEngine<S, C> {
                 round: None,
                 digest,
             };
-            store.add_initial_version(&v0, now)?;
+            match store.shared_rounds() {
+                Some(shared) => {
+                    let files = read_files(&models.staging_dir(0))?;
+                    let stored = shared.publish_initial(&v0, &files, now)?;
+                    if stored.digest != v0.digest {
+                        models.discard(0);
+                        return Err(FlError::config(
+                            "server.initial_model",
+                            &format!(
+                                "another replica on this database published a different \
+                                 initial model (SHA-256 {} against this one's {}); replicas \
+                                 share one configuration",
+                                stored.digest, v0.digest
+                            ),
+                        ));
+                    }
+                }
+                None => store.add_initial_version(&v0, now)?,
+            }
             let dir = models.make_visible(0)?;
             info!(path = %dir.display(), "initial model published as v0");
             versions.push(v0);
         }
         let model_version = versions.iter().map(|v| v.version).max().unwrap_or(0);
         let model_dir = models.version_dir(model_version);
-        let (card, model) = load_package(&model_dir, &Device::flex())?;
-        let weights = model.named_tensors()?;
+        let (card, _) = load_package(&model_dir, &Device::flex())?;
+        let weights = load_weights(&model_dir)?;
         let layout: Vec<(String, Vec<usize>)> = weights
             .iter()
             .filter(|t| is_trainable(&t.name))
@@ -327,10 +372,7 @@ impl<S: Store, C: Clock> RoundEngine<S, C> {
         };
         let cohort = KeyedPoissonSampler::new(q, key)?;
         let rounds = store.rounds()?;
-        let released = rounds
-            .iter()
-            .filter(|r| matches!(r.state, RoundState::Released | RoundState::ReleaseFailed))
-            .count() as u64;
+        let released = released_count(&rounds);
         let next_round = rounds.last().map_or(1, |r| r.id + 1);
         let rejected_total = store.rejected_total()?;
         let mut m = Self {
@@ -462,9 +504,91 @@ impl<S: Store, C: Clock> RoundEngine<S, C> {
         crate::enrolment::authenticate(self.store(), token, self.clock.now_ms())
     }
 
+    /// Round `id`'s expected cohort over `population` active devices: the divisor.
+    fn expected_cohort(&self, population: u64) -> Result<ExpectedCount, FlError> {
+        Ok(
+            ExpectedCount::poisson(self.cfg.rounds.sampling_rate, population as usize)?
+                .with_availability(self.cfg.rounds.availability)?,
+        )
+    }
+
+    /// The noise of round `id` (over `population` devices, training model `version`) and
+    /// the ledger's authorization of its release; `Ok(None)` without DP. `Err(reason)`
+    /// inside: the round cannot be released (budget exhausted, bad noise cohort), and
+    /// training is finished for that reason.
+    fn round_terms(
+        &self,
+        id: u64,
+        population: u64,
+        version: u64,
+    ) -> Result<Result<Option<RoundTerms>, String>, FlError> {
+        if !self.cfg.dp.enabled {
+            return Ok(Ok(None));
+        }
+        let q = self.cfg.rounds.sampling_rate;
+        let mut mechanism = GaussianMechanism::new(
+            self.cfg.dp.noise_multiplier,
+            self.bounds.sensitivity(),
+            self.expected_cohort(population)?,
+            self.cfg.dp.noise_kind(),
+        )?;
+        if let Some(m) = self.cfg.dp.noise_cohort_size {
+            mechanism = match mechanism.with_noise_cohort(m) {
+                Ok(m) => m,
+                Err(e) => return Ok(Err(format!("dp.noise_cohort_size: {e}"))),
+            };
+        }
+        // The multiplier actually used against the sensitivity: z·C/M with a noise cohort.
+        let z_eff = mechanism.noise_std_on_sum() / mechanism.sensitivity;
+        let release = Release {
+            mechanism: Mechanism::FederatedAveraging,
+            event: SubsampledGaussian::poisson(q, z_eff, 1)
+                .map_err(|e| FlError::config("dp.noise_multiplier", &e.to_string()))?,
+            unit: PrivacyUnit::User,
+            adjacency: Adjacency::AddRemove,
+            population: Some(population),
+            delta: self.cfg.budget.delta,
+            released: format!("federated round {id}: model v{}", version + 1),
+            additional: Default::default(),
+        };
+        match self.ledger.authorize(&release) {
+            Ok(authorization) => Ok(Ok(Some(RoundTerms {
+                mechanism,
+                authorization,
+            }))),
+            Err(e @ LedgerError::BudgetExceeded { .. }) => {
+                info!(round = id, "privacy budget exhausted: {e}");
+                Ok(Err(format!("privacy budget exhausted: {e}")))
+            }
+            Err(e) => Err(e.into()),
+        }
+    }
+
+    /// The replicas' shared rounds, when this host is one of several on one database.
+    fn shared(&self) -> Option<&dyn SharedRounds> {
+        self.store().shared_rounds()
+    }
+
+    /// Now for deadlines: the database's clock when replicas share the rounds (a replica
+    /// with a wrong clock cannot close a round early), else this host's.
+    fn deadline_now(&self) -> Result<u64, FlError> {
+        match self.shared() {
+            Some(shared) => Ok(shared.db_now_ms()?),
+            None => Ok(self.clock.now_ms()),
+        }
+    }
+
     fn try_open_round(&mut self) -> Result<(), FlError> {
         if self.open.is_some() || self.finished.is_some() {
             return Ok(());
+        }
+        if !self.coordinates()? {
+            return Ok(());
+        }
+        if self.shared().is_some() {
+            // Another coordinator may have opened (and abandoned) rounds since this
+            // replica started.
+            self.next_round = self.store().rounds()?.last().map_or(1, |r| r.id + 1);
         }
         let now = self.clock.now_ms();
         let (count, _) = self.store().devices(now)?;
@@ -475,50 +599,14 @@ impl<S: Store, C: Clock> RoundEngine<S, C> {
         let active = self.store().active_devices(now)?;
         let population = active.len() as u64;
         let max_device_id = active.last().copied().unwrap_or(0);
-        let q = self.cfg.rounds.sampling_rate;
         let id = self.next_round;
-        let expected = ExpectedCount::poisson(q, population as usize)?
-            .with_availability(self.cfg.rounds.availability)?;
-        let (mechanism, authorization) = if self.cfg.dp.enabled {
-            let mut mech = GaussianMechanism::new(
-                self.cfg.dp.noise_multiplier,
-                self.bounds.sensitivity(),
-                expected,
-                self.cfg.dp.noise_kind(),
-            )?;
-            if let Some(m) = self.cfg.dp.noise_cohort_size {
-                mech = match mech.with_noise_cohort(m) {
-                    Ok(m) => m,
-                    Err(e) => {
-                        self.finished = Some(format!("dp.noise_cohort_size: {e}"));
-                        return Ok(());
-                    }
-                };
+        let expected = self.expected_cohort(population)?;
+        let terms = match self.round_terms(id, population, self.model_version)? {
+            Ok(terms) => terms,
+            Err(reason) => {
+                self.finished = Some(reason);
+                return Ok(());
             }
-            // The multiplier actually used against the sensitivity: z·C/M with a noise cohort.
-            let z_eff = mech.noise_std_on_sum() / mech.sensitivity;
-            let release = Release {
-                mechanism: Mechanism::FederatedAveraging,
-                event: SubsampledGaussian::poisson(q, z_eff, 1)
-                    .map_err(|e| FlError::config("dp.noise_multiplier", &e.to_string()))?,
-                unit: PrivacyUnit::User,
-                adjacency: Adjacency::AddRemove,
-                population: Some(population),
-                delta: self.cfg.budget.delta,
-                released: format!("federated round {id}: model v{}", self.model_version + 1),
-                additional: Default::default(),
-            };
-            match self.ledger.authorize(&release) {
-                Ok(a) => (Some(mech), Some(a)),
-                Err(e @ LedgerError::BudgetExceeded { .. }) => {
-                    info!(round = id, "privacy budget exhausted: {e}");
-                    self.finished = Some(format!("privacy budget exhausted: {e}"));
-                    return Ok(());
-                }
-                Err(e) => return Err(e.into()),
-            }
-        } else {
-            (None, None)
         };
         // Every active device's draw, keyed by (cohort key, round, device): the cohort is
         // fixed now and written with the round in one transaction.
@@ -526,7 +614,7 @@ impl<S: Store, C: Clock> RoundEngine<S, C> {
             .into_iter()
             .filter(|&d| self.cohort.includes(id, d))
             .collect();
-        let opened = self.clock.now_ms();
+        let opened = self.deadline_now()?;
         let deadline = opened + (self.cfg.rounds.deadline_secs * 1000.0) as u64;
         let row = RoundRow {
             id,
@@ -558,8 +646,7 @@ impl<S: Store, C: Clock> RoundEngine<S, C> {
         );
         self.open = Some(OpenRound {
             row,
-            authorization,
-            mechanism,
+            terms,
             agg: Aggregator::new(&self.layout, self.bounds.sensitivity()),
             cohort: cohort.into_iter().collect(),
             reported: HashSet::new(),
@@ -614,7 +701,10 @@ impl<S: Store, C: Clock> RoundEngine<S, C> {
         let Some(open) = self.open.as_ref() else {
             return Ok(self.wait());
         };
-        let assignment = if open.cohort.contains(&device) && !open.reported.contains(&device) {
+        let assignment = if open.row.state == RoundState::Open
+            && open.cohort.contains(&device)
+            && !self.has_reported(open, device)?
+        {
             Assignment::Train(self.train_task(open, device))
         } else {
             self.wait()
@@ -650,22 +740,118 @@ impl<S: Store, C: Clock> RoundEngine<S, C> {
             .collect())
     }
 
+    /// Whether `device` has reported in `open` (with several replicas: to any of them).
+    fn has_reported(&self, open: &OpenRound, device: u64) -> Result<bool, FlError> {
+        Ok(match self.shared() {
+            Some(shared) => shared.has_reported(open.row.id, device)?,
+            None => open.reported.contains(&device),
+        })
+    }
+
+    /// Whether this host opens and closes rounds: always when it is alone; with several
+    /// replicas, only while it holds the coordinator lock.
+    fn coordinates(&self) -> Result<bool, FlError> {
+        match self.shared() {
+            Some(shared) => Ok(shared.coordinate()?),
+            None => Ok(true),
+        }
+    }
+
     fn close_if_complete(&mut self) -> Result<(), FlError> {
-        let complete = self
-            .open
-            .as_ref()
-            .is_some_and(|o| o.reported.len() as u64 >= o.row.selected);
-        if complete {
+        let Some(open) = self.open.as_ref() else {
+            return Ok(());
+        };
+        if open.row.state != RoundState::Open || !self.coordinates()? {
+            return Ok(());
+        }
+        let reported = match self.shared() {
+            Some(shared) => shared.reported(open.row.id)?,
+            None => open.reported.len() as u64,
+        };
+        if reported >= open.row.selected {
             self.close_round("every device of the cohort reported")?;
         }
         Ok(())
     }
 
-    /// Closes the open round if its deadline has passed.
+    /// Closes the open round if its deadline has passed. With several replicas, first
+    /// catches up with the others ([`RoundEngine`]'s `sync`); the coordinator also closes a
+    /// round whose cohort has all reported to some replica, and finishes a release that a
+    /// coordinator before it left half done.
     pub fn tick(&mut self) -> Result<(), FlError> {
-        let now = self.clock.now_ms();
-        if self.open.as_ref().is_some_and(|o| now >= o.row.deadline_ms) {
+        self.sync()?;
+        let Some((state, deadline)) = self.open.as_ref().map(|o| (o.row.state, o.row.deadline_ms))
+        else {
+            return Ok(());
+        };
+        if !self.coordinates()? {
+            return Ok(());
+        }
+        if state == RoundState::Closing {
+            return self
+                .close_round("a coordinator stopped during its release; finished by another");
+        }
+        if self.deadline_now()? >= deadline {
             self.close_round("deadline")?;
+        } else if self.shared().is_some() {
+            self.close_if_complete()?;
+        }
+        Ok(())
+    }
+
+    /// With several replicas: catches up with what the others did — model versions they
+    /// released (their files copied from the database), the round open or closing now —
+    /// before this replica answers anything. Alone, a host knows it all already.
+    fn sync(&mut self) -> Result<(), FlError> {
+        let Some(shared) = self.shared() else {
+            return Ok(());
+        };
+        // Versions first: a release between the two reads then shows as the next round
+        // (with its model fetched on demand), never as a closed round with a new model.
+        let versions = self.store().model_versions()?;
+        let current = shared.current_round()?;
+        let latest = versions.iter().map(|v| v.version).max().unwrap_or(0);
+        if latest != self.model_version {
+            materialize_versions(&self.models, shared, &versions)?;
+            self.weights = load_weights(&self.models.version_dir(latest))?;
+            self.optimizer = read_optimizer_state(
+                &self.models.version_dir(latest).join(OPTIMIZER_STATE),
+                self.cfg.optimizer.resolve()?,
+            )?;
+            self.model_version = latest;
+            let rounds = self.store().rounds()?;
+            self.released = released_count(&rounds);
+            self.epsilon = epsilon_totals(
+                &self.store().records()?,
+                self.cfg.dp.enabled,
+                self.cfg.budget.delta,
+            );
+            if self.released >= self.cfg.rounds.rounds {
+                self.finished = Some(format!("all {} rounds are done", self.cfg.rounds.rounds));
+            }
+            debug!(
+                version = latest,
+                "caught up with a release by another replica"
+            );
+        }
+        match current {
+            None => self.open = None,
+            Some(row) if self.open.as_ref().is_some_and(|o| o.row.id == row.id) => {
+                if let Some(o) = self.open.as_mut() {
+                    o.row.state = row.state;
+                }
+            }
+            Some(row) => {
+                let cohort = self.store().cohort(row.id)?;
+                self.open = Some(OpenRound {
+                    row,
+                    terms: None,
+                    agg: Aggregator::new(&self.layout, self.bounds.sensitivity()),
+                    cohort: cohort.into_iter().collect(),
+                    reported: HashSet::new(),
+                    rejected: 0,
+                });
+            }
         }
         Ok(())
     }
@@ -784,7 +970,24 @@ impl<S: Store, C: Clock> RoundEngine<S, C> {
             );
             return self.log_rejection(device, round, bytes, rej).map(Err);
         }
+        if self
+            .open
+            .as_ref()
+            .is_some_and(|o| o.row.state != RoundState::Open)
+        {
+            let rej = Rejection::new(
+                409,
+                "round_closed",
+                format!(
+                    "round {round} is being released; the upload came too late and was not counted"
+                ),
+            );
+            return self.log_rejection(device, round, bytes, rej).map(Err);
+        }
         let key = h.idempotency_key.clone();
+        if self.shared().is_some() {
+            return self.add_to_partial(device, round, bytes, key, update.layers);
+        }
         let tensors = match update.layers {
             Ok(t) => t,
             Err(rej) => {
@@ -828,6 +1031,124 @@ impl<S: Store, C: Clock> RoundEngine<S, C> {
         }))
     }
 
+    /// A second accepted update from a device in one round, which the database refuses
+    /// (the idempotency key is fixed by round and device, so only a store-level guard
+    /// sees this): refused and logged, never added — a user contributes at most once per
+    /// round, which is what the user-level sensitivity assumes.
+    fn already_reported(
+        &mut self,
+        device: u64,
+        round: u64,
+        bytes: u64,
+    ) -> Result<Rejection, FlError> {
+        let rej = Rejection::new(
+            409,
+            "already_reported",
+            format!("device {device} has already reported in round {round}; one update per round counts"),
+        );
+        self.log_rejection(device, round, bytes, rej)
+    }
+
+    /// [`RoundEngine::accept`] with several replicas: the update (or a cohort member's
+    /// malformed one, as a refusal that counts as its report) goes into this replica's
+    /// partial sum, and the report with the new partial sum is committed in one
+    /// transaction before the device hears 200 ([`SharedRounds::add_to_partial`]).
+    fn add_to_partial(
+        &mut self,
+        device: u64,
+        round: u64,
+        bytes: u64,
+        key: String,
+        layers: Result<Vec<NamedTensor>, Rejection>,
+    ) -> Result<Result<UploadReceipt, Rejection>, FlError> {
+        let Some(open) = self.open.as_ref() else {
+            return Err(FlError::Corrupt("no open round to add to".into()));
+        };
+        let mut agg = open.agg.clone();
+        let mut rejected = open.rejected;
+        let (report, refusal) = match layers {
+            Ok(tensors) => {
+                if let Err(rej) = agg.add(tensors) {
+                    return Ok(Err(rej));
+                }
+                let report = ReportRow {
+                    round,
+                    device,
+                    idempotency_key: Some(key),
+                    accepted: true,
+                    reason: None,
+                    bytes,
+                };
+                (report, None)
+            }
+            Err(rej) => {
+                rejected += 1;
+                let report = ReportRow {
+                    round,
+                    device,
+                    idempotency_key: None,
+                    accepted: false,
+                    reason: Some(format!("{}: {}", rej.code, rej.error)),
+                    bytes,
+                };
+                (report, Some(rej))
+            }
+        };
+        let Some(shared) = self.shared() else {
+            return Err(FlError::Corrupt(
+                "add_to_partial without shared rounds".into(),
+            ));
+        };
+        let partial = PartialSum {
+            replica: shared.replica().to_string(),
+            accepted: agg.accepted(),
+            rejected,
+            sum: agg.to_bytes(),
+        };
+        let now = self.clock.now_ms();
+        match shared.add_to_partial(&report, &partial, now)? {
+            Added::Counted => {}
+            Added::Duplicate => {
+                return Ok(Ok(UploadReceipt {
+                    round,
+                    duplicate: true,
+                }))
+            }
+            Added::AlreadyReported => return self.already_reported(device, round, bytes).map(Err),
+            Added::Closed => {
+                let rej = Rejection::new(
+                    409,
+                    "round_closed",
+                    format!(
+                        "round {round} is closed; the upload came too late and was not counted"
+                    ),
+                );
+                return self.log_rejection(device, round, bytes, rej).map(Err);
+            }
+        }
+        if let Some(o) = self.open.as_mut() {
+            o.agg = agg;
+            o.rejected = rejected;
+        }
+        self.close_if_complete()?;
+        if let Some(rej) = refusal {
+            self.rejected_total += 1;
+            warn!(
+                device,
+                round,
+                code = rej.code,
+                "upload rejected: {}",
+                rej.error
+            );
+            return Ok(Err(rej));
+        }
+        info!(device, round, "update accepted");
+        Ok(Ok(UploadReceipt {
+            round,
+            duplicate: false,
+        }))
+    }
+
     /// Abandons round `id` with `outcome` (no release, no ε).
     fn abandon(&mut self, id: u64, outcome: &RoundOutcome) -> Result<(), FlError> {
         let now = self.clock.now_ms();
@@ -837,7 +1158,16 @@ impl<S: Store, C: Clock> RoundEngine<S, C> {
     /// The host is stopping: the open round, if any, is abandoned now — recorded as such,
     /// no release, no ε spent — rather than left for the next start to find. A release in
     /// progress has already finished (it runs under the same `&mut self`).
+    ///
+    /// A replica among several leaves the round to the others: what it accepted is in its
+    /// partial sum in the database, and the coordinator releases it.
     pub fn stop(&mut self, why: &str) -> Result<(), FlError> {
+        if self.shared().is_some() {
+            info!(
+                "{why}: this replica's partial sum stays in the database for the round's release"
+            );
+            return Ok(());
+        }
         let Some(open) = self.open.take() else {
             return Ok(());
         };
@@ -856,10 +1186,31 @@ impl<S: Store, C: Clock> RoundEngine<S, C> {
     }
 
     fn close_round(&mut self, why: &str) -> Result<(), FlError> {
-        let Some(open) = self.open.take() else {
+        let Some(mut open) = self.open.take() else {
             return Ok(());
         };
         let id = open.row.id;
+        if let Some(shared) = self.shared() {
+            // Uploads end (those in flight commit first); then every replica's partial sum
+            // is final and adds up to the round's sum.
+            if open.row.state == RoundState::Open && !shared.begin_close(id)? {
+                return Ok(());
+            }
+            open.row.state = RoundState::Closing;
+            let mut agg = Aggregator::new(&self.layout, self.bounds.sensitivity());
+            let mut rejected = 0;
+            for p in shared.partial_sums(id)? {
+                agg.add_partial(&p.sum, p.accepted).map_err(|e| {
+                    FlError::Corrupt(format!(
+                        "round {id}: replica {}'s partial sum: {e}",
+                        p.replica
+                    ))
+                })?;
+                rejected += p.rejected;
+            }
+            open.agg = agg;
+            open.rejected = rejected;
+        }
         let accepted = open.agg.accepted();
         let min = self.cfg.rounds.min_reports;
         if accepted < min {
@@ -884,8 +1235,7 @@ impl<S: Store, C: Clock> RoundEngine<S, C> {
     fn release(&mut self, open: OpenRound, why: &str) -> Result<(), FlError> {
         let OpenRound {
             row,
-            authorization,
-            mechanism,
+            terms,
             agg,
             rejected,
             ..
@@ -893,7 +1243,30 @@ impl<S: Store, C: Clock> RoundEngine<S, C> {
         let id = row.id;
         let selected = row.selected;
         let accepted = agg.accepted();
+        if row.model_version != self.model_version {
+            return Err(FlError::Corrupt(format!(
+                "round {id} trains model v{} but the latest version is v{}",
+                row.model_version, self.model_version
+            )));
+        }
         let version = self.model_version + 1;
+        // A replica that took over a round works out its terms again: the same round, the
+        // same population, the same noise.
+        let terms = match terms {
+            Some(t) => Some(t),
+            None => match self.round_terms(id, row.population, row.model_version)? {
+                Ok(t) => t,
+                Err(reason) => {
+                    self.finished = Some(reason.clone());
+                    let outcome = abandoned(reason, selected, accepted, rejected);
+                    return self.abandon(id, &outcome);
+                }
+            },
+        };
+        let (mechanism, authorization) = match terms {
+            Some(t) => (Some(t.mechanism), Some(t.authorization)),
+            None => (None, None),
+        };
         let mut mean = agg.into_sum();
         let step = match &mechanism {
             Some(mech) => {
@@ -966,7 +1339,25 @@ impl<S: Store, C: Clock> RoundEngine<S, C> {
                 digest,
             },
             now_ms: self.clock.now_ms(),
+            files: Vec::new(),
         };
+        if self.shared().is_some() {
+            // Every replica serves every version: the files go into the database in the
+            // release's transaction.
+            match read_files(&self.models.staging_dir(version)) {
+                Ok(files) => commit.files = files,
+                Err(e) => {
+                    self.models.discard(version);
+                    let outcome = abandoned(
+                        format!("the staged model could not be read back: {e}; no release"),
+                        selected,
+                        accepted,
+                        rejected,
+                    );
+                    return self.abandon(id, &outcome);
+                }
+            }
+        }
         let private = self.cfg.dp.enabled;
         let delta = self.cfg.budget.delta;
         let models = &self.models;
@@ -1022,6 +1413,17 @@ impl<S: Store, C: Clock> RoundEngine<S, C> {
                     rejected,
                 );
                 return self.abandon(id, &outcome);
+            }
+            Err(ReleaseFailure::Commit(e)) if self.shared().is_some() => {
+                // Nothing was committed, and the round stays closing in the database with
+                // its partial sums: the coordinator (this replica once its session is back,
+                // or another) releases it from them.
+                self.models.discard(version);
+                warn!(
+                    round = id,
+                    "the release could not be committed ({e}); it will be retried"
+                );
+                return Err(e);
             }
             Err(ReleaseFailure::Commit(e)) => {
                 // Nothing was committed: the round is abandoned with no ε recorded.
@@ -1185,14 +1587,95 @@ impl<S: Store, C: Clock> RoundEngine<S, C> {
     }
 
     /// The package file `file` of model `version`, if published (only the package's own
-    /// files are served).
-    pub fn model_file(&self, version: u64, file: &str) -> Option<PathBuf> {
+    /// files are served). A replica asked for a version newer than it knows catches up
+    /// first: the device may have learnt of it from another replica.
+    pub fn model_file(&mut self, version: u64, file: &str) -> Result<Option<PathBuf>, FlError> {
+        if version > self.model_version {
+            self.sync()?;
+        }
         if !PUBLISHED_FILES.contains(&file) || version > self.model_version {
-            return None;
+            return Ok(None);
         }
         let p = self.models.version_dir(version).join(file);
-        p.is_file().then_some(p)
+        Ok(p.is_file().then_some(p))
     }
+}
+
+/// Rounds released (or recorded and not published, by older hosts) among `rounds`.
+fn released_count(rounds: &[RoundRow]) -> u64 {
+    rounds
+        .iter()
+        .filter(|r| matches!(r.state, RoundState::Released | RoundState::ReleaseFailed))
+        .count() as u64
+}
+
+/// The weights of the model package in `dir`.
+fn load_weights(dir: &Path) -> Result<Vec<NamedTensor>, FlError> {
+    let (_, model) = load_package(dir, &Device::flex())?;
+    Ok(model.named_tensors()?)
+}
+
+/// The regular files of a staged version (name, bytes), to store with its release.
+fn read_files(dir: &Path) -> Result<Vec<(String, Vec<u8>)>, FlError> {
+    let mut files = Vec::new();
+    for entry in std::fs::read_dir(dir).map_err(FlError::io(dir))? {
+        let path = entry.map_err(FlError::io(dir))?.path();
+        if path.is_file() {
+            let name = path
+                .file_name()
+                .map(|n| n.to_string_lossy().into_owned())
+                .unwrap_or_default();
+            files.push((name, std::fs::read(&path).map_err(FlError::io(&path))?));
+        }
+    }
+    files.sort();
+    Ok(files)
+}
+
+/// Copies into `models` every version of `versions` it lacks, from the files the database
+/// holds, checking each against its recorded digest (staged, then made visible, as a
+/// release would).
+fn materialize_versions(
+    models: &ModelDirs,
+    shared: &dyn SharedRounds,
+    versions: &[ModelVersionRow],
+) -> Result<(), FlError> {
+    for v in versions {
+        if models.version_dir(v.version).is_dir() {
+            continue;
+        }
+        let files = shared.model_files(v.version)?;
+        if files.is_empty() {
+            return Err(FlError::Corrupt(format!(
+                "model v{} has no files in the database",
+                v.version
+            )));
+        }
+        let digest = models.stage(v.version, |dir| {
+            for (name, bytes) in &files {
+                if !(PUBLISHED_FILES.contains(&name.as_str()) || name == OPTIMIZER_STATE) {
+                    return Err(FlError::Corrupt(format!(
+                        "model v{} holds an unexpected file {name:?} in the database",
+                        v.version
+                    )));
+                }
+                let path = dir.join(name);
+                std::fs::write(&path, bytes).map_err(FlError::io(&path))?;
+            }
+            Ok(())
+        })?;
+        if digest != v.digest {
+            models.discard(v.version);
+            return Err(FlError::Corrupt(format!(
+                "model v{}'s files in the database have SHA-256 {digest}, not the {} its \
+                 release recorded",
+                v.version, v.digest
+            )));
+        }
+        models.make_visible(v.version)?;
+        info!(version = v.version, "model copied from the database");
+    }
+    Ok(())
 }
 
 /// [`ServerOptimizerState`] as stored: postcard cannot carry the config's tagged enum,

@@ -40,6 +40,10 @@ pub type StoreResult<T> = Result<T, StoreError>;
 pub enum RoundState {
     /// Taking check-ins and uploads.
     Open,
+    /// No longer taking uploads; its coordinator is releasing it (rounds shared by several
+    /// replicas only: the partial sums are final, and a replica that takes over the
+    /// coordinator's lock finishes the release from them).
+    Closing,
     /// Closed, noised, recorded in the ledger and published.
     Released,
     /// Closed without a release (too few reports, host restart, budget): no ε spent.
@@ -54,6 +58,7 @@ impl RoundState {
     pub fn as_str(self) -> &'static str {
         match self {
             Self::Open => "open",
+            Self::Closing => "closing",
             Self::Released => "released",
             Self::Abandoned => "abandoned",
             Self::ReleaseFailed => "release_failed",
@@ -64,6 +69,7 @@ impl RoundState {
     pub fn parse(s: &str) -> Option<Self> {
         Some(match s {
             "open" => Self::Open,
+            "closing" => Self::Closing,
             "released" => Self::Released,
             "abandoned" => Self::Abandoned,
             "release_failed" => Self::ReleaseFailed,
@@ -251,6 +257,82 @@ pub struct ReleaseCommit {
     pub version: ModelVersionRow,
     /// When.
     pub now_ms: u64,
+    /// The new version's files (name, bytes), for a store that serves them to several
+    /// replicas ([`SharedRounds`]); empty for a host that keeps them only on its disk.
+    pub files: Vec<(String, Vec<u8>)>,
+}
+
+/// One replica's share of a round's sum, as [`SharedRounds::add_to_partial`] keeps it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct PartialSum {
+    /// The replica that holds it.
+    pub replica: String,
+    /// Updates in it.
+    pub accepted: u64,
+    /// Cohort members whose update it refused as malformed (they have reported).
+    pub rejected: u64,
+    /// The sum on the aggregator's fixed-point grid
+    /// ([`crate::aggregate::Aggregator::to_bytes`]).
+    pub sum: Vec<u8>,
+}
+
+/// What became of an upload offered to [`SharedRounds::add_to_partial`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Added {
+    /// Its report and the new partial sum are committed: answer 200.
+    Counted,
+    /// Its idempotency key was already accepted (by any replica): a duplicate.
+    Duplicate,
+    /// The device already has an accepted update in the round (under another key).
+    AlreadyReported,
+    /// The round is no longer open: nothing was written.
+    Closed,
+}
+
+/// Rounds that several host replicas share through one database (docs/design/replicas.md):
+/// each replica adds the uploads it accepts into its own partial sum, durable before the
+/// device hears 200; one replica at a time — the coordinator, holding a lock in the
+/// database — opens rounds and releases them from every partial sum; deadlines are read
+/// from the database's clock. Implemented by the PostgreSQL store.
+pub trait SharedRounds {
+    /// This replica's name among the partial sums (unique to the process).
+    fn replica(&self) -> &str;
+    /// The database's clock (Unix ms), which deadlines are set and compared by.
+    fn db_now_ms(&self) -> StoreResult<u64>;
+    /// Whether this replica is the coordinator: it holds the coordinator lock, or takes it
+    /// now if no live replica does.
+    fn coordinate(&self) -> StoreResult<bool>;
+    /// The round not yet ended (open or closing), if any.
+    fn current_round(&self) -> StoreResult<Option<RoundRow>>;
+    /// Whether `device` has an accepted update in `round`.
+    fn has_reported(&self, round: u64, device: u64) -> StoreResult<bool>;
+    /// One transaction, only while the round is open: records `report` (accepted, or a
+    /// cohort member's malformed update) and replaces this replica's partial sum of the
+    /// round with `partial` (which includes the update).
+    fn add_to_partial(
+        &self,
+        report: &ReportRow,
+        partial: &PartialSum,
+        now_ms: u64,
+    ) -> StoreResult<Added>;
+    /// Cohort members that have reported in `round`, over every replica (accepted
+    /// updates and refused malformed ones).
+    fn reported(&self, round: u64) -> StoreResult<u64>;
+    /// Ends round `round`'s uploads (open → closing), after those in flight commit;
+    /// `false` if it was not open.
+    fn begin_close(&self, round: u64) -> StoreResult<bool>;
+    /// Every replica's partial sum of `round`.
+    fn partial_sums(&self, round: u64) -> StoreResult<Vec<PartialSum>>;
+    /// Records the initial model v0 with its files unless a replica already has, in one
+    /// transaction; returns the row stored (whoever wrote it).
+    fn publish_initial(
+        &self,
+        version: &ModelVersionRow,
+        files: &[(String, Vec<u8>)],
+        now_ms: u64,
+    ) -> StoreResult<ModelVersionRow>;
+    /// The files of model `version` (name, bytes), as its release stored them.
+    fn model_files(&self, version: u64) -> StoreResult<Vec<(String, Vec<u8>)>>;
 }
 
 /// Durable state of the round engine. Each method is one transaction.
@@ -311,6 +393,10 @@ pub trait Store: LedgerStore + Send {
     /// One transaction: the ledger record (if any), the round's outcome and the new model
     /// version — all of them or none. Returns the ledger record.
     fn commit_release(&mut self, release: &ReleaseCommit) -> StoreResult<Option<ReleaseRecord>>;
+    /// The store's side of rounds shared by several replicas, if it has one.
+    fn shared_rounds(&self) -> Option<&dyn SharedRounds> {
+        None
+    }
 }
 
 /// A boxed store (one chosen at run time, `Box<dyn Store>`: SQLite or PostgreSQL) is a
@@ -386,5 +472,8 @@ impl<T: Store + ?Sized> Store for Box<T> {
     }
     fn commit_release(&mut self, release: &ReleaseCommit) -> StoreResult<Option<ReleaseRecord>> {
         (**self).commit_release(release)
+    }
+    fn shared_rounds(&self) -> Option<&dyn SharedRounds> {
+        (**self).shared_rounds()
     }
 }

@@ -486,7 +486,7 @@ async fn model_file(
     };
     let found = match with_mgr(&state, {
         let file = file.clone();
-        move |m| Ok(m.model_file(version, &file))
+        move |m| m.model_file(version, &file)
     })
     .await
     {

@@ -91,6 +91,7 @@ pub fn commit(round: u64, v: ModelVersionRow) -> ReleaseCommit {
         ledger: Some(sealed()),
         version: v,
         now_ms: 10,
+        files: Vec::new(),
     }
 }
 

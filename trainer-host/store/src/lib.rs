@@ -29,12 +29,11 @@ pub fn open(data_dir: &Path, url: Option<&str>) -> StoreResult<Box<dyn Store>> {
     }
 }
 
-/// [`open`] for the round engine of `hush-host serve`: on PostgreSQL the connection also
-/// claims the database's rounds ([`PostgresStore::connect_to_run_rounds`]), so that a
-/// second host on the same database is refused.
+/// [`open`] for the round engine of `hush-host serve`: on PostgreSQL the host is one of
+/// the replicas sharing the database's rounds ([`PostgresStore::connect_as_replica`]).
 pub fn open_to_run_rounds(data_dir: &Path, url: Option<&str>) -> StoreResult<Box<dyn Store>> {
     match url {
-        Some(url) => Ok(Box::new(PostgresStore::connect_to_run_rounds(url)?)),
+        Some(url) => Ok(Box::new(PostgresStore::connect_as_replica(url)?)),
         None => open(data_dir, None),
     }
 }

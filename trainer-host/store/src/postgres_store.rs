@@ -35,6 +35,11 @@
 //! releases(id BIGINT IDENTITY PRIMARY KEY, …)  -- the ledger: hush_privacy::ledger::row
 //! ```
 //!
+//! Version 2 (rounds shared by several replicas): the state `closing`; one accepted report
+//! per device and round (a partial unique index); `partial_sums(round, replica, accepted,
+//! rejected, sum BYTEA)`, each replica's share of a round's sum; `model_files(version,
+//! name, bytes)`, every version's files, written in its release's transaction.
+//!
 //! `releases` is append-only: a trigger raises on UPDATE, DELETE and TRUNCATE. Ids come
 //! from sequences, so they increase and are never reused (a rolled-back insert leaves a gap).
 //! Every `u64` is range-checked into `BIGINT` before it is written.
@@ -42,8 +47,18 @@
 //! # Durability
 //!
 //! Every transaction commits with the server's `synchronous_commit` (on by default), but
-//! for a report of the open round (`SET LOCAL synchronous_commit = off`, as the SQLite store
-//! skips its fsync): a crash loses that round's sum anyway.
+//! for a report of a host that runs rounds alone (`SET LOCAL synchronous_commit = off`, as
+//! the SQLite store skips its fsync): a crash loses that round's sum anyway. A replica's
+//! report and partial sum ([`SharedRounds::add_to_partial`]) wait for the flush: the device
+//! hears 200 only once its update survives the replica.
+//!
+//! # Replicas
+//!
+//! [`PostgresStore::connect_as_replica`] makes the store one of several `serve` processes
+//! sharing the database's rounds ([`SharedRounds`], docs/design/replicas.md). The
+//! coordinator is the replica whose session holds an advisory lock; its writes (opening,
+//! closing, releasing a round) are refused once a reconnect has lost the lock, so a replica
+//! that lost it cannot act on a round another one now coordinates.
 //!
 //! A connection that the server closed (a restart) is opened again on the next call; the
 //! call that saw it fail returns its error. A COMMIT that gets no answer because the
@@ -53,12 +68,13 @@
 //! again, a release the ledger holds is never reported failed, an update whose receipt is
 //! stored never left out of the sum).
 
-use std::cell::{RefCell, RefMut};
+use std::cell::{Cell, RefCell, RefMut};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use hush_fl::store::{
-    DeviceRow, EnrolRefusal, EnrolmentRow, ModelVersionRow, NewDevice, ReleaseCommit, ReportRow,
-    RoundOutcome, RoundRow, RoundState, Store, StoreError, StoreResult,
+    Added, DeviceRow, EnrolRefusal, EnrolmentRow, ModelVersionRow, NewDevice, PartialSum,
+    ReleaseCommit, ReportRow, RoundOutcome, RoundRow, RoundState, SharedRounds, Store, StoreError,
+    StoreResult,
 };
 use hush_privacy::ledger::row::{LedgerRow, COLUMNS};
 use hush_privacy::ledger::{LedgerError, LedgerStore, Release, ReleaseRecord};
@@ -66,7 +82,7 @@ use postgres::config::Host;
 use postgres::{Client, Config, GenericClient, NoTls, Row};
 
 /// The schema's versions, oldest first: `(version, DDL)`.
-pub const MIGRATIONS: &[(i32, &str)] = &[(1, SCHEMA_V1)];
+pub const MIGRATIONS: &[(i32, &str)] = &[(1, SCHEMA_V1), (2, SCHEMA_V2)];
 
 const SCHEMA_V1: &str = "
 CREATE TABLE devices (
@@ -160,45 +176,51 @@ CREATE TRIGGER releases_no_truncate BEFORE TRUNCATE ON releases
     FOR EACH STATEMENT EXECUTE FUNCTION hush_ledger_append_only();
 ";
 
+/// Version 2: rounds shared by several replicas (docs/design/replicas.md).
+const SCHEMA_V2: &str = "
+ALTER TABLE rounds DROP CONSTRAINT rounds_state_check;
+ALTER TABLE rounds ADD CONSTRAINT rounds_state_check
+    CHECK (state IN ('open', 'closing', 'released', 'abandoned', 'release_failed'));
+CREATE UNIQUE INDEX reports_one_accepted_per_device ON reports (round, device)
+    WHERE status = 'accepted';
+CREATE TABLE partial_sums (
+    round          BIGINT NOT NULL REFERENCES rounds (id),
+    replica        TEXT   NOT NULL,
+    accepted       BIGINT NOT NULL,
+    rejected       BIGINT NOT NULL,
+    sum            BYTEA  NOT NULL,
+    updated_at_ms  BIGINT NOT NULL,
+    PRIMARY KEY (round, replica)
+);
+CREATE TABLE model_files (
+    version BIGINT NOT NULL REFERENCES model_versions (version),
+    name    TEXT   NOT NULL,
+    bytes   BYTEA  NOT NULL,
+    PRIMARY KEY (version, name)
+);
+-- Sums of 64-bit integers and model weights barely compress: stored out of line without
+-- trying (pglz would spend more CPU than an upload's whole transaction).
+ALTER TABLE partial_sums ALTER COLUMN sum SET STORAGE EXTERNAL;
+ALTER TABLE model_files ALTER COLUMN bytes SET STORAGE EXTERNAL;
+";
+
 /// The advisory lock migrations run under (any constant; `hush` in ASCII).
 const MIGRATION_LOCK: i64 = 0x6875_7368;
-/// The advisory lock the one host running rounds on a database holds for as long as its
-/// connection lives (`hush` + `host`).
-const HOST_LOCK: i64 = 0x6875_7368_686f_7374;
+/// The advisory lock the coordinator among the replicas sharing a database's rounds holds
+/// for as long as its session lives (`hush` + `host`).
+const COORDINATOR_LOCK: i64 = 0x6875_7368_686f_7374;
 
 /// [`Store`] (and the ledger's [`LedgerStore`]) in a PostgreSQL database.
 pub struct PostgresStore {
     client: RefCell<Client>,
     config: Config,
     location: String,
-    /// Holds [`HOST_LOCK`] (taken again on every reconnect).
-    runs_rounds: bool,
-}
-
-/// Takes [`HOST_LOCK`] on `client`'s session, trying for up to `patience` (a session
-/// that just died keeps it until the server notices), or says who has it.
-fn claim_rounds(client: &mut Client, location: &str, patience: Duration) -> StoreResult<()> {
-    let until = std::time::Instant::now() + patience;
-    let taken = loop {
-        let taken: bool = client
-            .query_one("SELECT pg_try_advisory_lock($1)", &[&HOST_LOCK])
-            .map_err(err("claim the database's rounds"))?
-            .get(0);
-        if taken || std::time::Instant::now() >= until {
-            break taken;
-        }
-        std::thread::sleep(Duration::from_millis(50));
-    };
-    if !taken {
-        return Err(StoreError::new(
-            "claim the database's rounds",
-            format!(
-                "another hush-host already runs rounds on {location}; one host per database \
-                 runs them (several replicas sharing a round are not built yet)"
-            ),
-        ));
-    }
-    Ok(())
+    /// This process's name among the replicas, when it runs rounds
+    /// ([`PostgresStore::connect_as_replica`]).
+    replica: Option<String>,
+    /// Whether this session holds [`COORDINATOR_LOCK`] (false again after a reconnect:
+    /// the lock died with the old session).
+    coordinator: Cell<bool>,
 }
 
 fn err(op: &'static str) -> impl Fn(postgres::Error) -> StoreError {
@@ -316,17 +338,19 @@ impl PostgresStore {
             client: RefCell::new(client),
             config,
             location,
-            runs_rounds: false,
+            replica: None,
+            coordinator: Cell::new(false),
         })
     }
 
-    /// [`PostgresStore::connect`] for the host that runs rounds: its session holds an
-    /// advisory lock, so a second host started on the same database is refused with an
-    /// error instead of abandoning the first one's open round.
-    pub fn connect_to_run_rounds(url: &str) -> StoreResult<Self> {
+    /// [`PostgresStore::connect`] for a host that runs rounds, as one of the replicas
+    /// sharing the database's rounds ([`SharedRounds`]; one of them is the coordinator).
+    pub fn connect_as_replica(url: &str) -> StoreResult<Self> {
         let mut store = Self::connect(url)?;
-        claim_rounds(store.client.get_mut(), &store.location, Duration::ZERO)?;
-        store.runs_rounds = true;
+        let nanos = SystemTime::now()
+            .duration_since(UNIX_EPOCH)
+            .map_or(0, |d| d.subsec_nanos());
+        store.replica = Some(format!("{}-{nanos:08x}", std::process::id()));
         Ok(store)
     }
 
@@ -334,15 +358,29 @@ impl PostgresStore {
     fn client(&self) -> StoreResult<RefMut<'_, Client>> {
         let mut client = self.client.borrow_mut();
         if client.is_closed() {
-            let mut fresh = self
+            let fresh = self
                 .config
                 .connect(NoTls)
                 .map_err(|e| StoreError::new(&format!("reconnect to {}", self.location), e))?;
-            if self.runs_rounds {
-                // The lost session's lock lasts until the server sees it gone.
-                claim_rounds(&mut fresh, &self.location, Duration::from_secs(10))?;
-            }
+            // The coordinator lock died with the old session.
+            self.coordinator.set(false);
             *client = fresh;
+        }
+        Ok(client)
+    }
+
+    /// The connection for a write only the coordinator makes (opening, closing and
+    /// releasing rounds): refused on a replica whose session no longer holds the lock,
+    /// so that a replica that lost it (a reconnect) cannot act on a round another one
+    /// now coordinates.
+    fn coordinator_client(&self, op: &str) -> StoreResult<RefMut<'_, Client>> {
+        let client = self.client()?;
+        if self.replica.is_some() && !self.coordinator.get() {
+            return Err(StoreError::new(
+                op,
+                "this replica is not the coordinator (its database session was lost); \
+                 another replica carries on with the round",
+            ));
         }
         Ok(client)
     }
@@ -406,7 +444,7 @@ fn write_outcome(
             "UPDATE rounds SET state = $2, closed_at_ms = $3, reason = $4,
                  released_version = $5, selected = $6, accepted = $7, rejected = $8,
                  epsilon_rdp = $9, epsilon_pld = $10
-             WHERE id = $1 AND state = 'open'",
+             WHERE id = $1 AND state IN ('open', 'closing')",
             &[
                 &to_i64(id, "round id")?,
                 &o.state.as_str(),
@@ -444,6 +482,23 @@ fn write_version(c: &mut impl GenericClient, v: &ModelVersionRow, now_ms: u64) -
         ],
     )
     .map_err(err("add model version"))?;
+    Ok(())
+}
+
+/// `INSERT INTO model_files` of model `version`.
+fn write_files(
+    c: &mut impl GenericClient,
+    version: u64,
+    files: &[(String, Vec<u8>)],
+) -> StoreResult<()> {
+    let version = to_i64(version, "model version")?;
+    for (name, bytes) in files {
+        c.execute(
+            "INSERT INTO model_files (version, name, bytes) VALUES ($1, $2, $3)",
+            &[&version, name, bytes],
+        )
+        .map_err(err("store model files"))?;
+    }
     Ok(())
 }
 
@@ -785,7 +840,7 @@ impl Store for PostgresStore {
             .map(|&d| to_i64(d, "device"))
             .collect::<StoreResult<Vec<i64>>>()?;
         let op = err("open round");
-        let mut c = self.client()?;
+        let mut c = self.coordinator_client("open round")?;
         let mut tx = c.transaction().map_err(&op)?;
         tx.execute(
             "INSERT INTO rounds (id, model_version, state, opened_at_ms, deadline_ms,
@@ -839,7 +894,12 @@ impl Store for PostgresStore {
     }
 
     fn close_round(&mut self, id: u64, outcome: &RoundOutcome, now_ms: u64) -> StoreResult<()> {
-        write_outcome(&mut *self.client()?, id, outcome, now_ms)
+        write_outcome(
+            &mut *self.coordinator_client("close round")?,
+            id,
+            outcome,
+            now_ms,
+        )
     }
 
     fn cohort(&self, round: u64) -> StoreResult<Vec<u64>> {
@@ -944,7 +1004,7 @@ impl Store for PostgresStore {
 
     fn commit_release(&mut self, c: &ReleaseCommit) -> StoreResult<Option<ReleaseRecord>> {
         let now = to_i64(c.now_ms, "time")?;
-        let mut client = self.client()?;
+        let mut client = self.coordinator_client("commit release")?;
         let mut tx = client.transaction().map_err(err("begin release"))?;
         let record = match &c.ledger {
             Some(sealed) => Some(
@@ -961,6 +1021,7 @@ impl Store for PostgresStore {
         };
         write_outcome(&mut tx, c.round, &c.outcome, c.now_ms)?;
         write_version(&mut tx, &c.version, c.now_ms)?;
+        write_files(&mut tx, c.version.version, &c.files)?;
         match tx.commit() {
             Ok(()) => Ok(record),
             // The connection died with the COMMIT in flight: the server may have committed.
@@ -985,5 +1046,269 @@ impl Store for PostgresStore {
             }
             Err(e) => Err(StoreError::new("commit release", e)),
         }
+    }
+
+    fn shared_rounds(&self) -> Option<&dyn SharedRounds> {
+        self.replica.as_ref().map(|_| self as &dyn SharedRounds)
+    }
+}
+
+impl SharedRounds for PostgresStore {
+    fn replica(&self) -> &str {
+        self.replica.as_deref().unwrap_or("")
+    }
+
+    fn db_now_ms(&self) -> StoreResult<u64> {
+        let now: i64 = self
+            .client()?
+            .query_one(
+                "SELECT (EXTRACT(EPOCH FROM clock_timestamp()) * 1000)::BIGINT",
+                &[],
+            )
+            .map_err(err("read the database's clock"))?
+            .get(0);
+        to_u64(now, "the database's clock")
+    }
+
+    fn coordinate(&self) -> StoreResult<bool> {
+        // A session that died unnoticed (a database restart) shows only when used: ask
+        // on it, and if it turns out closed, once more on a new one (without the lock).
+        for _ in 0..2 {
+            let mut client = self.client()?;
+            let asked = if self.coordinator.get() {
+                client.query_one("SELECT true", &[])
+            } else {
+                // Session-level: held until this connection ends, when the next replica
+                // to ask takes it.
+                client.query_one("SELECT pg_try_advisory_lock($1)", &[&COORDINATOR_LOCK])
+            };
+            match asked {
+                Ok(row) => {
+                    let holds: bool = row.get(0);
+                    if holds && !self.coordinator.get() {
+                        tracing::info!(replica = self.replica(), "this replica is the coordinator");
+                    }
+                    self.coordinator.set(holds);
+                    return Ok(holds);
+                }
+                Err(_) if client.is_closed() => continue,
+                Err(e) => return Err(StoreError::new("take the coordinator lock", e)),
+            }
+        }
+        Err(StoreError::new(
+            "take the coordinator lock",
+            format!("the connection to {} closed twice", self.location),
+        ))
+    }
+
+    fn current_round(&self) -> StoreResult<Option<RoundRow>> {
+        self.client()?
+            .query_opt(
+                &format!(
+                    "SELECT {ROUND_COLUMNS} FROM rounds WHERE state IN ('open', 'closing')
+                     ORDER BY id DESC LIMIT 1"
+                ),
+                &[],
+            )
+            .map_err(err("read the current round"))?
+            .map(|r| decode_round(&r))
+            .transpose()
+    }
+
+    fn has_reported(&self, round: u64, device: u64) -> StoreResult<bool> {
+        Ok(self
+            .client()?
+            .query_opt(
+                "SELECT 1 FROM reports WHERE round = $1 AND device = $2 AND status = 'accepted'",
+                &[&to_i64(round, "round")?, &to_i64(device, "device")?],
+            )
+            .map_err(err("look up a device's report"))?
+            .is_some())
+    }
+
+    fn add_to_partial(&self, r: &ReportRow, p: &PartialSum, now_ms: u64) -> StoreResult<Added> {
+        let op = err("add to the partial sum");
+        let round = to_i64(r.round, "round")?;
+        let now = to_i64(now_ms, "time")?;
+        let mut c = self.client()?;
+        let mut tx = c.transaction().map_err(&op)?;
+        // FOR SHARE: uploads proceed side by side, and the coordinator's close (an UPDATE
+        // of this row) waits for those in flight; later ones find the round closing.
+        let state: Option<String> = tx
+            .query_opt(
+                "SELECT state FROM rounds WHERE id = $1 FOR SHARE",
+                &[&round],
+            )
+            .map_err(&op)?
+            .map(|row| row.get(0));
+        if state.as_deref() != Some("open") {
+            return Ok(Added::Closed);
+        }
+        // A unique key, and one accepted report per device and round (a partial unique
+        // index), whichever replica the device reached.
+        let inserted = tx
+            .query_opt(
+                "INSERT INTO reports (round, device, idempotency_key, status, reason, bytes,
+                     received_at_ms)
+                 VALUES ($1, $2, $3, $4, $5, $6, $7)
+                 ON CONFLICT DO NOTHING RETURNING id",
+                &[
+                    &round,
+                    &to_i64(r.device, "device")?,
+                    &r.idempotency_key,
+                    &if r.accepted { "accepted" } else { "rejected" },
+                    &r.reason,
+                    &to_i64(r.bytes, "bytes")?,
+                    &now,
+                ],
+            )
+            .map_err(&op)?;
+        if inserted.is_none() {
+            let duplicate = tx
+                .query_opt(
+                    "SELECT 1 FROM reports WHERE idempotency_key = $1",
+                    &[&r.idempotency_key],
+                )
+                .map_err(&op)?
+                .is_some();
+            return Ok(if duplicate {
+                Added::Duplicate
+            } else {
+                Added::AlreadyReported
+            });
+        }
+        tx.execute(
+            "INSERT INTO partial_sums (round, replica, accepted, rejected, sum, updated_at_ms)
+             VALUES ($1, $2, $3, $4, $5, $6)
+             ON CONFLICT (round, replica) DO UPDATE SET accepted = EXCLUDED.accepted,
+                 rejected = EXCLUDED.rejected, sum = EXCLUDED.sum,
+                 updated_at_ms = EXCLUDED.updated_at_ms",
+            &[
+                &round,
+                &p.replica,
+                &to_i64(p.accepted, "accepted")?,
+                &to_i64(p.rejected, "rejected")?,
+                &p.sum,
+                &now,
+            ],
+        )
+        .map_err(&op)?;
+        match tx.commit() {
+            Ok(()) => Ok(Added::Counted),
+            // Unanswered: the report and the sum went in together or not at all.
+            Err(e) if c.is_closed() => {
+                drop(c);
+                match &r.idempotency_key {
+                    Some(key) => self
+                        .lost_commit("add to the partial sum", e, |client| {
+                            Ok(client
+                                .query_opt(
+                                    "SELECT 1 FROM reports WHERE idempotency_key = $1",
+                                    &[key],
+                                )?
+                                .is_some())
+                        })
+                        .map(|()| Added::Counted),
+                    None => Err(StoreError::new("add to the partial sum", e)),
+                }
+            }
+            Err(e) => Err(op(e)),
+        }
+    }
+
+    fn reported(&self, round: u64) -> StoreResult<u64> {
+        let n: i64 = self
+            .client()?
+            .query_one(
+                "SELECT COALESCE(SUM(accepted + rejected), 0)::BIGINT FROM partial_sums
+                 WHERE round = $1",
+                &[&to_i64(round, "round")?],
+            )
+            .map_err(err("count reports"))?
+            .get(0);
+        to_u64(n, "count")
+    }
+
+    fn begin_close(&self, round: u64) -> StoreResult<bool> {
+        let n = self
+            .coordinator_client("close uploads")?
+            .execute(
+                "UPDATE rounds SET state = 'closing' WHERE id = $1 AND state = 'open'",
+                &[&to_i64(round, "round")?],
+            )
+            .map_err(err("close uploads"))?;
+        Ok(n == 1)
+    }
+
+    fn partial_sums(&self, round: u64) -> StoreResult<Vec<PartialSum>> {
+        let rows = self
+            .client()?
+            .query(
+                "SELECT replica, accepted, rejected, sum FROM partial_sums WHERE round = $1
+                 ORDER BY replica",
+                &[&to_i64(round, "round")?],
+            )
+            .map_err(err("read partial sums"))?;
+        rows.iter()
+            .map(|r| {
+                Ok(PartialSum {
+                    replica: r.get(0),
+                    accepted: to_u64(r.get(1), "accepted")?,
+                    rejected: to_u64(r.get(2), "rejected")?,
+                    sum: r.get(3),
+                })
+            })
+            .collect()
+    }
+
+    fn publish_initial(
+        &self,
+        v: &ModelVersionRow,
+        files: &[(String, Vec<u8>)],
+        now_ms: u64,
+    ) -> StoreResult<ModelVersionRow> {
+        let op = err("publish the initial model");
+        let version = to_i64(v.version, "model version")?;
+        let mut c = self.client()?;
+        let mut tx = c.transaction().map_err(&op)?;
+        let inserted = tx
+            .execute(
+                "INSERT INTO model_versions (version, round, path, published_at_ms, digest)
+                 VALUES ($1, NULL, $2, $3, $4) ON CONFLICT (version) DO NOTHING",
+                &[
+                    &version,
+                    &format!("models/v{}", v.version),
+                    &to_i64(now_ms, "time")?,
+                    &v.digest,
+                ],
+            )
+            .map_err(&op)?;
+        if inserted == 1 {
+            write_files(&mut tx, v.version, files)?;
+        }
+        let digest: String = tx
+            .query_one(
+                "SELECT digest FROM model_versions WHERE version = $1",
+                &[&version],
+            )
+            .map_err(&op)?
+            .get(0);
+        tx.commit().map_err(&op)?;
+        Ok(ModelVersionRow {
+            version: v.version,
+            round: None,
+            digest,
+        })
+    }
+
+    fn model_files(&self, version: u64) -> StoreResult<Vec<(String, Vec<u8>)>> {
+        let rows = self
+            .client()?
+            .query(
+                "SELECT name, bytes FROM model_files WHERE version = $1 ORDER BY name",
+                &[&to_i64(version, "model version")?],
+            )
+            .map_err(err("read model files"))?;
+        Ok(rows.iter().map(|r| (r.get(0), r.get(1))).collect())
     }
 }

@@ -9,7 +9,7 @@ use std::net::{Shutdown, TcpListener, TcpStream};
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU8, Ordering};
 use std::sync::Arc;
 
-use hush_fl::store::{NewDevice, ReportRow, RoundState, Store};
+use hush_fl::store::{NewDevice, ReportRow, RoundState, SharedRounds, Store};
 use hush_privacy::ledger::LedgerStore;
 
 use crate::conformance::{self as check, Boxed};
@@ -147,37 +147,6 @@ fn a_store_reconnects_after_the_database_restarts_and_bad_urls_are_named() {
     assert_eq!(s.enrolments().unwrap().len(), 1);
     s.add_enrolment("e2", "more", 5, 1_000, 2).unwrap();
     assert_eq!(s.enrolments().unwrap().len(), 2);
-    // One host runs a database's rounds: a second is refused, also after the first's
-    // connection came back from the restart; once the first is gone, another may.
-    let mut host = PostgresStore::connect_to_run_rounds(&url).unwrap();
-    let refused = PostgresStore::connect_to_run_rounds(&url)
-        .err()
-        .unwrap()
-        .to_string();
-    assert!(
-        refused.contains("another hush-host already runs rounds"),
-        "{refused}"
-    );
-    c.stop().unwrap();
-    c.start_again().unwrap();
-    assert!(
-        host.enrolments().is_err(),
-        "the restart closed its connection"
-    );
-    assert_eq!(
-        host.enrolments().unwrap().len(),
-        2,
-        "reconnected, lock taken again"
-    );
-    assert!(PostgresStore::connect_to_run_rounds(&url).is_err());
-    host.add_enrolment("e3", "x", 1, 1_000, 3).unwrap();
-    drop(host);
-    // The server ends the dropped session (and frees its lock) a moment later.
-    let next = (0..100).find_map(|_| {
-        std::thread::sleep(std::time::Duration::from_millis(50));
-        PostgresStore::connect_to_run_rounds(&url).ok()
-    });
-    assert!(next.is_some(), "the lock outlived its session");
     // A URL that does not parse, and a server that is not there, are named.
     let bad = PostgresStore::connect("postgres://[nope")
         .err()
@@ -302,7 +271,7 @@ fn a_release_whose_commit_goes_unanswered_is_found_committed_or_not() {
     let direct = c.create_database("cut").unwrap();
     let proxy = CutProxy::start(c.port());
     let proxied = format!("postgres://hush@127.0.0.1:{}/cut", proxy.port);
-    let mut s = PostgresStore::connect_to_run_rounds(&proxied).unwrap();
+    let mut s = PostgresStore::connect(&proxied).unwrap();
     s.add_initial_version(&check::version(0), 1).unwrap();
     let observer = || PostgresStore::connect(&direct).unwrap();
 
@@ -383,7 +352,148 @@ fn a_release_whose_commit_goes_unanswered_is_found_committed_or_not() {
         o.model_versions().unwrap(),
         vec![check::version(0), check::version(1)]
     );
-    // The reconnected store still holds the database's rounds, and works.
-    assert!(PostgresStore::connect_to_run_rounds(&direct).is_err());
+    // The reconnected store works.
     assert_eq!(s.rounds().unwrap().len(), 1);
+}
+
+#[test]
+fn replicas_share_a_round_through_partial_sums_and_one_coordinator() {
+    let Some(mut c) = cluster("replicas_share_a_round_through_partial_sums_and_one_coordinator")
+    else {
+        return;
+    };
+    let url = c.create_database("shared").unwrap();
+    let mut a = PostgresStore::connect_as_replica(&url).unwrap();
+    let b = PostgresStore::connect_as_replica(&url).unwrap();
+    assert!(PostgresStore::connect(&url)
+        .unwrap()
+        .shared_rounds()
+        .is_none());
+    let (sa, sb) = (a.shared_rounds().unwrap(), b.shared_rounds().unwrap());
+    assert_ne!(sa.replica(), sb.replica());
+
+    // One coordinator at a time; the other's coordinator writes are refused.
+    assert!(sa.coordinate().unwrap());
+    assert!(!sb.coordinate().unwrap());
+    assert!(sa.coordinate().unwrap(), "asking again keeps it");
+    let initial = sa
+        .publish_initial(
+            &check::version(0),
+            &[("model.json".into(), b"{}".to_vec())],
+            1,
+        )
+        .unwrap();
+    assert_eq!(initial.digest, check::version(0).digest);
+    // A second replica publishing v0 finds the first one's (a different digest is told).
+    let mut other = check::version(0);
+    other.digest = "other".into();
+    assert_eq!(
+        sb.publish_initial(&other, &[], 2).unwrap().digest,
+        initial.digest
+    );
+    assert_eq!(
+        sb.model_files(0).unwrap(),
+        vec![("model.json".into(), b"{}".to_vec())]
+    );
+    a.open_round(&check::round(1), &[1, 2, 3]).unwrap();
+    let mut refused = PostgresStore::connect_as_replica(&url).unwrap();
+    let err = refused
+        .open_round(&check::round(2), &[])
+        .unwrap_err()
+        .to_string();
+    assert!(err.contains("not the coordinator"), "{err}");
+    let (sa, sb) = (a.shared_rounds().unwrap(), b.shared_rounds().unwrap());
+    assert_eq!(sb.current_round().unwrap().unwrap().id, 1);
+    let db_now = sb.db_now_ms().unwrap();
+    assert!(db_now > 1_700_000_000_000, "{db_now}");
+
+    // Uploads to either replica: each adds into its own partial sum; a key is counted
+    // once, a device once, wherever they land.
+    let report = |device: u64, key: &str| ReportRow {
+        round: 1,
+        device,
+        idempotency_key: Some(key.into()),
+        accepted: true,
+        reason: None,
+        bytes: 10,
+    };
+    let partial =
+        |s: &dyn hush_fl::store::SharedRounds, accepted: u64, v: i64| hush_fl::store::PartialSum {
+            replica: s.replica().into(),
+            accepted,
+            rejected: 0,
+            sum: v.to_le_bytes().to_vec(),
+        };
+    use hush_fl::store::Added;
+    assert_eq!(
+        sa.add_to_partial(&report(1, "k1"), &partial(sa, 1, 5), 3)
+            .unwrap(),
+        Added::Counted
+    );
+    assert_eq!(
+        sb.add_to_partial(&report(2, "k2"), &partial(sb, 1, 7), 3)
+            .unwrap(),
+        Added::Counted
+    );
+    assert_eq!(
+        sb.add_to_partial(&report(1, "k1"), &partial(sb, 2, 12), 3)
+            .unwrap(),
+        Added::Duplicate
+    );
+    assert_eq!(
+        sb.add_to_partial(&report(1, "k1-again"), &partial(sb, 2, 12), 3)
+            .unwrap(),
+        Added::AlreadyReported
+    );
+    assert!(sb.has_reported(1, 2).unwrap() && !sb.has_reported(1, 3).unwrap());
+    assert_eq!(sa.reported(1).unwrap(), 2);
+    let sums = sa.partial_sums(1).unwrap();
+    assert_eq!(sums.len(), 2);
+    let total: i64 = sums
+        .iter()
+        .map(|p| i64::from_le_bytes(p.sum[..8].try_into().unwrap()))
+        .sum();
+    assert_eq!(total, 12, "the refused uploads changed no partial sum");
+
+    // The close ends uploads; a later one is told the round is closed and writes nothing.
+    assert!(sb.begin_close(1).is_err(), "only the coordinator closes");
+    assert!(sa.begin_close(1).unwrap());
+    assert_eq!(
+        sa.current_round().unwrap().unwrap().state,
+        RoundState::Closing
+    );
+    assert_eq!(
+        sb.add_to_partial(&report(3, "k3"), &partial(sb, 2, 99), 4)
+            .unwrap(),
+        Added::Closed
+    );
+    assert_eq!(sa.partial_sums(1).unwrap(), sums);
+
+    // A restart ends the coordinator's session and its lock: the next replica to ask
+    // takes it, and the old coordinator's release is refused.
+    c.stop().unwrap();
+    c.start_again().unwrap();
+    let taken = (0..100).any(|_| {
+        std::thread::sleep(std::time::Duration::from_millis(50));
+        b.shared_rounds().unwrap().coordinate().unwrap_or(false)
+    });
+    assert!(taken, "the lock outlived the restart");
+    assert!(!a.shared_rounds().unwrap().coordinate().unwrap());
+    let err = a
+        .commit_release(&check::commit(1, check::version(1)))
+        .unwrap_err()
+        .to_string();
+    assert!(err.contains("not the coordinator"), "{err}");
+    let mut b = b;
+    let mut release = check::commit(1, check::version(1));
+    release.files = vec![("model.json".into(), b"[1]".to_vec())];
+    b.commit_release(&release).unwrap();
+    assert_eq!(a.model_files(1).unwrap(), release.files);
+    assert!(a
+        .shared_rounds()
+        .unwrap()
+        .current_round()
+        .unwrap()
+        .is_none());
+    assert_eq!(a.records().unwrap().len(), 1);
 }

@@ -59,7 +59,7 @@ pub struct ServerSection {
     pub data_dir: PathBuf,
     /// Where devices, rounds, reports and the ledger are kept instead of `hush.sqlite`: a
     /// PostgreSQL database, `postgres://user[:password]@host[:port]/database` (default:
-    /// none, SQLite in `data_dir`).
+    /// none, SQLite in `data_dir`). Hosts on one database share its rounds as replicas.
     pub store: Option<String>,
     /// Model package the first round starts from (required); copied to `models/v0/`.
     pub initial_model: PathBuf,

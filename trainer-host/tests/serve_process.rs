@@ -691,6 +691,26 @@ fn json_logs_are_one_object_per_line() {
     assert!(log.contains("registration refused"), "{log}");
 }
 
+/// The device's task once its replica knows of the round (a replica catches up with the
+/// others at most once a tick, and tells a device to wait until then).
+fn task_from_replica(client: &HostClient) -> TrainTask {
+    let req = CheckInRequest {
+        model_version: None,
+        examples: 10,
+    };
+    let start = Instant::now();
+    loop {
+        match client.check_in(&req).unwrap() {
+            Assignment::Train(t) => return t,
+            Assignment::Wait { .. } => {
+                assert!(start.elapsed() < Duration::from_secs(60), "no task");
+                std::thread::sleep(Duration::from_millis(20));
+            }
+            other => panic!("expected a training task, got {other:?}"),
+        }
+    }
+}
+
 /// A replica's `hush.toml` in `dir`: its own data directory, the shared database.
 fn write_replica_config(dir: &Path, model: &Path, store: &str) -> PathBuf {
     std::fs::create_dir_all(dir).unwrap();
@@ -785,7 +805,7 @@ fn replicas_killed_mid_round_and_mid_release_count_every_update_once() {
         let tasks: Vec<TrainTask> = tokens
             .iter()
             .zip(homes)
-            .map(|(t, u)| task(&device_at(u, t)))
+            .map(|(t, u)| task_from_replica(&device_at(u, t)))
             .collect();
         assert!(tasks.iter().all(|t| t.round == 1), "{point}: {tasks:?}");
         let body = |d: usize| common::small_update_body(&model, &tasks[d], d as u64 + 1);
@@ -807,7 +827,7 @@ fn replicas_killed_mid_round_and_mid_release_count_every_update_once() {
         let tasks: Vec<TrainTask> = tokens
             .iter()
             .zip(homes)
-            .map(|(t, u)| task(&device_at(u, t)))
+            .map(|(t, u)| task_from_replica(&device_at(u, t)))
             .collect();
         assert!(
             tasks.iter().all(|t| t.round == 2 && t.model_version == 1),

@@ -171,6 +171,8 @@ pub struct RoundEngine<S: Store, C: Clock> {
     rejected_total: u64,
     /// Active devices when last counted (paces waiting devices).
     population: u64,
+    /// When this replica last caught up with the others (`sync`; several replicas only).
+    synced_at: Option<std::time::Instant>,
 }
 
 /// SHA-256 hex of a token (what the store keeps).
@@ -397,6 +399,7 @@ impl<S: Store, C: Clock> RoundEngine<S, C> {
             epsilon: (None, None),
             rejected_total,
             population: 0,
+            synced_at: None,
         };
         m.epsilon = epsilon_totals(&m.store().records()?, m.cfg.dp.enabled, m.cfg.budget.delta);
         if let Some(failed) = rounds.iter().find(|r| r.state == RoundState::ReleaseFailed) {
@@ -587,7 +590,11 @@ impl<S: Store, C: Clock> RoundEngine<S, C> {
         }
         if self.shared().is_some() {
             // Another coordinator may have opened (and abandoned) rounds since this
-            // replica started.
+            // replica last looked, or left one open.
+            self.sync(true)?;
+            if self.open.is_some() || self.finished.is_some() {
+                return Ok(());
+            }
             self.next_round = self.store().rounds()?.last().map_or(1, |r| r.id + 1);
         }
         let now = self.clock.now_ms();
@@ -779,7 +786,7 @@ impl<S: Store, C: Clock> RoundEngine<S, C> {
     /// round whose cohort has all reported to some replica, and finishes a release that a
     /// coordinator before it left half done.
     pub fn tick(&mut self) -> Result<(), FlError> {
-        self.sync()?;
+        self.sync(false)?;
         let Some((state, deadline)) = self.open.as_ref().map(|o| (o.row.state, o.row.deadline_ms))
         else {
             return Ok(());
@@ -800,12 +807,19 @@ impl<S: Store, C: Clock> RoundEngine<S, C> {
     }
 
     /// With several replicas: catches up with what the others did — model versions they
-    /// released (their files copied from the database), the round open or closing now —
-    /// before this replica answers anything. Alone, a host knows it all already.
-    fn sync(&mut self) -> Result<(), FlError> {
+    /// released (their files copied from the database), the round open or closing now.
+    /// Requests and ticks catch up at most once per `server.tick_ms` (a check-in answered
+    /// from a view that old is at worst told to wait); `force` catches up now, for what a
+    /// stale view would get wrong (an upload or model for a round or version this replica
+    /// has not seen yet, a coordinator about to open a round). Alone, a host knows it all.
+    fn sync(&mut self, force: bool) -> Result<(), FlError> {
         let Some(shared) = self.shared() else {
             return Ok(());
         };
+        let every = std::time::Duration::from_millis(self.cfg.server.tick_ms);
+        if !force && self.synced_at.is_some_and(|t| t.elapsed() < every) {
+            return Ok(());
+        }
         // Versions first: a release between the two reads then shows as the next round
         // (with its model fetched on demand), never as a closed round with a new model.
         let versions = self.store().model_versions()?;
@@ -834,6 +848,7 @@ impl<S: Store, C: Clock> RoundEngine<S, C> {
                 "caught up with a release by another replica"
             );
         }
+        self.synced_at = Some(std::time::Instant::now());
         match current {
             None => self.open = None,
             Some(row) if self.open.as_ref().is_some_and(|o| o.row.id == row.id) => {
@@ -931,6 +946,10 @@ impl<S: Store, C: Clock> RoundEngine<S, C> {
             }));
         }
         self.tick()?;
+        if self.shared().is_some() && self.open.as_ref().map(|o| o.row.id) != Some(round) {
+            // The device may have its task from a replica that saw the round first.
+            self.sync(true)?;
+        }
         let open_id = self.open.as_ref().map(|o| o.row.id);
         if open_id != Some(round) {
             let rej = if round < self.next_round && round > 0 {
@@ -1591,7 +1610,7 @@ impl<S: Store, C: Clock> RoundEngine<S, C> {
     /// first: the device may have learnt of it from another replica.
     pub fn model_file(&mut self, version: u64, file: &str) -> Result<Option<PathBuf>, FlError> {
         if version > self.model_version {
-            self.sync()?;
+            self.sync(true)?;
         }
         if !PUBLISHED_FILES.contains(&file) || version > self.model_version {
             return Ok(None);

@@ -35,8 +35,8 @@
 //! releases(id BIGINT IDENTITY PRIMARY KEY, …)  -- the ledger: hush_privacy::ledger::row
 //! ```
 //!
-//! Version 2 (rounds shared by several replicas): the state `closing`; one accepted report
-//! per device and round (a partial unique index); `partial_sums(round, replica, accepted,
+//! Version 2 (rounds shared by several replicas): the state `closing`; at most one round
+//! open or closing, and one accepted report per device and round (partial unique indexes); `partial_sums(round, replica, accepted,
 //! rejected, sum BYTEA)`, each replica's share of a round's sum; `model_files(version,
 //! name, bytes)`, every version's files, written in its release's transaction.
 //!
@@ -183,6 +183,8 @@ ALTER TABLE rounds ADD CONSTRAINT rounds_state_check
     CHECK (state IN ('open', 'closing', 'released', 'abandoned', 'release_failed'));
 CREATE UNIQUE INDEX reports_one_accepted_per_device ON reports (round, device)
     WHERE status = 'accepted';
+-- At most one round open or closing, whichever replica opened it.
+CREATE UNIQUE INDEX rounds_one_current ON rounds ((true)) WHERE state IN ('open', 'closing');
 CREATE TABLE partial_sums (
     round          BIGINT NOT NULL REFERENCES rounds (id),
     replica        TEXT   NOT NULL,

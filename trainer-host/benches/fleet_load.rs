@@ -27,7 +27,12 @@
 //! Other flags: `--addresses N` (distinct source addresses, default = devices),
 //! `--deadline-secs 60`, `--retry-after-ms 1000` (the host's suggested wait),
 //! `--register-concurrency 64` (registrations in flight at once), `--max-minutes 60`,
-//! `--no-limits` (leave `[limits]` out of the host's config), `--host-env KEY=VALUE`
+//! `--no-limits` (leave `[limits]` out of the host's config), `--replicas N` (N `serve`
+//! processes on one PostgreSQL database — a throwaway server this bench starts, as
+//! `hush_store::postgres_cluster::LocalCluster` — device `i` talking to replica `i % N`;
+//! `--postgres` for one host on PostgreSQL; "host" below is then replica 0 for the RSS and
+//! `/metrics`, all of them for the CPU, and the rounds and reports are read from the
+//! database), `--host-env KEY=VALUE`
 //! (repeatable: the host's environment, e.g. `MALLOC_ARENA_MAX=2`), `--keep` (keep the
 //! data directory and the host's log). Diagnostics of the host's memory:
 //! `--reconnect-after-upload` (each device opens a new connection after its upload, so the
@@ -89,6 +94,8 @@ struct Args {
     reconnect_after_upload: bool,
     /// Diagnostic: after each release, `malloc_trim(0)` in the host through gdb.
     trim_after_release: bool,
+    /// Hosts sharing one PostgreSQL database (0: one host on SQLite).
+    replicas: usize,
 }
 
 fn parse_args() -> Args {
@@ -106,6 +113,7 @@ fn parse_args() -> Args {
         host_env: Vec::new(),
         reconnect_after_upload: false,
         trim_after_release: false,
+        replicas: 0,
     };
     let mut it = std::env::args().skip(1);
     while let Some(flag) = it.next() {
@@ -125,6 +133,8 @@ fn parse_args() -> Args {
             "--keep" => a.keep = true,
             "--reconnect-after-upload" => a.reconnect_after_upload = true,
             "--trim-after-release" => a.trim_after_release = true,
+            "--replicas" => a.replicas = value("--replicas").parse().unwrap(),
+            "--postgres" => a.replicas = a.replicas.max(1),
             "--host-env" => {
                 let kv = value("--host-env");
                 let (k, v) = kv.split_once('=').expect("--host-env KEY=VALUE");
@@ -247,13 +257,22 @@ fn free_port() -> u16 {
     l.local_addr().unwrap().port()
 }
 
-fn write_config(path: &Path, args: &Args, port: u16, data_dir: &Path, limits: bool) {
+fn write_config(
+    path: &Path,
+    args: &Args,
+    port: u16,
+    data_dir: &Path,
+    limits: bool,
+    store: Option<&str>,
+) {
     let model = model_dir().canonicalize().unwrap();
+    let store = store.map_or(String::new(), |s| format!("store = {s:?}\n"));
     let mut toml = format!(
         "[server]\n\
          listen = \"127.0.0.1:{port}\"\n\
          data_dir = {data:?}\n\
          initial_model = {model:?}\n\
+         {store}\
          \n\
          [rounds]\n\
          rounds = {rounds}\n\
@@ -431,7 +450,8 @@ struct Sample {
 
 /// What every device task writes into.
 struct Shared {
-    server: SocketAddr,
+    /// The hosts (replicas); device `i` talks to `servers[i % len]`.
+    servers: Vec<SocketAddr>,
     shards: Vec<Mutex<Vec<Sample>>>,
     /// (round, device) pairs holding a 200 receipt, and how many of those receipts said
     /// `duplicate`.
@@ -570,7 +590,7 @@ impl Device {
         headers: &[(&str, String)],
         body: Bytes,
     ) -> Result<Reply, String> {
-        let server = self.shared.server;
+        let server = self.shared.servers[self.index % self.shared.servers.len()];
         let mut reused_failed = false;
         loop {
             let fresh = match &self.conn {
@@ -925,14 +945,14 @@ async fn monitor(
             .ok()
             .map(|t| t.trim().to_string());
         if conn.as_ref().is_none_or(|c| c.is_closed()) {
-            conn = connect(src, shared.server).await.ok();
+            conn = connect(src, shared.servers[0]).await.ok();
         }
         let Some(sender) = conn.as_mut() else {
             continue;
         };
         let mut req = Request::builder()
             .uri("/v1/status")
-            .header("host", shared.server.to_string());
+            .header("host", shared.servers[0].to_string());
         if let Some(t) = &token {
             req = req.header("authorization", format!("Bearer {t}"));
         }
@@ -1069,6 +1089,8 @@ struct HostRecord {
     accepted_reports: BTreeMap<u64, u64>,
     /// Accepted reports whose idempotency key appears more than once (must be 0).
     double_counted: u64,
+    /// Records in the privacy ledger (`releases`).
+    ledger_records: u64,
 }
 
 fn read_host_record(db: &Path) -> HostRecord {
@@ -1117,10 +1139,67 @@ fn read_host_record(db: &Path) -> HostRecord {
             |r| r.get(0),
         )
         .unwrap();
+    let ledger_records: i64 = conn
+        .query_row("SELECT COUNT(*) FROM releases", [], |r| r.get(0))
+        .unwrap();
     HostRecord {
         rounds,
         accepted_reports,
         double_counted: double_counted as u64,
+        ledger_records: ledger_records as u64,
+    }
+}
+
+/// [`read_host_record`] from the replicas' PostgreSQL database.
+fn read_host_record_pg(url: &str) -> HostRecord {
+    let mut c = postgres::Client::connect(url, postgres::NoTls).unwrap();
+    let rounds = c
+        .query(
+            "SELECT id, state, opened_at_ms, closed_at_ms, population, expected_cohort, \
+             selected, accepted, rejected, reason FROM rounds ORDER BY id",
+            &[],
+        )
+        .unwrap()
+        .iter()
+        .map(|r| RoundRow {
+            id: r.get::<_, i64>(0) as u64,
+            state: r.get(1),
+            opened_at_ms: r.get::<_, i64>(2) as u64,
+            closed_at_ms: r.get::<_, Option<i64>>(3).map(|v| v as u64),
+            population: r.get::<_, i64>(4) as u64,
+            expected_cohort: r.get(5),
+            selected: r.get::<_, i64>(6) as u64,
+            accepted: r.get::<_, i64>(7) as u64,
+            rejected: r.get::<_, i64>(8) as u64,
+            reason: r.get(9),
+        })
+        .collect();
+    let accepted_reports = c
+        .query(
+            "SELECT round, COUNT(*) FROM reports WHERE status = 'accepted' GROUP BY round",
+            &[],
+        )
+        .unwrap()
+        .iter()
+        .map(|r| (r.get::<_, i64>(0) as u64, r.get::<_, i64>(1) as u64))
+        .collect();
+    let double_counted: i64 = c
+        .query_one(
+            "SELECT COALESCE(SUM(n - 1), 0)::BIGINT FROM (SELECT COUNT(*) AS n FROM reports \
+             WHERE status = 'accepted' GROUP BY round, device HAVING COUNT(*) > 1) t",
+            &[],
+        )
+        .unwrap()
+        .get(0);
+    let ledger_records: i64 = c
+        .query_one("SELECT COUNT(*) FROM releases", &[])
+        .unwrap()
+        .get(0);
+    HostRecord {
+        rounds,
+        accepted_reports,
+        double_counted: double_counted as u64,
+        ledger_records: ledger_records as u64,
     }
 }
 
@@ -1138,6 +1217,14 @@ fn main() {
     let log = dir.path().join("host.log");
     let port = free_port();
     let server: SocketAddr = ([127, 0, 0, 1], port).into();
+    // With --replicas or --postgres: a throwaway PostgreSQL server and one database.
+    let cluster = (args.replicas > 0).then(|| {
+        hush_host::store::postgres_cluster::LocalCluster::start()
+            .expect("--replicas needs PostgreSQL's server programs (Debian's postgresql package)")
+    });
+    let store = cluster
+        .as_ref()
+        .map(|c| c.create_database("fleet").unwrap());
     eprintln!(
         "fleet_load: {} devices over {} addresses, {} rounds, q = {}, open-file limit {nofile}; \
          host data in {}",
@@ -1149,11 +1236,12 @@ fn main() {
     );
 
     let mut limits = args.limits;
-    write_config(&config, &args, port, &data_dir, limits);
+    let store = store.as_deref();
+    write_config(&config, &args, port, &data_dir, limits, store);
     let enrolment = match enrol(&config, args.devices) {
         Enrolment::LimitsRefused => {
             limits = false;
-            write_config(&config, &args, port, &data_dir, limits);
+            write_config(&config, &args, port, &data_dir, limits, store);
             enrol(&config, args.devices)
         }
         e => e,
@@ -1170,7 +1258,7 @@ fn main() {
         Started::Up(h) => h,
         Started::LimitsRefused => {
             limits = false;
-            write_config(&config, &args, port, &data_dir, limits);
+            write_config(&config, &args, port, &data_dir, limits, store);
             match start_host(&config, &log, server, &args.host_env) {
                 Started::Up(h) => h,
                 Started::LimitsRefused => panic!("refused without [limits] too"),
@@ -1179,6 +1267,22 @@ fn main() {
     };
     if !limits && args.limits {
         eprintln!("fleet_load: this host refuses [limits]; running without it");
+    }
+    // Replicas 1.. on the same database, each with its own data directory and port.
+    let mut servers = vec![server];
+    let mut others = Vec::new();
+    for i in 1..args.replicas {
+        let dir = dir.path().join(format!("replica{i}"));
+        std::fs::create_dir_all(&dir).unwrap();
+        let port = free_port();
+        let addr: SocketAddr = ([127, 0, 0, 1], port).into();
+        let config = dir.join("hush.toml");
+        write_config(&config, &args, port, &dir.join("data"), limits, store);
+        match start_host(&config, &dir.join("host.log"), addr, &args.host_env) {
+            Started::Up(h) => others.push(h),
+            Started::LimitsRefused => panic!("replica {i} refused its [limits]"),
+        }
+        servers.push(addr);
     }
     let rss_idle = proc_status_kb(host.pid, "VmRSS:");
     eprintln!(
@@ -1189,7 +1293,7 @@ fn main() {
 
     let layers = Arc::new(template_layers());
     let shared = Arc::new(Shared {
-        server,
+        servers: servers.clone(),
         shards: (0..SHARDS).map(|_| Mutex::new(Vec::new())).collect(),
         receipts: Mutex::new(HashSet::new()),
         duplicates: AtomicU64::new(0),
@@ -1285,9 +1389,15 @@ fn main() {
     let metrics = scrape_metrics(server, &data_dir.join("operator.token"));
     let rss_end = proc_status_kb(host.pid, "VmRSS:");
     let hwm = proc_status_kb(host.pid, "VmHWM:");
-    let exit = host.stop();
+    let mut exit = host.stop();
+    for (i, h) in others.iter_mut().enumerate() {
+        let _ = write!(exit, "; replica {}: {}", i + 1, h.stop());
+    }
     let host_cpu = cpu_seconds(libc::RUSAGE_CHILDREN);
-    let record = read_host_record(&data_dir.join("hush.sqlite"));
+    let record = match store {
+        Some(url) => read_host_record_pg(url),
+        None => read_host_record(&data_dir.join("hush.sqlite")),
+    };
 
     report(
         &args,
@@ -1380,6 +1490,14 @@ fn report(args: &Args, shared: &Shared, record: &HostRecord, mon: &Monitor, s: S
         args.addresses,
         s.nofile
     );
+    if args.replicas > 0 {
+        let _ = writeln!(
+            out,
+            "Hosts: {} `serve` replica(s) on one PostgreSQL database (device i talks to replica \
+             i mod {}); RSS, threads and `/metrics` are replica 0's, the host CPU all of them.\n",
+            args.replicas, args.replicas
+        );
+    }
     let registers: Vec<u32> = samples
         .iter()
         .filter(|x| x.kind == Kind::Register)
@@ -1579,6 +1697,13 @@ fn report(args: &Args, shared: &Shared, record: &HostRecord, mon: &Monitor, s: S
     checks.push(check(
         released == args.rounds,
         format!("{released} of {} rounds released", args.rounds),
+    ));
+    checks.push(check(
+        record.ledger_records == released,
+        format!(
+            "epsilon recorded once per released round: {} ledger records",
+            record.ledger_records
+        ),
     ));
     checks.push(check(
         host_accepted == receipts.len() as u64

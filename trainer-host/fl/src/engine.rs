@@ -848,6 +848,9 @@ impl<S: Store, C: Clock> RoundEngine<S, C> {
                 "caught up with a release by another replica"
             );
         }
+        // Followers pace waiting devices by the fleet's size too (they never open rounds,
+        // where a lone host counts it).
+        self.population = self.store().devices(self.clock.now_ms())?.0;
         self.synced_at = Some(std::time::Instant::now());
         match current {
             None => self.open = None,

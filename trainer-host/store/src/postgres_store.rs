@@ -69,7 +69,7 @@
 //! stored never left out of the sum).
 
 use std::cell::{Cell, RefCell, RefMut};
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use hush_fl::store::{
     Added, DeviceRow, EnrolRefusal, EnrolmentRow, ModelVersionRow, NewDevice, PartialSum,
@@ -223,7 +223,14 @@ pub struct PostgresStore {
     /// Whether this session holds [`COORDINATOR_LOCK`] (false again after a reconnect:
     /// the lock died with the old session).
     coordinator: Cell<bool>,
+    /// When [`SharedRounds::coordinate`] last asked the database.
+    coordinator_asked: Cell<Option<Instant>>,
 }
+
+/// How long [`SharedRounds::coordinate`] answers from its last look: a follower's check-ins
+/// do not each ask for the lock, nor a coordinator's each probe its session (a write on a
+/// session that died fails anyway, and a reconnect drops the lock).
+const COORDINATOR_RECHECK: Duration = Duration::from_millis(100);
 
 fn err(op: &'static str) -> impl Fn(postgres::Error) -> StoreError {
     move |e| StoreError::new(op, e)
@@ -342,6 +349,7 @@ impl PostgresStore {
             location,
             replica: None,
             coordinator: Cell::new(false),
+            coordinator_asked: Cell::new(None),
         })
     }
 
@@ -1073,6 +1081,15 @@ impl SharedRounds for PostgresStore {
     }
 
     fn coordinate(&self) -> StoreResult<bool> {
+        if self
+            .coordinator_asked
+            .get()
+            .is_some_and(|t| t.elapsed() < COORDINATOR_RECHECK)
+            && !self.client.borrow().is_closed()
+        {
+            return Ok(self.coordinator.get());
+        }
+        self.coordinator_asked.set(Some(Instant::now()));
         // A session that died unnoticed (a database restart) shows only when used: ask
         // on it, and if it turns out closed, once more on a new one (without the lock).
         for _ in 0..2 {

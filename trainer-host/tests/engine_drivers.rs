@@ -40,6 +40,8 @@ fn config(model: &Path, data: &Path) -> FlConfig {
     c.dp.clip = 1.0;
     c.budget.epsilon = 1000.0;
     c.seed = Some(21);
+    // The drivers poll every few milliseconds while replicas catch up with a round.
+    c.limits.checkin_per_device_per_second = 1000.0;
     c
 }
 

@@ -739,17 +739,12 @@ fn device_at(url: &str, token: &str) -> HostClient {
         .with_token(token)
 }
 
-/// Uploads to the first replica of `urls` that answers, as a device with a list of host
-/// URLs does: a replica that is down is skipped.
+/// Uploads as a device given the replicas' URLs (`--server URL,URL,…`): its client skips
+/// a replica that is down.
 fn upload_anywhere(urls: &[&str], token: &str, round: u64, body: &[u8]) {
-    for url in urls {
-        match device_at(url, token).upload(round, body) {
-            Ok(_) => return,
-            Err(e) if e.is_transient() => continue,
-            Err(e) => panic!("upload to {url}: {e}"),
-        }
-    }
-    panic!("no replica took the upload");
+    device_at(&urls.join(","), token)
+        .upload(round, body)
+        .unwrap_or_else(|e| panic!("upload to {urls:?}: {e}"));
 }
 
 /// Waits until the replica's status shows `rounds` released.

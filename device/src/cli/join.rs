@@ -12,7 +12,8 @@ use hush_device::client::{join, JoinConfig, JoinEvent};
 /// Arguments of `hush-device join`.
 #[derive(clap::Args)]
 pub struct JoinArgs {
-    /// Host URL, e.g. http://192.168.1.10:7878.
+    /// Host URL, e.g. http://192.168.1.10:7878; for a host run as several replicas, their
+    /// URLs separated by commas (a replica that cannot be reached is skipped).
     #[arg(long)]
     pub server: String,
     /// This device's labelled recordings (Speech Commands layout: <word>/<speaker>_nohash_<k>.wav).

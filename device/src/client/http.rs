@@ -2,6 +2,8 @@
 //! control messages, postcard for updates. Error replies are decoded into the host's
 //! [`ApiError`] so the caller sees what the host said.
 
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
 use std::time::Duration;
 
 use serde::de::DeserializeOwned;
@@ -18,18 +20,26 @@ use super::ClientError;
 /// Largest model file the client downloads (a guard against a confused server).
 pub const MAX_DOWNLOAD_BYTES: u64 = 256 << 20;
 
-/// A connection to one host.
+/// A connection to one host, which may be several replicas sharing its rounds (hush-host
+/// on PostgreSQL): each request goes to the current replica, and when that one cannot be
+/// reached (refused, reset, timed out) to the next ones in turn; the first that answers
+/// becomes current, for this client and its clones. Resending is safe: an upload carries
+/// its idempotency key, so a replica that took it before the connection broke answers the
+/// second copy as a duplicate wherever it lands.
 #[derive(Debug, Clone)]
 pub struct HostClient {
     agent: ureq::Agent,
-    base: String,
+    /// Base URLs of the host's replicas (one for a lone host).
+    bases: Arc<Vec<String>>,
+    /// Index into `bases` of the replica requests go to first.
+    current: Arc<AtomicUsize>,
     token: Option<String>,
 }
 
 impl HostClient {
-    /// A client for the host at `server` (e.g. `http://127.0.0.1:7878`), with a
-    /// per-request timeout. An `https://` host's certificate is checked against
-    /// Mozilla's root certificates (webpki-roots).
+    /// A client for the host at `server` (e.g. `http://127.0.0.1:7878`, or the replicas'
+    /// URLs separated by commas), with a per-request timeout. An `https://` host's
+    /// certificate is checked against Mozilla's root certificates (webpki-roots).
     pub fn new(server: &str, timeout: Duration) -> Result<Self, ClientError> {
         Self::build(server, timeout, RootCerts::WebPki)
     }
@@ -60,12 +70,19 @@ impl HostClient {
     }
 
     fn build(server: &str, timeout: Duration, roots: RootCerts) -> Result<Self, ClientError> {
-        let base = server.trim_end_matches('/').to_string();
-        if !(base.starts_with("http://") || base.starts_with("https://")) {
-            return Err(ClientError::BadServer {
-                server: server.to_string(),
-            });
-        }
+        let bases = server
+            .split(',')
+            .map(|one| {
+                let base = one.trim().trim_end_matches('/').to_string();
+                if base.starts_with("http://") || base.starts_with("https://") {
+                    Ok(base)
+                } else {
+                    Err(ClientError::BadServer {
+                        server: one.trim().to_string(),
+                    })
+                }
+            })
+            .collect::<Result<Vec<_>, _>>()?;
         let tls = TlsConfig::builder()
             .provider(TlsProvider::Rustls)
             .root_certs(roots)
@@ -77,7 +94,8 @@ impl HostClient {
             .build();
         Ok(Self {
             agent: ureq::Agent::new_with_config(config),
-            base,
+            bases: Arc::new(bases),
+            current: Arc::new(AtomicUsize::new(0)),
             token: None,
         })
     }
@@ -88,8 +106,33 @@ impl HostClient {
         self
     }
 
-    fn url(&self, path: &str) -> String {
-        format!("{}{path}", self.base)
+    /// The base URL requests go to first.
+    pub fn server(&self) -> &str {
+        &self.bases[self.current.load(Ordering::Relaxed) % self.bases.len()]
+    }
+
+    /// Runs `request` (given a base URL) against the current replica, then, while it fails
+    /// to reach one, against the next ones in turn (see the type's doc).
+    fn failover<T>(
+        &self,
+        mut request: impl FnMut(&str) -> Result<T, ClientError>,
+    ) -> Result<T, ClientError> {
+        let n = self.bases.len();
+        let first = self.current.load(Ordering::Relaxed) % n;
+        let mut unreachable = None;
+        for k in 0..n {
+            let i = (first + k) % n;
+            match request(&self.bases[i]) {
+                Err(e @ ClientError::Transport { .. }) => unreachable = Some(e),
+                answered => {
+                    if k > 0 {
+                        self.current.store(i, Ordering::Relaxed);
+                    }
+                    return answered;
+                }
+            }
+        }
+        Err(unreachable.expect("a client has at least one server"))
     }
 
     fn auth(&self) -> Option<String> {
@@ -155,14 +198,16 @@ impl HostClient {
             what: what.to_string(),
             reason: e.to_string(),
         })?;
-        let mut r = self
-            .agent
-            .post(&self.url(path))
-            .header("content-type", "application/json");
-        if let Some(a) = self.auth() {
-            r = r.header("authorization", &a);
-        }
-        let reply = self.finish(what, r.send(&body[..]), 1 << 20)?;
+        let reply = self.failover(|base| {
+            let mut r = self
+                .agent
+                .post(&format!("{base}{path}"))
+                .header("content-type", "application/json");
+            if let Some(a) = self.auth() {
+                r = r.header("authorization", &a);
+            }
+            self.finish(what, r.send(&body[..]), 1 << 20)
+        })?;
         Self::json(what, &reply)
     }
 
@@ -190,37 +235,44 @@ impl HostClient {
     /// `GET /v1/models/{version}/{file}`.
     pub fn download(&self, version: u64, file: &str) -> Result<Vec<u8>, ClientError> {
         let what = format!("download of model v{version} {file}");
-        let mut r = self
-            .agent
-            .get(&self.url(&format!("/v1/models/{version}/{file}")));
-        if let Some(a) = self.auth() {
-            r = r.header("authorization", &a);
-        }
-        self.finish(&what, r.call(), MAX_DOWNLOAD_BYTES)
+        self.failover(|base| {
+            let mut r = self
+                .agent
+                .get(&format!("{base}/v1/models/{version}/{file}"));
+            if let Some(a) = self.auth() {
+                r = r.header("authorization", &a);
+            }
+            self.finish(&what, r.call(), MAX_DOWNLOAD_BYTES)
+        })
     }
 
     /// `POST /v1/rounds/{round}/update` with an encoded update body.
     pub fn upload(&self, round: u64, body: &[u8]) -> Result<UploadReceipt, ClientError> {
         let what = format!("upload for round {round}");
-        let mut r = self
-            .agent
-            .post(&self.url(&format!("/v1/rounds/{round}/update")))
-            .header("content-type", "application/octet-stream")
-            .header(CHECKSUM_HEADER, &checksum_hex(body));
-        if let Some(a) = self.auth() {
-            r = r.header("authorization", &a);
-        }
-        let reply = self.finish(&what, r.send(body), 1 << 20)?;
+        let checksum = checksum_hex(body);
+        let reply = self.failover(|base| {
+            let mut r = self
+                .agent
+                .post(&format!("{base}/v1/rounds/{round}/update"))
+                .header("content-type", "application/octet-stream")
+                .header(CHECKSUM_HEADER, &checksum);
+            if let Some(a) = self.auth() {
+                r = r.header("authorization", &a);
+            }
+            self.finish(&what, r.send(body), 1 << 20)
+        })?;
         Self::json(&what, &reply)
     }
 
     /// `GET /v1/status` (the operator's: this client must hold the operator token).
     pub fn status(&self) -> Result<StatusReport, ClientError> {
-        let mut r = self.agent.get(&self.url("/v1/status"));
-        if let Some(a) = self.auth() {
-            r = r.header("authorization", &a);
-        }
-        let reply = self.finish("status", r.call(), 1 << 20)?;
+        let reply = self.failover(|base| {
+            let mut r = self.agent.get(&format!("{base}/v1/status"));
+            if let Some(a) = self.auth() {
+                r = r.header("authorization", &a);
+            }
+            self.finish("status", r.call(), 1 << 20)
+        })?;
         Self::json("status", &reply)
     }
 }
@@ -279,6 +331,36 @@ mod tests {
         assert!(e.is_transient(), "{e}");
         assert_eq!(e.retry_after(), Some(Duration::from_secs(3)), "{e}");
         assert!(e.to_string().contains("busy"), "{e}");
+    }
+
+    #[test]
+    fn a_replica_that_cannot_be_reached_is_skipped_and_the_one_that_answers_kept() {
+        // A port nothing listens on (bound, then closed), and a replica that answers.
+        let down = {
+            let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+            format!("http://{}", l.local_addr().unwrap())
+        };
+        let up = answering(
+            "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: 30\r\n\
+             Connection: close\r\n\r\n{\"round\":4,\"duplicate\":false}\n",
+        );
+        let client = HostClient::new(&format!("{down}, {up}/"), Duration::from_secs(10)).unwrap();
+        assert_eq!(client.server(), down);
+        let receipt = client.clone().upload(4, b"x").unwrap();
+        assert_eq!(receipt.round, 4);
+        assert_eq!(
+            client.server(),
+            up,
+            "the replica that answered is kept, clones too"
+        );
+        // Every replica down: the transport error, retryable.
+        let e = HostClient::new(&down, Duration::from_secs(10))
+            .unwrap()
+            .upload(1, b"x")
+            .unwrap_err();
+        assert!(e.is_transient(), "{e}");
+        let bad = HostClient::new(&format!("{up},ftp://x"), Duration::from_secs(1)).unwrap_err();
+        assert!(bad.to_string().contains("ftp://x"), "{bad}");
     }
 
     #[test]

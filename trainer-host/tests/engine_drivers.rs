@@ -565,3 +565,95 @@ fn a_replica_with_a_clock_an_hour_ahead_does_not_close_a_round_early() {
         "opened at {opened} by the database's clock, not this replica's ({now})"
     );
 }
+
+/// A replica commits the uploads queued while it was busy in one transaction (group
+/// commit): after one `flush`, the others queued with it are answered without the
+/// database — it can be down — and a commit that fails fails every upload in it, each
+/// counted once when its device retries.
+#[test]
+fn a_replica_commits_the_uploads_queued_together_in_one_transaction() {
+    use hush_host::fl::engine::Acceptance;
+    use hush_host::fl::SystemClock;
+    let test = "a_replica_commits_the_uploads_queued_together_in_one_transaction";
+    let Some(mut cluster) = start_for_test(test) else {
+        return;
+    };
+    let url = cluster.create_database("group").unwrap();
+    let tmp = tempfile::tempdir().unwrap();
+    let model = common::tiny_package(tmp.path());
+    let mut cfg = config(&model, &tmp.path().join("replica"));
+    cfg.server.store = Some(url.clone());
+    cfg.rounds.sampling_rate = 1.0;
+    let store = hush_host::store::PostgresStore::connect_as_replica(&url).unwrap();
+    let mut engine = RoundEngine::open(cfg, store, SystemClock).unwrap();
+    let enrolment = engine
+        .issue_enrolment("fleet", DEVICES, Duration::from_secs(3600))
+        .unwrap()
+        .token;
+    for d in 1..=DEVICES {
+        engine
+            .register(&format!("d{d}"), &enrolment)
+            .unwrap()
+            .unwrap();
+    }
+    let req = CheckInRequest {
+        model_version: None,
+        examples: 10,
+    };
+    let lay = layout(&engine.latest_model().1);
+    let mut tasks = Vec::new();
+    for d in 1..=DEVICES {
+        match engine.check_in(d, &req).unwrap() {
+            Assignment::Train(t) => tasks.push((d, t)),
+            other => panic!("device {d}: {other:?}"),
+        }
+    }
+    type Replica = RoundEngine<hush_host::store::PostgresStore, SystemClock>;
+    let deferred = |engine: &mut Replica, d: u64| {
+        let t = &tasks[d as usize - 1].1;
+        let checked = engine.validator().check(device_update(&lay, t, d), 100);
+        engine.accept_deferred(d, t.round, checked).unwrap()
+    };
+    let ticket = |a: Acceptance| match a {
+        Acceptance::Pending(t) => t,
+        Acceptance::Done(answer) => panic!("answered at once: {answer:?}"),
+    };
+    let queued: Vec<u64> = (1..=3).map(|d| ticket(deferred(&mut engine, d))).collect();
+    // The same key again while the first is queued: retry later.
+    match deferred(&mut engine, 2) {
+        Acceptance::Done(Err(rej)) => assert_eq!((rej.status, rej.code), (503, "in_progress")),
+        other => panic!("{other:?}"),
+    }
+    let first = engine.flush(queued[1]).unwrap().unwrap();
+    assert!(!first.duplicate);
+    // Two more queued; then the database goes down. The first three went in together:
+    // answered without it.
+    let failing: Vec<u64> = (4..=5).map(|d| ticket(deferred(&mut engine, d))).collect();
+    cluster.stop().unwrap();
+    for t in [queued[0], queued[2]] {
+        let receipt = engine.flush(t).unwrap().unwrap();
+        assert!(!receipt.duplicate);
+    }
+    // The next commit cannot happen: it fails, for both uploads in it.
+    for t in failing {
+        assert!(engine.flush(t).is_err(), "the commit cannot succeed");
+    }
+    cluster.start_again().unwrap();
+    // The devices retry: counted once each.
+    for d in 4..=5 {
+        let t = &tasks[d as usize - 1].1;
+        let checked = engine.validator().check(device_update(&lay, t, d), 100);
+        let answer = (0..100).find_map(|_| match engine.accept(d, t.round, checked.clone()) {
+            Ok(answer) => Some(answer),
+            Err(_) => {
+                std::thread::sleep(Duration::from_millis(50));
+                None
+            }
+        });
+        assert!(!answer.unwrap().unwrap().duplicate);
+    }
+    let observer = hush_host::store::PostgresStore::connect_as_replica(&url).unwrap();
+    let sums = observer.shared_rounds().unwrap().partial_sums(1).unwrap();
+    let accepted: u64 = sums.iter().map(|p| p.accepted).sum();
+    assert_eq!(accepted, 5, "five devices, each counted once");
+}

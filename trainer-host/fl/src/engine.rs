@@ -50,7 +50,7 @@
 //!   reports are in the store. The server optimizer's state is written into each published
 //!   model version ([`OPTIMIZER_STATE`]), so a restarted host goes on with the same moments.
 
-use std::collections::HashSet;
+use std::collections::{HashMap, HashSet};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
@@ -86,7 +86,7 @@ use crate::publish::ModelDirs;
 pub use crate::publish::OPTIMIZER_STATE;
 use crate::store::{
     Added, ModelVersionRow, NewDevice, PartialSum, ReleaseCommit, ReportRow, RoundOutcome,
-    RoundRow, RoundState, SharedRounds, Store,
+    RoundRow, RoundState, SharedRounds, Store, StoreError,
 };
 use crate::{FlConfig, FlError};
 
@@ -133,6 +133,33 @@ struct OpenRound {
     rejected: u64,
 }
 
+/// What [`RoundEngine::accept_deferred`] did with an upload.
+#[derive(Debug)]
+pub enum Acceptance {
+    /// Answered now: a receipt, or a refusal to send to the device.
+    Done(Result<UploadReceipt, Rejection>),
+    /// Queued for this replica's next group commit (several replicas only):
+    /// [`RoundEngine::flush`] with this ticket answers it.
+    Pending(u64),
+}
+
+/// An upload a replica has checked and queued for its next group commit.
+struct PendingUpload {
+    ticket: u64,
+    report: ReportRow,
+    /// The update's layers, or why a cohort member's malformed update was refused.
+    layers: Result<Vec<NamedTensor>, Rejection>,
+}
+
+/// The refusal of an upload to round `round` after it closed.
+fn closed(round: u64) -> Rejection {
+    Rejection::new(
+        409,
+        "round_closed",
+        format!("round {round} is closed; the upload came too late and was not counted"),
+    )
+}
+
 /// A private round's noise and the ledger's authorization of its release.
 struct RoundTerms {
     mechanism: GaussianMechanism,
@@ -173,6 +200,13 @@ pub struct RoundEngine<S: Store, C: Clock> {
     population: u64,
     /// When this replica last caught up with the others (`sync`; several replicas only).
     synced_at: Option<std::time::Instant>,
+    /// Uploads queued for this replica's next group commit, in arrival order.
+    pending: Vec<PendingUpload>,
+    /// Answers of committed uploads not yet collected by [`RoundEngine::flush`] (a store
+    /// failure as its message).
+    resolved: HashMap<u64, Result<Result<UploadReceipt, Rejection>, String>>,
+    /// The last ticket handed out.
+    next_ticket: u64,
 }
 
 /// SHA-256 hex of a token (what the store keeps).
@@ -400,6 +434,9 @@ impl<S: Store, C: Clock> RoundEngine<S, C> {
             rejected_total,
             population: 0,
             synced_at: None,
+            pending: Vec::new(),
+            resolved: HashMap::new(),
+            next_ticket: 0,
         };
         m.epsilon = epsilon_totals(&m.store().records()?, m.cfg.dp.enabled, m.cfg.budget.delta);
         if let Some(failed) = rounds.iter().find(|r| r.state == RoundState::ReleaseFailed) {
@@ -852,6 +889,16 @@ impl<S: Store, C: Clock> RoundEngine<S, C> {
         // where a lone host counts it).
         self.population = self.store().devices(self.clock.now_ms())?.0;
         self.synced_at = Some(std::time::Instant::now());
+        // Uploads queued for a round that is over are refused as late.
+        let current_id = current.as_ref().map(|r| r.id);
+        for p in std::mem::take(&mut self.pending) {
+            if Some(p.report.round) == current_id {
+                self.pending.push(p);
+            } else {
+                self.resolved
+                    .insert(p.ticket, Ok(Err(closed(p.report.round))));
+            }
+        }
         match current {
             None => self.open = None,
             Some(row) if self.open.as_ref().is_some_and(|o| o.row.id == row.id) => {
@@ -905,26 +952,46 @@ impl<S: Store, C: Clock> RoundEngine<S, C> {
     }
 
     /// An upload from `device` to the round in the path, already decoded and norm-checked
-    /// by [`UpdateValidator`]. `Ok(Err(_))` is a refusal to send to the device; `Err(_)` is
-    /// a host failure.
+    /// by [`UpdateValidator`], answered: [`RoundEngine::accept_deferred`], then, if it was
+    /// queued for a group commit, [`RoundEngine::flush`]. `Ok(Err(_))` is a refusal to send
+    /// to the device; `Err(_)` is a host failure.
     pub fn accept(
         &mut self,
         device: u64,
         path_round: u64,
         update: CheckedUpdate,
     ) -> Result<Result<UploadReceipt, Rejection>, FlError> {
+        match self.accept_deferred(device, path_round, update)? {
+            Acceptance::Done(answer) => Ok(answer),
+            Acceptance::Pending(ticket) => self.flush(ticket),
+        }
+    }
+
+    /// Checks an upload from `device` to the round in the path, already decoded and
+    /// norm-checked by [`UpdateValidator`], and answers it — or, with several replicas,
+    /// queues it for the replica's next group commit ([`Acceptance::Pending`]: a server
+    /// lets go of the engine, then calls [`RoundEngine::flush`], so that the uploads that
+    /// arrived meanwhile are committed in the same transaction). `Err(_)` is a host
+    /// failure.
+    pub fn accept_deferred(
+        &mut self,
+        device: u64,
+        path_round: u64,
+        update: CheckedUpdate,
+    ) -> Result<Acceptance, FlError> {
+        let done = |answer| Ok(Acceptance::Done(answer));
         let h = &update.header;
         let round = h.round;
         let bytes = update.bytes;
         if round != path_round {
-            return Ok(Err(Rejection::new(
+            return done(Err(Rejection::new(
                 400,
                 "round_mismatch",
                 format!("the path names round {path_round} but the update is for round {round}"),
             )));
         }
         if h.device_id != device {
-            return Ok(Err(Rejection::new(
+            return done(Err(Rejection::new(
                 403,
                 "device_mismatch",
                 format!(
@@ -936,14 +1003,14 @@ impl<S: Store, C: Clock> RoundEngine<S, C> {
         if round > i64::MAX as u64 {
             // No round can have this id (stores keep ids as signed 64-bit integers): refused
             // before anything reaches the store.
-            return Ok(Err(Rejection::new(
+            return done(Err(Rejection::new(
                 404,
                 "unknown_round",
                 format!("there is no round {round}"),
             )));
         }
         if self.store().accepted_key(&h.idempotency_key)?.is_some() {
-            return Ok(Ok(UploadReceipt {
+            return done(Ok(UploadReceipt {
                 round,
                 duplicate: true,
             }));
@@ -956,17 +1023,13 @@ impl<S: Store, C: Clock> RoundEngine<S, C> {
         let open_id = self.open.as_ref().map(|o| o.row.id);
         if open_id != Some(round) {
             let rej = if round < self.next_round && round > 0 {
-                Rejection::new(
-                    409,
-                    "round_closed",
-                    format!(
-                        "round {round} is closed; the upload came too late and was not counted"
-                    ),
-                )
+                closed(round)
             } else {
                 Rejection::new(404, "unknown_round", format!("there is no round {round}"))
             };
-            return self.log_rejection(device, round, bytes, rej).map(Err);
+            return self
+                .log_rejection(device, round, bytes, rej)
+                .map(|r| Acceptance::Done(Err(r)));
         }
         if !self
             .open
@@ -978,7 +1041,9 @@ impl<S: Store, C: Clock> RoundEngine<S, C> {
                 "not_in_cohort",
                 format!("device {device} was not drawn into round {round}'s cohort"),
             );
-            return self.log_rejection(device, round, bytes, rej).map(Err);
+            return self
+                .log_rejection(device, round, bytes, rej)
+                .map(|r| Acceptance::Done(Err(r)));
         }
         let expected_version = self.open.as_ref().map_or(0, |o| o.row.model_version);
         if h.model_version != expected_version {
@@ -990,7 +1055,9 @@ impl<S: Store, C: Clock> RoundEngine<S, C> {
                     h.model_version
                 ),
             );
-            return self.log_rejection(device, round, bytes, rej).map(Err);
+            return self
+                .log_rejection(device, round, bytes, rej)
+                .map(|r| Acceptance::Done(Err(r)));
         }
         if self
             .open
@@ -1004,11 +1071,13 @@ impl<S: Store, C: Clock> RoundEngine<S, C> {
                     "round {round} is being released; the upload came too late and was not counted"
                 ),
             );
-            return self.log_rejection(device, round, bytes, rej).map(Err);
+            return self
+                .log_rejection(device, round, bytes, rej)
+                .map(|r| Acceptance::Done(Err(r)));
         }
         let key = h.idempotency_key.clone();
         if self.shared().is_some() {
-            return self.add_to_partial(device, round, bytes, key, update.layers);
+            return self.queue(device, round, bytes, key, update.layers);
         }
         let tensors = match update.layers {
             Ok(t) => t,
@@ -1019,11 +1088,11 @@ impl<S: Store, C: Clock> RoundEngine<S, C> {
                     o.reported.insert(device);
                 }
                 self.close_if_complete()?;
-                return Ok(Err(rej));
+                return done(Err(rej));
             }
         };
         if let Some(Err(rej)) = self.open.as_ref().map(|o| o.agg.admits(&tensors)) {
-            return Ok(Err(rej));
+            return done(Err(rej));
         }
         // Recorded (with its idempotency key) before it is added: a retry after a store
         // failure is refused as a duplicate only once the report is durable.
@@ -1041,13 +1110,13 @@ impl<S: Store, C: Clock> RoundEngine<S, C> {
         )?;
         if let Some(o) = self.open.as_mut() {
             if let Err(rej) = o.agg.add(tensors) {
-                return Ok(Err(rej));
+                return done(Err(rej));
             }
             o.reported.insert(device);
         }
         info!(device, round, "update accepted");
         self.close_if_complete()?;
-        Ok(Ok(UploadReceipt {
+        done(Ok(UploadReceipt {
             round,
             duplicate: false,
         }))
@@ -1071,104 +1140,166 @@ impl<S: Store, C: Clock> RoundEngine<S, C> {
         self.log_rejection(device, round, bytes, rej)
     }
 
-    /// [`RoundEngine::accept`] with several replicas: the update (or a cohort member's
-    /// malformed one, as a refusal that counts as its report) goes into this replica's
-    /// partial sum, and the report with the new partial sum is committed in one
-    /// transaction before the device hears 200 ([`SharedRounds::add_to_partial`]).
-    fn add_to_partial(
+    /// [`RoundEngine::accept_deferred`] with several replicas: an upload that passed every
+    /// check — an update, or a cohort member's malformed one (a refusal that counts as its
+    /// report) — is queued for the replica's next group commit ([`RoundEngine::flush`]).
+    /// A second upload with the key of one already queued is told to retry (503): by then
+    /// the first is committed and the retry is a duplicate, or it failed and the retry
+    /// counts.
+    fn queue(
         &mut self,
         device: u64,
         round: u64,
         bytes: u64,
         key: String,
         layers: Result<Vec<NamedTensor>, Rejection>,
-    ) -> Result<Result<UploadReceipt, Rejection>, FlError> {
-        let Some(open) = self.open.as_ref() else {
-            return Err(FlError::Corrupt("no open round to add to".into()));
+    ) -> Result<Acceptance, FlError> {
+        if self
+            .pending
+            .iter()
+            .any(|p| p.report.idempotency_key.as_deref() == Some(key.as_str()))
+        {
+            return Ok(Acceptance::Done(Err(Rejection::new(
+                503,
+                "in_progress",
+                "an upload with this idempotency key is being recorded; retry in a moment",
+            ))));
+        }
+        if let (Ok(tensors), Some(open)) = (&layers, self.open.as_ref()) {
+            if let Err(rej) = open.agg.admits(tensors) {
+                return Ok(Acceptance::Done(Err(rej)));
+            }
+        }
+        let accepted = layers.is_ok();
+        let report = ReportRow {
+            round,
+            device,
+            idempotency_key: accepted.then_some(key),
+            accepted,
+            reason: layers
+                .as_ref()
+                .err()
+                .map(|rej| format!("{}: {}", rej.code, rej.error)),
+            bytes,
         };
-        let mut agg = open.agg.clone();
-        let mut rejected = open.rejected;
-        let (report, refusal) = match layers {
-            Ok(tensors) => {
-                if let Err(rej) = agg.add(tensors) {
-                    return Ok(Err(rej));
+        self.next_ticket += 1;
+        let ticket = self.next_ticket;
+        self.pending.push(PendingUpload {
+            ticket,
+            report,
+            layers,
+        });
+        Ok(Acceptance::Pending(ticket))
+    }
+
+    /// Answers the upload queued as `ticket` ([`RoundEngine::accept_deferred`]): commits
+    /// every upload queued now in one transaction ([`SharedRounds::add_to_partial`]: their
+    /// reports, and this replica's partial sum with the updates recorded), unless an
+    /// earlier call already did. A failed commit fails every upload in it (the devices
+    /// retry; nothing of them was added).
+    pub fn flush(&mut self, ticket: u64) -> Result<Result<UploadReceipt, Rejection>, FlError> {
+        if !self.resolved.contains_key(&ticket) {
+            self.commit_pending()?;
+        }
+        match self.resolved.remove(&ticket) {
+            Some(Ok(answer)) => Ok(answer),
+            Some(Err(e)) => Err(FlError::Store(StoreError::new("add to the partial sum", e))),
+            None => Err(FlError::Corrupt(format!("no upload is queued as {ticket}"))),
+        }
+    }
+
+    /// Commits every queued upload (see [`RoundEngine::flush`]) and records each answer.
+    fn commit_pending(&mut self) -> Result<(), FlError> {
+        let batch = std::mem::take(&mut self.pending);
+        if batch.is_empty() {
+            return Ok(());
+        }
+        if self.shared().is_none() || self.open.is_none() {
+            for p in &batch {
+                self.resolved
+                    .insert(p.ticket, Ok(Err(closed(p.report.round))));
+            }
+            return Ok(());
+        }
+        let (Some(shared), Some(open)) = (self.store().shared_rounds(), self.open.as_ref()) else {
+            return Ok(());
+        };
+        let reports: Vec<ReportRow> = batch.iter().map(|p| p.report.clone()).collect();
+        let (base, base_rejected) = (&open.agg, open.rejected);
+        let replica = shared.replica().to_string();
+        let mut summed: Option<(Aggregator, u64)> = None;
+        let mut partial = |outcomes: &[Added]| {
+            let mut agg = base.clone();
+            let mut rejected = base_rejected;
+            for (p, o) in batch.iter().zip(outcomes) {
+                if *o == Added::Counted {
+                    match &p.layers {
+                        // Admitted when queued: the layout matches and the sum has room.
+                        Ok(tensors) => {
+                            let _ = agg.add(tensors.clone());
+                        }
+                        Err(_) => rejected += 1,
+                    }
                 }
-                let report = ReportRow {
-                    round,
-                    device,
-                    idempotency_key: Some(key),
-                    accepted: true,
-                    reason: None,
-                    bytes,
-                };
-                (report, None)
             }
-            Err(rej) => {
-                rejected += 1;
-                let report = ReportRow {
-                    round,
-                    device,
-                    idempotency_key: None,
-                    accepted: false,
-                    reason: Some(format!("{}: {}", rej.code, rej.error)),
-                    bytes,
-                };
-                (report, Some(rej))
-            }
-        };
-        let Some(shared) = self.shared() else {
-            return Err(FlError::Corrupt(
-                "add_to_partial without shared rounds".into(),
-            ));
-        };
-        let partial = PartialSum {
-            replica: shared.replica().to_string(),
-            accepted: agg.accepted(),
-            rejected,
-            sum: agg.to_bytes(),
+            let sum = PartialSum {
+                replica: replica.clone(),
+                accepted: agg.accepted(),
+                rejected,
+                sum: agg.to_bytes(),
+            };
+            summed = Some((agg, rejected));
+            sum
         };
         let now = self.clock.now_ms();
-        match shared.add_to_partial(&report, &partial, now)? {
-            Added::Counted => {}
-            Added::Duplicate => {
-                return Ok(Ok(UploadReceipt {
+        let outcomes = match shared.add_to_partial(&reports, &mut partial, now) {
+            Ok(o) => o,
+            Err(e) => {
+                let why = e.to_string();
+                for p in &batch {
+                    self.resolved.insert(p.ticket, Err(why.clone()));
+                }
+                return Ok(());
+            }
+        };
+        if let (Some((agg, rejected)), Some(open)) = (summed, self.open.as_mut()) {
+            open.agg = agg;
+            open.rejected = rejected;
+        }
+        debug!(uploads = batch.len(), "group commit");
+        for (p, o) in batch.into_iter().zip(outcomes) {
+            let (device, round, bytes) = (p.report.device, p.report.round, p.report.bytes);
+            let answer = match (o, p.layers) {
+                (Added::Counted, Ok(_)) => {
+                    info!(device, round, "update accepted");
+                    Ok(UploadReceipt {
+                        round,
+                        duplicate: false,
+                    })
+                }
+                (Added::Counted, Err(rej)) => {
+                    self.rejected_total += 1;
+                    warn!(
+                        device,
+                        round,
+                        code = rej.code,
+                        "upload rejected: {}",
+                        rej.error
+                    );
+                    Err(rej)
+                }
+                (Added::Duplicate, _) => Ok(UploadReceipt {
                     round,
                     duplicate: true,
-                }))
-            }
-            Added::AlreadyReported => return self.already_reported(device, round, bytes).map(Err),
-            Added::Closed => {
-                let rej = Rejection::new(
-                    409,
-                    "round_closed",
-                    format!(
-                        "round {round} is closed; the upload came too late and was not counted"
-                    ),
-                );
-                return self.log_rejection(device, round, bytes, rej).map(Err);
-            }
+                }),
+                (Added::AlreadyReported, _) => Err(self.already_reported(device, round, bytes)?),
+                (Added::Closed, _) => {
+                    Err(self.log_rejection(device, round, bytes, closed(round))?)
+                }
+            };
+            self.resolved.insert(p.ticket, Ok(answer));
         }
-        if let Some(o) = self.open.as_mut() {
-            o.agg = agg;
-            o.rejected = rejected;
-        }
-        self.close_if_complete()?;
-        if let Some(rej) = refusal {
-            self.rejected_total += 1;
-            warn!(
-                device,
-                round,
-                code = rej.code,
-                "upload rejected: {}",
-                rej.error
-            );
-            return Ok(Err(rej));
-        }
-        info!(device, round, "update accepted");
-        Ok(Ok(UploadReceipt {
-            round,
-            duplicate: false,
-        }))
+        self.close_if_complete()
     }
 
     /// Abandons round `id` with `outcome` (no release, no ε).

@@ -279,7 +279,7 @@ pub struct PartialSum {
 /// What became of an upload offered to [`SharedRounds::add_to_partial`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Added {
-    /// Its report and the new partial sum are committed: answer 200.
+    /// Its report is committed, and (an accepted update) so is the partial sum holding it.
     Counted,
     /// Its idempotency key was already accepted (by any replica): a duplicate.
     Duplicate,
@@ -306,15 +306,18 @@ pub trait SharedRounds {
     fn current_round(&self) -> StoreResult<Option<RoundRow>>;
     /// Whether `device` has an accepted update in `round`.
     fn has_reported(&self, round: u64, device: u64) -> StoreResult<bool>;
-    /// One transaction, only while the round is open: records `report` (accepted, or a
-    /// cohort member's malformed update) and replaces this replica's partial sum of the
-    /// round with `partial` (which includes the update).
+    /// One transaction, only while the round is open (else every report is `Closed` and
+    /// nothing is written): records `reports` of one round — accepted updates, or cohort
+    /// members' malformed ones — each as [`Added`] says, then, if any was recorded,
+    /// replaces this replica's partial sum of the round with `partial(&outcomes)`: the sum
+    /// holding exactly the updates recorded. Several uploads in one transaction is the
+    /// replica's group commit.
     fn add_to_partial(
         &self,
-        report: &ReportRow,
-        partial: &PartialSum,
+        reports: &[ReportRow],
+        partial: &mut dyn FnMut(&[Added]) -> PartialSum,
         now_ms: u64,
-    ) -> StoreResult<Added>;
+    ) -> StoreResult<Vec<Added>>;
     /// Cohort members that have reported in `round`, over every replica (accepted
     /// updates and refused malformed ones).
     fn reported(&self, round: u64) -> StoreResult<u64>;

@@ -46,7 +46,7 @@ use hush_device::protocol::{
 };
 use hush_fl::aggregate::{Rejection, UpdateValidator};
 use hush_fl::config::LimitsSection;
-use hush_fl::engine::token_hash;
+use hush_fl::engine::{token_hash, Acceptance};
 use hush_fl::enrolment::{self, random_token};
 use hush_fl::store::Store;
 use hush_fl::{Clock, FlConfig, FlError, RoundEngine, RoundLog, SystemClock};
@@ -451,7 +451,15 @@ async fn upload(
         Ok(Err(e)) => return protocol_error(e),
         Err(e) => return internal(format!("decoding failed: {e}")),
     };
-    let resp = match with_mgr(&state, move |m| m.accept(device, round, update)).await {
+    // With several replicas the upload is queued, and answered once the replica's next
+    // group commit holds it: the engine's lock is let go in between, so the uploads that
+    // arrive meanwhile join the same transaction.
+    let answer = match with_mgr(&state, move |m| m.accept_deferred(device, round, update)).await {
+        Ok(Acceptance::Done(answer)) => Ok(answer),
+        Ok(Acceptance::Pending(ticket)) => with_mgr(&state, move |m| m.flush(ticket)).await,
+        Err(resp) => Err(resp),
+    };
+    let resp = match answer {
         Ok(Ok(receipt)) => {
             state.metrics.upload_accepted();
             (StatusCode::OK, Json(receipt)).into_response()

@@ -49,8 +49,8 @@
 //! Every transaction commits with the server's `synchronous_commit` (on by default), but
 //! for a report of a host that runs rounds alone (`SET LOCAL synchronous_commit = off`, as
 //! the SQLite store skips its fsync): a crash loses that round's sum anyway. A replica's
-//! report and partial sum ([`SharedRounds::add_to_partial`]) wait for the flush: the device
-//! hears 200 only once its update survives the replica.
+//! reports and partial sum ([`SharedRounds::add_to_partial`], several uploads at once) wait
+//! for the flush: a device hears 200 only once its update survives the replica.
 //!
 //! # Replicas
 //!
@@ -1145,9 +1145,23 @@ impl SharedRounds for PostgresStore {
             .is_some())
     }
 
-    fn add_to_partial(&self, r: &ReportRow, p: &PartialSum, now_ms: u64) -> StoreResult<Added> {
+    fn add_to_partial(
+        &self,
+        reports: &[ReportRow],
+        partial: &mut dyn FnMut(&[Added]) -> PartialSum,
+        now_ms: u64,
+    ) -> StoreResult<Vec<Added>> {
         let op = err("add to the partial sum");
-        let round = to_i64(r.round, "round")?;
+        let Some(first) = reports.first() else {
+            return Ok(Vec::new());
+        };
+        if reports.iter().any(|r| r.round != first.round) {
+            return Err(StoreError::new(
+                "add to the partial sum",
+                "the uploads of one transaction belong to two rounds",
+            ));
+        }
+        let round = to_i64(first.round, "round")?;
         let now = to_i64(now_ms, "time")?;
         let mut c = self.client()?;
         let mut tx = c.transaction().map_err(&op)?;
@@ -1161,73 +1175,86 @@ impl SharedRounds for PostgresStore {
             .map_err(&op)?
             .map(|row| row.get(0));
         if state.as_deref() != Some("open") {
-            return Ok(Added::Closed);
+            return Ok(vec![Added::Closed; reports.len()]);
         }
-        // A unique key, and one accepted report per device and round (a partial unique
-        // index), whichever replica the device reached.
-        let inserted = tx
-            .query_opt(
-                "INSERT INTO reports (round, device, idempotency_key, status, reason, bytes,
-                     received_at_ms)
-                 VALUES ($1, $2, $3, $4, $5, $6, $7)
-                 ON CONFLICT DO NOTHING RETURNING id",
-                &[
-                    &round,
-                    &to_i64(r.device, "device")?,
-                    &r.idempotency_key,
-                    &if r.accepted { "accepted" } else { "rejected" },
-                    &r.reason,
-                    &to_i64(r.bytes, "bytes")?,
-                    &now,
-                ],
-            )
-            .map_err(&op)?;
-        if inserted.is_none() {
-            let duplicate = tx
+        let mut outcomes = Vec::with_capacity(reports.len());
+        for r in reports {
+            // A unique key, and one accepted report per device and round (a partial
+            // unique index), whichever replica the device reached.
+            let inserted = tx
+                .query_opt(
+                    "INSERT INTO reports (round, device, idempotency_key, status, reason,
+                         bytes, received_at_ms)
+                     VALUES ($1, $2, $3, $4, $5, $6, $7)
+                     ON CONFLICT DO NOTHING RETURNING id",
+                    &[
+                        &round,
+                        &to_i64(r.device, "device")?,
+                        &r.idempotency_key,
+                        &if r.accepted { "accepted" } else { "rejected" },
+                        &r.reason,
+                        &to_i64(r.bytes, "bytes")?,
+                        &now,
+                    ],
+                )
+                .map_err(&op)?;
+            outcomes.push(if inserted.is_some() {
+                Added::Counted
+            } else if tx
                 .query_opt(
                     "SELECT 1 FROM reports WHERE idempotency_key = $1",
                     &[&r.idempotency_key],
                 )
                 .map_err(&op)?
-                .is_some();
-            return Ok(if duplicate {
+                .is_some()
+            {
                 Added::Duplicate
             } else {
                 Added::AlreadyReported
             });
         }
-        tx.execute(
-            "INSERT INTO partial_sums (round, replica, accepted, rejected, sum, updated_at_ms)
-             VALUES ($1, $2, $3, $4, $5, $6)
-             ON CONFLICT (round, replica) DO UPDATE SET accepted = EXCLUDED.accepted,
-                 rejected = EXCLUDED.rejected, sum = EXCLUDED.sum,
-                 updated_at_ms = EXCLUDED.updated_at_ms",
-            &[
-                &round,
-                &p.replica,
-                &to_i64(p.accepted, "accepted")?,
-                &to_i64(p.rejected, "rejected")?,
-                &p.sum,
-                &now,
-            ],
-        )
-        .map_err(&op)?;
+        if outcomes.contains(&Added::Counted) {
+            let p = partial(&outcomes);
+            tx.execute(
+                "INSERT INTO partial_sums (round, replica, accepted, rejected, sum,
+                     updated_at_ms)
+                 VALUES ($1, $2, $3, $4, $5, $6)
+                 ON CONFLICT (round, replica) DO UPDATE SET accepted = EXCLUDED.accepted,
+                     rejected = EXCLUDED.rejected, sum = EXCLUDED.sum,
+                     updated_at_ms = EXCLUDED.updated_at_ms",
+                &[
+                    &round,
+                    &p.replica,
+                    &to_i64(p.accepted, "accepted")?,
+                    &to_i64(p.rejected, "rejected")?,
+                    &p.sum,
+                    &now,
+                ],
+            )
+            .map_err(&op)?;
+        }
         match tx.commit() {
-            Ok(()) => Ok(Added::Counted),
-            // Unanswered: the report and the sum went in together or not at all.
+            Ok(()) => Ok(outcomes),
+            // Unanswered: the reports and the sum went in together or not at all; an
+            // accepted report's key tells which.
             Err(e) if c.is_closed() => {
                 drop(c);
-                match &r.idempotency_key {
+                let counted_key = reports
+                    .iter()
+                    .zip(&outcomes)
+                    .filter(|(_, o)| **o == Added::Counted)
+                    .find_map(|(r, _)| r.idempotency_key.clone());
+                match counted_key {
                     Some(key) => self
                         .lost_commit("add to the partial sum", e, |client| {
                             Ok(client
                                 .query_opt(
                                     "SELECT 1 FROM reports WHERE idempotency_key = $1",
-                                    &[key],
+                                    &[&key],
                                 )?
                                 .is_some())
                         })
-                        .map(|()| Added::Counted),
+                        .map(|()| outcomes),
                     None => Err(StoreError::new("add to the partial sum", e)),
                 }
             }

@@ -425,28 +425,44 @@ fn replicas_share_a_round_through_partial_sums_and_one_coordinator() {
             sum: v.to_le_bytes().to_vec(),
         };
     use hush_fl::store::Added;
-    assert_eq!(
-        sa.add_to_partial(&report(1, "k1"), &partial(sa, 1, 5), 3)
-            .unwrap(),
-        Added::Counted
+    let add = |s: &dyn hush_fl::store::SharedRounds, reports: &[ReportRow], v: i64| {
+        let mut seen = Vec::new();
+        let outcomes = s
+            .add_to_partial(
+                reports,
+                &mut |o: &[Added]| {
+                    seen = o.to_vec();
+                    partial(
+                        s,
+                        o.iter().filter(|o| **o == Added::Counted).count() as u64,
+                        v,
+                    )
+                },
+                3,
+            )
+            .unwrap();
+        (outcomes, seen)
+    };
+    // One transaction of two uploads at A; the partial sum is asked for once, knowing both
+    // were recorded.
+    let (o, seen) = add(sa, &[report(1, "k1"), report(3, "k3")], 5);
+    assert_eq!(o, vec![Added::Counted, Added::Counted]);
+    assert_eq!(seen, o);
+    // At B: a new device counts; A's key, and device 1 under another key, do not.
+    let (o, _) = add(
+        sb,
+        &[report(2, "k2"), report(1, "k1"), report(1, "k1-again")],
+        7,
     );
     assert_eq!(
-        sb.add_to_partial(&report(2, "k2"), &partial(sb, 1, 7), 3)
-            .unwrap(),
-        Added::Counted
+        o,
+        vec![Added::Counted, Added::Duplicate, Added::AlreadyReported]
     );
-    assert_eq!(
-        sb.add_to_partial(&report(1, "k1"), &partial(sb, 2, 12), 3)
-            .unwrap(),
-        Added::Duplicate
-    );
-    assert_eq!(
-        sb.add_to_partial(&report(1, "k1-again"), &partial(sb, 2, 12), 3)
-            .unwrap(),
-        Added::AlreadyReported
-    );
-    assert!(sb.has_reported(1, 2).unwrap() && !sb.has_reported(1, 3).unwrap());
-    assert_eq!(sa.reported(1).unwrap(), 2);
+    // Nothing recorded: the partial sum is not asked for, nor written.
+    let (o, seen) = add(sb, &[report(3, "k3")], 99);
+    assert_eq!((o, seen), (vec![Added::Duplicate], vec![]));
+    assert!(sb.has_reported(1, 2).unwrap() && !sb.has_reported(1, 4).unwrap());
+    assert_eq!(sa.reported(1).unwrap(), 3);
     let sums = sa.partial_sums(1).unwrap();
     assert_eq!(sums.len(), 2);
     let total: i64 = sums
@@ -454,6 +470,11 @@ fn replicas_share_a_round_through_partial_sums_and_one_coordinator() {
         .map(|p| i64::from_le_bytes(p.sum[..8].try_into().unwrap()))
         .sum();
     assert_eq!(total, 12, "the refused uploads changed no partial sum");
+    let mut other_round = report(4, "k4");
+    other_round.round = 2;
+    assert!(sb
+        .add_to_partial(&[report(4, "k5"), other_round], &mut |_| unreachable!(), 3)
+        .is_err());
 
     // The close ends uploads; a later one is told the round is closed and writes nothing.
     assert!(sb.begin_close(1).is_err(), "only the coordinator closes");
@@ -462,11 +483,7 @@ fn replicas_share_a_round_through_partial_sums_and_one_coordinator() {
         sa.current_round().unwrap().unwrap().state,
         RoundState::Closing
     );
-    assert_eq!(
-        sb.add_to_partial(&report(3, "k3"), &partial(sb, 2, 99), 4)
-            .unwrap(),
-        Added::Closed
-    );
+    assert_eq!(add(sb, &[report(4, "k4")], 99).0, vec![Added::Closed]);
     assert_eq!(sa.partial_sums(1).unwrap(), sums);
 
     // A restart ends the coordinator's session and its lock: the next replica to ask

@@ -156,6 +156,20 @@ fn register_fleet(host: &hush_host::server::HostHandle) -> Vec<(u64, HostClient)
         .collect()
 }
 
+/// What the round log says of each round: id, realized cohort, accepted reports, state.
+fn shape(r: &[RoundLog]) -> Vec<(u64, u64, u64, String)> {
+    r.iter()
+        .map(|l| {
+            (
+                l.round,
+                l.realized_cohort,
+                l.reports_accepted,
+                format!("{:?}", l.state),
+            )
+        })
+        .collect()
+}
+
 /// The HTTP server on `store_url`'s PostgreSQL database, or SQLite without one.
 fn over_http(model: &Path, data: &Path, store_url: Option<&str>) -> Released {
     replicas_over_http(model, data, store_url, 1)
@@ -247,18 +261,6 @@ fn the_same_seed_and_inputs_release_the_same_models_and_ledger_through_either_dr
     );
     assert_eq!(a.ledger, b.ledger);
     assert_eq!(a.weights, b.weights, "bit-identical model versions");
-    let shape = |r: &[RoundLog]| -> Vec<(u64, u64, u64, String)> {
-        r.iter()
-            .map(|l| {
-                (
-                    l.round,
-                    l.realized_cohort,
-                    l.reports_accepted,
-                    format!("{:?}", l.state),
-                )
-            })
-            .collect()
-    };
     assert_eq!(shape(&a.rounds), shape(&b.rounds));
 }
 
@@ -314,18 +316,6 @@ fn three_replicas_on_postgresql_release_what_one_host_releases() {
     assert_eq!(a.ledger.len(), 3, "three releases: {:?}", a.rounds);
     assert_eq!(a.ledger, r.ledger, "one ledger record per round");
     assert_eq!(a.weights, r.weights, "bit-identical model versions");
-    let shape = |r: &[RoundLog]| -> Vec<(u64, u64, u64, String)> {
-        r.iter()
-            .map(|l| {
-                (
-                    l.round,
-                    l.realized_cohort,
-                    l.reports_accepted,
-                    format!("{:?}", l.state),
-                )
-            })
-            .collect()
-    };
     assert_eq!(shape(&a.rounds), shape(&r.rounds));
     // Every replica serves every version: the files came from the database.
     for i in 1..3 {

@@ -129,21 +129,6 @@ fn start(dir: &Path, model: &Path, store: Option<&str>) -> Replica {
     Replica { child, url, config }
 }
 
-fn enrol(config: &Path, quota: u64) -> String {
-    let out = Command::new(env!("CARGO_BIN_EXE_hush-host"))
-        .args(["devices", "enrol", "--config"])
-        .arg(config)
-        .args(["--quota", &quota.to_string(), "--label", "bench"])
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    String::from_utf8(out.stdout).unwrap().trim().to_string()
-}
-
 /// Device `d`'s update: values that differ from value to value and device to device
 /// (norm about 0.1, under the clip of 1), so that partial sums do not compress as a
 /// constant update's would.
@@ -165,7 +150,7 @@ fn run(dir: &Path, model: &Path, store: Option<&str>, replicas: usize) -> (f64, 
     let hosts: Vec<Replica> = (0..replicas)
         .map(|i| start(&dir.join(format!("r{i}")), model, store))
         .collect();
-    let enrolment = enrol(&hosts[0].config, DEVICES + 1);
+    let enrolment = common::enrol_with_cli(&hosts[0].config, DEVICES + 1);
     let req = CheckInRequest {
         model_version: None,
         examples: 10,

@@ -123,18 +123,7 @@ impl Serve {
 
     /// `hush-host devices enrol --quota <quota>` on this host's config: the token.
     fn enrol(&self, quota: u64) -> String {
-        let out = Command::new(env!("CARGO_BIN_EXE_hush-host"))
-            .args(["devices", "enrol", "--config"])
-            .arg(&self.config)
-            .args(["--quota", &quota.to_string(), "--label", "test"])
-            .output()
-            .unwrap();
-        assert!(
-            out.status.success(),
-            "devices enrol: {}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-        String::from_utf8(out.stdout).unwrap().trim().to_string()
+        common::enrol_with_cli(&self.config, quota)
     }
 
     /// Waits for the process to die by itself (a fault point), and checks it aborted.
@@ -292,14 +281,25 @@ fn serve_killed_mid_round_restarts_with_no_epsilon_lost_or_spent_twice() {
 }
 
 fn write_config(dir: &Path, model: &Path, data: &Path, rounds: u64) -> std::path::PathBuf {
+    write_toml(
+        dir,
+        model,
+        data,
+        "",
+        &format!("rounds = {rounds}\nmin_devices = 2\nmin_reports = 2\ndeadline_secs = 60.0\n"),
+    )
+}
+
+/// `dir/hush.toml`: seed 3, full participation, ε budget 1000, with `server` and `rounds`
+/// lines added to those sections.
+fn write_toml(dir: &Path, model: &Path, data: &Path, server: &str, rounds: &str) -> PathBuf {
     let config = dir.join("hush.toml");
     std::fs::write(
         &config,
         format!(
             "seed = 3\n\
-             [server]\ndata_dir = {data:?}\ninitial_model = {model:?}\ntick_ms = 20\n\
-             [rounds]\nrounds = {rounds}\nsampling_rate = 1.0\nmin_devices = 2\n\
-             min_reports = 2\ndeadline_secs = 60.0\n\
+             [server]\ndata_dir = {data:?}\ninitial_model = {model:?}\ntick_ms = 20\n{server}\
+             [rounds]\nsampling_rate = 1.0\n{rounds}\
              [dp]\nnoise_multiplier = 1.0\nclip = 1.0\n\
              [budget]\nepsilon = 1000.0\ndelta = 1e-5\n"
         ),
@@ -714,22 +714,13 @@ fn task_from_replica(client: &HostClient) -> TrainTask {
 /// A replica's `hush.toml` in `dir`: its own data directory, the shared database.
 fn write_replica_config(dir: &Path, model: &Path, store: &str) -> PathBuf {
     std::fs::create_dir_all(dir).unwrap();
-    let data = dir.join("data");
-    let config = dir.join("hush.toml");
-    std::fs::write(
-        &config,
-        format!(
-            "seed = 3\n\
-             [server]\ndata_dir = {data:?}\ninitial_model = {model:?}\ntick_ms = 20\n\
-             store = {store:?}\n\
-             [rounds]\nrounds = 2\nsampling_rate = 1.0\nmin_devices = 4\n\
-             min_reports = 1\ndeadline_secs = 120.0\n\
-             [dp]\nnoise_multiplier = 1.0\nclip = 1.0\n\
-             [budget]\nepsilon = 1000.0\ndelta = 1e-5\n"
-        ),
+    write_toml(
+        dir,
+        model,
+        &dir.join("data"),
+        &format!("store = {store:?}\n"),
+        "rounds = 2\nmin_devices = 4\nmin_reports = 1\ndeadline_secs = 120.0\n",
     )
-    .unwrap();
-    config
 }
 
 /// Device `token`'s client at the replica `url`.

@@ -940,6 +940,12 @@ impl<S: Store, C: Clock> RoundEngine<S, C> {
             },
             now,
         )?;
+        self.count_rejection(device, round, &rej);
+        Ok(rej)
+    }
+
+    /// Counts and logs a refused upload (its report already recorded).
+    fn count_rejection(&mut self, device: u64, round: u64, rej: &Rejection) {
         self.rejected_total += 1;
         warn!(
             device,
@@ -948,7 +954,6 @@ impl<S: Store, C: Clock> RoundEngine<S, C> {
             "upload rejected: {}",
             rej.error
         );
-        Ok(rej)
     }
 
     /// An upload from `device` to the round in the path, already decoded and norm-checked
@@ -1278,14 +1283,7 @@ impl<S: Store, C: Clock> RoundEngine<S, C> {
                     })
                 }
                 (Added::Counted, Err(rej)) => {
-                    self.rejected_total += 1;
-                    warn!(
-                        device,
-                        round,
-                        code = rej.code,
-                        "upload rejected: {}",
-                        rej.error
-                    );
+                    self.count_rejection(device, round, &rej);
                     Err(rej)
                 }
                 (Added::Duplicate, _) => Ok(UploadReceipt {

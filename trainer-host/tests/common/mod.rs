@@ -214,3 +214,20 @@ pub fn feature_in_builds(krate: &str, feature: &str) -> (bool, bool) {
         tree("all,features").contains(feature),
     )
 }
+
+/// `hush-host devices enrol --config <config> --quota <quota>` (the operator's command):
+/// the enrolment token it prints.
+pub fn enrol_with_cli(config: &Path, quota: u64) -> String {
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_hush-host"))
+        .args(["devices", "enrol", "--config"])
+        .arg(config)
+        .args(["--quota", &quota.to_string(), "--label", "test"])
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "devices enrol: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8(out.stdout).unwrap().trim().to_string()
+}

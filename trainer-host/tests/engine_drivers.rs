@@ -502,6 +502,27 @@ fn a_round_draws_and_writes_its_whole_cohort_when_it_opens() {
     assert_eq!(rows, expected, "one row per drawn device, written at open");
 }
 
+/// A replica engine in process on `url`'s database, with devices 1..=DEVICES registered.
+fn replica_with_fleet<C: hush_host::fl::Clock>(
+    cfg: FlConfig,
+    url: &str,
+    clock: C,
+) -> RoundEngine<hush_host::store::PostgresStore, C> {
+    let store = hush_host::store::PostgresStore::connect_as_replica(url).unwrap();
+    let mut engine = RoundEngine::open(cfg, store, clock).unwrap();
+    let enrolment = engine
+        .issue_enrolment("fleet", DEVICES, Duration::from_secs(3 * 3600))
+        .unwrap()
+        .token;
+    for d in 1..=DEVICES {
+        engine
+            .register(&format!("d{d}"), &enrolment)
+            .unwrap()
+            .unwrap();
+    }
+    engine
+}
+
 /// A replica whose clock runs an hour ahead does not close a round early: with several
 /// replicas, a round's deadline is set and compared by the database's clock.
 #[test]
@@ -519,18 +540,7 @@ fn a_replica_with_a_clock_an_hour_ahead_does_not_close_a_round_early() {
     cfg.rounds.sampling_rate = 1.0;
     let hour = 3_600_000;
     let ahead = ManualClock::new(SystemClock.now_ms() + hour);
-    let store = hush_host::store::PostgresStore::connect_as_replica(&url).unwrap();
-    let mut engine = RoundEngine::open(cfg, store, ahead.clone()).unwrap();
-    let enrolment = engine
-        .issue_enrolment("fleet", DEVICES, Duration::from_secs(3 * 3600))
-        .unwrap()
-        .token;
-    for d in 1..=DEVICES {
-        engine
-            .register(&format!("d{d}"), &enrolment)
-            .unwrap()
-            .unwrap();
-    }
+    let mut engine = replica_with_fleet(cfg, &url, ahead.clone());
     let req = CheckInRequest {
         model_version: None,
         examples: 10,
@@ -574,18 +584,7 @@ fn a_replica_commits_the_uploads_queued_together_in_one_transaction() {
     let mut cfg = config(&model, &tmp.path().join("replica"));
     cfg.server.store = Some(url.clone());
     cfg.rounds.sampling_rate = 1.0;
-    let store = hush_host::store::PostgresStore::connect_as_replica(&url).unwrap();
-    let mut engine = RoundEngine::open(cfg, store, SystemClock).unwrap();
-    let enrolment = engine
-        .issue_enrolment("fleet", DEVICES, Duration::from_secs(3600))
-        .unwrap()
-        .token;
-    for d in 1..=DEVICES {
-        engine
-            .register(&format!("d{d}"), &enrolment)
-            .unwrap()
-            .unwrap();
-    }
+    let mut engine = replica_with_fleet(cfg, &url, SystemClock);
     let req = CheckInRequest {
         model_version: None,
         examples: 10,

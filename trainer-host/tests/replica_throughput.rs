@@ -31,14 +31,6 @@ use hush_host::store::postgres_cluster::LocalCluster;
 const DEVICES: u64 = 2000;
 const CLIENTS: usize = 8;
 
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
-}
-
 /// Clock ticks (user + system) of process `pid` so far.
 fn cpu_ticks(pid: u32) -> u64 {
     let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
@@ -100,7 +92,7 @@ fn start(dir: &Path, model: &Path, store: Option<&str>) -> Replica {
         ),
     )
     .unwrap();
-    let port = free_port();
+    let port = common::free_port();
     let child = Command::new(env!("CARGO_BIN_EXE_hush-host"))
         .args(["serve", "--config"])
         .arg(&config)

@@ -22,15 +22,6 @@ use hush_host::ledger::LedgerStore;
 use hush_host::server::OPERATOR_TOKEN_FILE;
 use hush_host::store::{SqliteStore, DB_FILE};
 
-/// A free loopback port (bound, then released for the host to take).
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
-}
-
 struct Serve {
     child: Child,
     url: String,
@@ -214,7 +205,7 @@ fn serve_killed_mid_round_restarts_with_no_epsilon_lost_or_spent_twice() {
         ),
     )
     .unwrap();
-    let port = free_port();
+    let port = common::free_port();
 
     // Two devices, a round opens, one reports; then the host is killed.
     let host = Serve::start(&config, port);
@@ -411,7 +402,7 @@ fn a_release_killed_at_any_fault_point_is_finished_or_undone_on_restart() {
         std::fs::create_dir_all(&dir).unwrap();
         let data = dir.join("data");
         let config = write_config(&dir, &model, &data, 2);
-        let port = free_port();
+        let port = common::free_port();
 
         // Round 1 with the fault armed: the second upload closes the round, the release
         // starts, and the process aborts at `point`.
@@ -481,7 +472,7 @@ fn sigterm_stops_serve_with_exit_0_and_the_restart_carries_on() {
     let model = common::tiny_package(tmp.path());
     let data = tmp.path().join("data");
     let config = write_config(tmp.path(), &model, &data, 1);
-    let port = free_port();
+    let port = common::free_port();
 
     let host = Serve::start(&config, port);
     let devices = register_two(&host);
@@ -528,7 +519,7 @@ fn sigterm_during_a_release_lets_it_finish_and_exits_0() {
     let model = common::tiny_package(tmp.path());
     let data = tmp.path().join("data");
     let config = write_config(tmp.path(), &model, &data, 2);
-    let port = free_port();
+    let port = common::free_port();
     let pause = format!("{}:pause=2000", fault::RELEASE_BEFORE_COMMIT);
     let host = Serve::start_with_fault(&config, port, Some(&pause));
     let devices = register_two(&host);
@@ -621,7 +612,7 @@ fn eleven_hundred_idle_connections_under_a_1024_file_limit_do_not_keep_a_device_
     let model = common::tiny_package(tmp.path());
     let data = tmp.path().join("data");
     let config = write_config(tmp.path(), &model, &data, 1);
-    let port = free_port();
+    let port = common::free_port();
     let mut prlimit = Command::new("prlimit");
     prlimit
         .args(["--nofile=1024:1024", "--"])
@@ -673,7 +664,13 @@ fn json_logs_are_one_object_per_line() {
     let data = tmp.path().join("data");
     let config = write_config(tmp.path(), &model, &data, 1);
     let cmd = Command::new(env!("CARGO_BIN_EXE_hush-host"));
-    let host = Serve::start_as(cmd, &config, free_port(), None, &["--log-format", "json"]);
+    let host = Serve::start_as(
+        cmd,
+        &config,
+        common::free_port(),
+        None,
+        &["--log-format", "json"],
+    );
     // A refused registration is logged as a warning (the level these tests log at).
     assert!(host.anon().register("x", "hush-enrol-forged").is_err());
     assert_eq!(host.terminate().code(), Some(0));
@@ -772,7 +769,11 @@ fn replicas_killed_mid_round_and_mid_release_count_every_update_once() {
         let dir = tmp.path().join(point);
         let [ca, cb, cc] =
             ["a", "b", "c"].map(|r| write_replica_config(&dir.join(r), &model, &url));
-        let (pa, pb, pc) = (free_port(), free_port(), free_port());
+        let (pa, pb, pc) = (
+            common::free_port(),
+            common::free_port(),
+            common::free_port(),
+        );
         let a = Serve::start_with_fault(&ca, pa, Some(point));
         let b = Serve::start(&cb, pb);
         let c = Serve::start(&cc, pc);

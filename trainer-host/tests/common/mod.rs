@@ -231,3 +231,12 @@ pub fn enrol_with_cli(config: &Path, quota: u64) -> String {
     );
     String::from_utf8(out.stdout).unwrap().trim().to_string()
 }
+
+/// A free loopback port (bound, then released for a host to take).
+pub fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}

@@ -175,14 +175,14 @@ fn over_http(model: &Path, data: &Path, store_url: Option<&str>) -> Released {
     replicas_over_http(model, data, store_url, 1)
 }
 
-/// `replicas` servers on `store_url`'s database (replica `i > 0` in `<data>-<i>`): device
-/// `d` registers with, checks in at and uploads to replica `d % replicas`.
-fn replicas_over_http(
+/// `replicas` servers on `store_url`'s database (replica `i > 0` in `<data>-<i>`), and the
+/// fleet: device `d` registers with, checks in at and uploads to replica `d % replicas`.
+fn start_replicas(
     model: &Path,
     data: &Path,
     store_url: Option<&str>,
     replicas: usize,
-) -> Released {
+) -> (Vec<hush_host::server::HostHandle>, Vec<(u64, HostClient)>) {
     let hosts: Vec<_> = (0..replicas)
         .map(|i| {
             let dir = match i {
@@ -194,27 +194,37 @@ fn replicas_over_http(
             start_host(cfg).unwrap()
         })
         .collect();
-    let clients: Vec<(u64, HostClient)> = if replicas == 1 {
-        register_fleet(&hosts[0])
-    } else {
-        let enrolment = hosts[0]
-            .enrol("fleet", DEVICES, Duration::from_secs(3600))
-            .unwrap();
-        let mut fleet: Vec<(u64, HostClient)> = (1..=DEVICES)
-            .map(|d| {
-                let host = &hosts[d as usize % replicas];
-                let anon = HostClient::new(&host.url(), Duration::from_secs(10)).unwrap();
-                let r = anon.register(&format!("d{d}"), &enrolment).unwrap();
-                (r.device_id, anon.with_token(&r.token))
-            })
-            .collect();
-        fleet.sort_by_key(|(d, _)| *d);
-        assert_eq!(
-            fleet.iter().map(|(d, _)| *d).collect::<Vec<_>>(),
-            (1..=DEVICES).collect::<Vec<_>>()
-        );
-        fleet
-    };
+    if replicas == 1 {
+        let fleet = register_fleet(&hosts[0]);
+        return (hosts, fleet);
+    }
+    let enrolment = hosts[0]
+        .enrol("fleet", DEVICES, Duration::from_secs(3600))
+        .unwrap();
+    let mut fleet: Vec<(u64, HostClient)> = (1..=DEVICES)
+        .map(|d| {
+            let host = &hosts[d as usize % replicas];
+            let anon = HostClient::new(&host.url(), Duration::from_secs(10)).unwrap();
+            let r = anon.register(&format!("d{d}"), &enrolment).unwrap();
+            (r.device_id, anon.with_token(&r.token))
+        })
+        .collect();
+    fleet.sort_by_key(|(d, _)| *d);
+    assert_eq!(
+        fleet.iter().map(|(d, _)| *d).collect::<Vec<_>>(),
+        (1..=DEVICES).collect::<Vec<_>>()
+    );
+    (hosts, fleet)
+}
+
+/// [`start_replicas`], run until every replica says training is finished.
+fn replicas_over_http(
+    model: &Path,
+    data: &Path,
+    store_url: Option<&str>,
+    replicas: usize,
+) -> Released {
+    let (hosts, clients) = start_replicas(model, data, store_url, replicas);
     let req = CheckInRequest {
         model_version: None,
         examples: 10,
@@ -349,8 +359,21 @@ fn retrying<T>(
 /// once it is back the run completes, with one ledger record per released round.
 #[test]
 fn a_database_restart_mid_round_is_a_503_to_retry_and_the_run_completes() {
+    restart_mid_round(
+        "a_database_restart_mid_round_is_a_503_to_retry_and_the_run_completes",
+        1,
+    );
+}
+
+/// The same with two replicas, the fleet spread over them: both reconnect, the coordinator
+/// lock is taken again (by either), and every round is released once.
+#[test]
+fn replicas_carry_on_through_a_database_restart_mid_round() {
+    restart_mid_round("replicas_carry_on_through_a_database_restart_mid_round", 2);
+}
+
+fn restart_mid_round(test: &str, replicas: usize) {
     use hush_device::client::ClientError;
-    let test = "a_database_restart_mid_round_is_a_503_to_retry_and_the_run_completes";
     let Some(mut cluster) = start_for_test(test) else {
         return;
     };
@@ -358,21 +381,19 @@ fn a_database_restart_mid_round_is_a_503_to_retry_and_the_run_completes() {
     let tmp = tempfile::tempdir().unwrap();
     let model = common::tiny_package(tmp.path());
     let data = tmp.path().join("host");
-    let mut cfg = config(&model, &data);
-    cfg.server.store = Some(url.clone());
-    let host = start_host(cfg).unwrap();
-    let clients = register_fleet(&host);
+    let (hosts, clients) = start_replicas(&model, &data, Some(&url), replicas);
+    let finished = || hosts.iter().all(|h| h.is_finished());
     let req = CheckInRequest {
         model_version: None,
         examples: 10,
     };
     let mut restarted = false;
     let mut store_refusals = 0;
-    for _ in 0..50 {
-        if host.is_finished() {
+    for _ in 0..500 {
+        if finished() {
             break;
         }
-        let lay = layout(&host.latest_model().1);
+        let lay = layout(&hosts[0].latest_model().1);
         let mut tasks = Vec::new();
         for (d, c) in &clients {
             let (assignment, refused) = retrying(|| c.check_in(&req));
@@ -380,6 +401,10 @@ fn a_database_restart_mid_round_is_a_503_to_retry_and_the_run_completes() {
             if let Assignment::Train(t) = assignment {
                 tasks.push((*d, c, t));
             }
+        }
+        if tasks.is_empty() {
+            // Replicas learn of a release at their next tick.
+            std::thread::sleep(Duration::from_millis(20));
         }
         for (k, (d, c, t)) in tasks.iter().enumerate() {
             if k == 1 && !restarted {
@@ -410,9 +435,11 @@ fn a_database_restart_mid_round_is_a_503_to_retry_and_the_run_completes() {
         }
     }
     assert!(restarted, "the restart happened mid-round");
-    assert!(host.is_finished(), "the run completed");
-    let log = host.round_log().unwrap();
-    host.shutdown().unwrap();
+    assert!(finished(), "the run completed");
+    let log = hosts[0].round_log().unwrap();
+    for host in hosts {
+        host.shutdown().unwrap();
+    }
     let after = released(&data, Some(&url), log);
     let released_rounds = after
         .rounds

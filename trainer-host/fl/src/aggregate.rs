@@ -240,9 +240,11 @@ impl Aggregator {
         };
         for (s, u) in self.sum.iter_mut().zip(update) {
             for (a, b) in s.data.iter_mut().zip(u.data) {
-                // Truncation toward zero; the clamp only guards against a value the clip
-                // let through with float slack (or a NaN, which becomes 0).
-                let q = ((f64::from(b) * self.scale).trunc() as i64).clamp(-limit, limit);
+                // Truncation toward zero by the cast itself (`as` truncates and saturates;
+                // a NaN becomes 0; an explicit `trunc()` first is a libm call per value on
+                // x86-64 without SSE4.1, and doubled this loop's time); the clamp only guards
+                // against a value the clip let through with float slack.
+                let q = ((f64::from(b) * self.scale) as i64).clamp(-limit, limit);
                 *a += times * q;
             }
         }
@@ -318,6 +320,28 @@ mod tests {
             NamedTensor::new("a", vec![2], a.to_vec()).unwrap(),
             NamedTensor::new("b", vec![1], vec![b]).unwrap(),
         ]
+    }
+
+    #[test]
+    fn values_go_onto_the_grid_truncated_toward_zero_and_clamped() {
+        // Bound 1: the grid step is 2^-40, so 2.5 steps truncate to 2 and -2.5 to -2.
+        let step = 1.0 / (1u64 << FRACTION_BITS) as f64;
+        let layout = vec![("a".to_string(), vec![5])];
+        let mut agg = Aggregator::new(&layout, 1.0);
+        let values = [2.5 * step, -2.5 * step, 3.0, -3.0, f64::NAN];
+        agg.add(vec![NamedTensor {
+            name: "a".into(),
+            shape: vec![5],
+            data: values.iter().map(|&v| v as f32).collect(),
+        }])
+        .unwrap();
+        let grid: Vec<i64> = agg
+            .to_bytes()
+            .chunks_exact(8)
+            .map(|c| i64::from_le_bytes(c.try_into().unwrap()))
+            .collect();
+        let limit = (1i64 << FRACTION_BITS) + (1i64 << (FRACTION_BITS - 4));
+        assert_eq!(grid, vec![2, -2, limit, -limit, 0]);
     }
 
     #[test]

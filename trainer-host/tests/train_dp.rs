@@ -5,6 +5,8 @@
 // Test helpers panic on failure, like the tests that call them.
 #![allow(clippy::unwrap_used)]
 
+mod common;
+
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
@@ -22,6 +24,7 @@ fn data() -> PathBuf {
 
 #[test]
 fn dp_sgd_trains_records_the_release_and_beats_chance() {
+    let _one = common::one_training_at_a_time();
     let dir = tempfile::tempdir().unwrap();
     let out = dir.path().join("model");
     let ledger = dir.path().join("ledger.sqlite");
@@ -237,6 +240,7 @@ fn bad_configurations_fail_before_training() {
 
 #[test]
 fn adaptive_clipping_moves_the_bound_and_accounts_the_count() {
+    let _one = common::one_training_at_a_time();
     let dir = tempfile::tempdir().unwrap();
     let out = dir.path().join("model");
     let cfg = small_kws_config(&data(), 2, 3);
@@ -277,8 +281,12 @@ fn adaptive_clipping_moves_the_bound_and_accounts_the_count() {
 /// `kws_initial_weights`: those must be the weights DP-SGD starts from. With a learning
 /// rate of 1e-9 (AdamW moves a weight at most about lr a step) the released weights are
 /// the initial ones to 1e-6, and a different seed's are not.
+/// (Each training test here holds `one_training_at_a_time`: burn's CPU backend draws
+/// dropout masks and initial weights from one process-wide generator, and another test's
+/// training at the same moment once changed the weights drawn from this test's seed.)
 #[test]
 fn dp_sgd_starts_from_the_public_initial_weights() {
+    let _one = common::one_training_at_a_time();
     let dir = tempfile::tempdir().unwrap();
     let out = dir.path().join("model");
     let mut cfg = small_kws_config(&data(), 1, 7);

@@ -37,7 +37,8 @@
 //! - **Replicas.** On a store with [`SharedRounds`] (PostgreSQL), several hosts share the
 //!   rounds (docs/design/replicas.md): each adds the uploads it accepts into its own
 //!   partial sum, committed with the report before the device hears 200 (a device counts
-//!   once per round whichever replica it reaches); one replica, the coordinator (a lock in
+//!   once per round whichever replica it reaches; the uploads queued while one commit is
+//!   under way share the next: [`RoundEngine::accept_deferred`], [`RoundEngine::flush`]); one replica, the coordinator (a lock in
 //!   the database), opens rounds and closes them — uploads end (`closing`), every partial
 //!   sum is added (integers: the same total however they were split), then the release
 //!   above, its files written into the database in the same transaction. Every replica

@@ -1,7 +1,7 @@
 //! Privacy audits: what a shared update reveals. This module starts with the metrics the
 //! gradient-leakage paper reports for reconstructed audio:
 //!
-//! - [`stoi`]: short-time objective intelligibility (a port of the reference algorithm,
+//! - [`stoi`](mod@stoi): short-time objective intelligibility (a port of the reference algorithm,
 //!   checked against pystoi);
 //! - [`quality::pesq_mos`]: PESQ MOS-LQO, wideband at 16 kHz and narrowband at 8 kHz;
 //! - [`waveform_mse`]: W-MSE, the mean squared error between two waveforms;

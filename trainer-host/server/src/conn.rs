@@ -2,7 +2,7 @@
 //!
 //! Every accepted socket (plain, or after a TLS handshake bounded by
 //! `limits.tls_handshake_timeout_secs`) is served by hyper's HTTP/1.1 connection driver
-//! on its own task, its reads watched through [`Watched`] and its requests through the
+//! on its own task, its reads watched through `Watched` and its requests through the
 //! service wrapper, so that one sweeper task can see, for each connection, whether it is
 //! idle, half-way through a request's headers, or serving a request, and for how long.
 //! The sweeper closes a connection that has been:

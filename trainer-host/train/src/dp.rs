@@ -26,7 +26,7 @@
 //!    layer-normalised) gradients ([`clipped_grad_sum_with`]: vectorised per-example
 //!    gradients in physical batches within [`DpConfig::max_grad_memory_mb`]; batch norms on
 //!    stored statistics, see [`hush_models::dp::per_example`]), adds Gaussian noise `σ·sensitivity` to the sum
-//!    and divides by the expected count `q·n` ([`GaussianMechanism::privatize`]), then
+//!    and divides by the expected count `q·n` ([`GaussianMechanism::privatize`](hush_models::dp::GaussianMechanism::privatize)), then
 //!    takes an AdamW step on the noisy mean (post-processing). With adaptive clipping
 //!    (`--adaptive-clip-quantile`, [`AdaptiveClip`]) the bound follows a quantile of the
 //!    per-example norms through a separately noised unclipped count; σ (accounted, in the

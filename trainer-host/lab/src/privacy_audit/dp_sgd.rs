@@ -3,7 +3,7 @@
 //! canaries.
 //!
 //! Canary `i` is a private example whose gradient is `s_i · B` on one coordinate `j_i` of
-//! the DP-trained weights and zero elsewhere (`B` = [`DpSgdAudit::canary_norm`] × the
+//! the DP-trained weights and zero elsewhere (`B` = [`AuditSettings::canary_norm`](super::AuditSettings::canary_norm) × the
 //! clip bound, so a correct run clips it to `C`; distinct coordinates for distinct
 //! canaries; `s_i` a random sign). Each canary joins the private set with probability ½
 //! ([`CanaryDraw`]), and DP-SGD samples, bounds and noises it like any clip. After the

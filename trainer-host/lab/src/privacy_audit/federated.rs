@@ -3,7 +3,7 @@
 //! canary clients.
 //!
 //! Canary `i` is a client whose update, whenever it is sampled, is a fixed random unit
-//! direction `c_i` times `B` ([`FederatedAudit::canary_norm`] × the clip bound, so a
+//! direction `c_i` times `B` ([`AuditSettings::canary_norm`](super::AuditSettings::canary_norm) × the clip bound, so a
 //! correct device clips it to `C`). The directions are sparse — [`SUPPORT`] random
 //! coordinates with random signs, `1/√SUPPORT` each — so ten thousand canaries cost little
 //! to make and to score, and random supports barely overlap. Each canary is enrolled with

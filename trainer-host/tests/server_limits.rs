@@ -362,24 +362,33 @@ fn uploads_beyond_the_concurrency_limit_get_503_with_retry_after() {
     let probe = small_update_body(&f.model, &t, b.device_id);
 
     // One upload holds the only slot: its headers sent, its body stalled.
-    let mut slow = TcpStream::connect(host.addr).unwrap();
-    write!(
-        slow,
-        "POST /v1/rounds/{}/update HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer {}\r\n\
-         Content-Length: {}\r\n\r\n",
-        t.round,
-        a.token,
-        body.len()
-    )
-    .unwrap();
-    slow.write_all(&body[..10]).unwrap();
+    let stall = || {
+        let mut slow = TcpStream::connect(host.addr).unwrap();
+        write!(
+            slow,
+            "POST /v1/rounds/{}/update HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer {}\r\n\
+             Content-Length: {}\r\n\r\n",
+            t.round,
+            a.token,
+            body.len()
+        )
+        .unwrap();
+        slow.write_all(&body[..10]).unwrap();
+        slow.set_nonblocking(true).unwrap();
+        slow
+    };
+    let mut slow = stall();
     // Once the server is reading it, another upload is turned away with a time to come
-    // back.
+    // back. Should a probe take the slot first, the stalled upload is the one refused
+    // (it has an answer): stall another.
     let mut busy = None;
     wait_until("the second upload is refused as busy", || {
         let r = upload(&host, &b.token, t.round, &probe);
         let refused = r.status == 503;
         busy = Some(r);
+        if !refused && slow.peek(&mut [0u8; 1]).is_ok() {
+            slow = stall();
+        }
         refused
     });
     let busy = busy.unwrap();

@@ -126,7 +126,7 @@ fn aggregation() {
             let u = decode_update(b, Some(s), &limits).unwrap();
             let mut tensors = update_tensors(u);
             check_norms(&mut tensors, &bounds, 1e-4, false).unwrap();
-            agg.add(tensors).unwrap();
+            agg.add(&tensors).unwrap();
         }
         black_box(agg.into_sum());
         best_host = best_host.min(t.elapsed().as_secs_f64());
@@ -162,7 +162,7 @@ fn aggregation() {
     stage("add into the sum", &mut || {
         let mut agg = Aggregator::new(&layout, 1.0);
         for t in tensors.drain(..) {
-            agg.add(t).unwrap();
+            agg.add(&t).unwrap();
         }
         black_box(agg.into_sum());
     });
@@ -293,7 +293,7 @@ fn memory_vs_cohort() {
             let u = decode_update(&body, Some(&sum), &limits).unwrap();
             let mut tensors = update_tensors(u);
             check_norms(&mut tensors, &bounds, 1e-4, false).unwrap();
-            agg.add(tensors).unwrap();
+            agg.add(&tensors).unwrap();
         }
         black_box(agg.into_sum());
         print!("  {cohort}: {:.0}", peak_rss_mb());

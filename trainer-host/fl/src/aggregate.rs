@@ -203,8 +203,9 @@ impl Aggregator {
         }
     }
 
-    /// Whether `update` can be added: its layout matches and the sum has room.
-    pub fn admits(&self, update: &[NamedTensor]) -> Result<(), Rejection> {
+    /// Whether `update` can be added after the `queued` updates already promised a place
+    /// (a replica's group commit): its layout matches and the sum has room.
+    pub fn admits(&self, update: &[NamedTensor], queued: u64) -> Result<(), Rejection> {
         if update.len() != self.sum.len()
             || update
                 .iter()
@@ -217,7 +218,7 @@ impl Aggregator {
                 "the update's layers do not match the model",
             ));
         }
-        if self.accepted >= MAX_UPDATES {
+        if self.accepted.saturating_add(queued) >= MAX_UPDATES {
             return Err(Rejection::new(
                 503,
                 "round_full",
@@ -228,9 +229,9 @@ impl Aggregator {
     }
 
     /// Adds one checked update (checked by `decode_update` and [`check_norms`]; refused
-    /// unless [`Aggregator::admits`] it) and drops it.
-    pub fn add(&mut self, update: Vec<NamedTensor>) -> Result<(), Rejection> {
-        self.admits(&update)?;
+    /// unless [`Aggregator::admits`] it); nothing of it is kept.
+    pub fn add(&mut self, update: &[NamedTensor]) -> Result<(), Rejection> {
+        self.admits(update, 0)?;
         let limit = (1i64 << FRACTION_BITS) + (1i64 << (FRACTION_BITS - 4));
         // A test-only privacy fault (hush_models::dp::fault): the update counted twice.
         let times = if fault::is(PrivacyFault::DoubleCount) {
@@ -239,12 +240,12 @@ impl Aggregator {
             1
         };
         for (s, u) in self.sum.iter_mut().zip(update) {
-            for (a, b) in s.data.iter_mut().zip(u.data) {
+            for (a, b) in s.data.iter_mut().zip(&u.data) {
                 // Truncation toward zero by the cast itself (`as` truncates and saturates;
                 // a NaN becomes 0; an explicit `trunc()` first is a libm call per value on
                 // x86-64 without SSE4.1, and doubled this loop's time); the clamp only guards
                 // against a value the clip let through with float slack.
-                let q = ((f64::from(b) * self.scale) as i64).clamp(-limit, limit);
+                let q = ((f64::from(*b) * self.scale) as i64).clamp(-limit, limit);
                 *a += times * q;
             }
         }
@@ -329,7 +330,7 @@ mod tests {
         let layout = vec![("a".to_string(), vec![5])];
         let mut agg = Aggregator::new(&layout, 1.0);
         let values = [2.5 * step, -2.5 * step, 3.0, -3.0, f64::NAN];
-        agg.add(vec![NamedTensor {
+        agg.add(&[NamedTensor {
             name: "a".into(),
             shape: vec![5],
             data: values.iter().map(|&v| v as f32).collect(),
@@ -347,8 +348,8 @@ mod tests {
     #[test]
     fn sums_and_counts() {
         let mut agg = Aggregator::new(&layout(), 4.0);
-        agg.add(t([1.0, 2.0], 3.0)).unwrap();
-        agg.add(t([0.5, -2.0], 1.0)).unwrap();
+        agg.add(&t([1.0, 2.0], 3.0)).unwrap();
+        agg.add(&t([0.5, -2.0], 1.0)).unwrap();
         assert_eq!(agg.accepted(), 2);
         let s = agg.into_sum();
         assert_eq!(s[0].data, vec![1.5, 0.0]);
@@ -370,7 +371,7 @@ mod tests {
         let bits = |order: &[usize]| -> Vec<u32> {
             let mut agg = Aggregator::new(&layout(), 1.0);
             for &i in order {
-                agg.add(updates[i].clone()).unwrap();
+                agg.add(&updates[i]).unwrap();
             }
             agg.into_sum()
                 .iter()
@@ -385,7 +386,7 @@ mod tests {
         // Within the grid step of the exact (f64) sum.
         let mut agg = Aggregator::new(&layout(), 1.0);
         for u in &updates {
-            agg.add(u.clone()).unwrap();
+            agg.add(u).unwrap();
         }
         let got = agg.into_sum();
         let exact: f64 = updates.iter().map(|u| f64::from(u[0].data[1])).sum();
@@ -393,12 +394,19 @@ mod tests {
     }
 
     #[test]
+    fn room_is_counted_with_the_updates_already_queued() {
+        let agg = Aggregator::new(&layout(), 1.0);
+        let u = t([0.1, 0.1], 0.1);
+        assert!(agg.admits(&u, MAX_UPDATES - 1).is_ok());
+        let full = agg.admits(&u, MAX_UPDATES).unwrap_err();
+        assert_eq!((full.status, full.code), (503, "round_full"));
+    }
+
+    #[test]
     fn truncation_never_raises_a_value() {
         let mut agg = Aggregator::new(&[("a".into(), vec![3])], 1.0);
-        agg.add(vec![
-            NamedTensor::new("a", vec![3], vec![0.3, -0.7, 1e-13]).unwrap()
-        ])
-        .unwrap();
+        agg.add(&[NamedTensor::new("a", vec![3], vec![0.3, -0.7, 1e-13]).unwrap()])
+            .unwrap();
         let s = agg.into_sum();
         assert!(s[0].data[0] <= 0.3 && s[0].data[0] > 0.3 - 1e-6);
         assert!(s[0].data[1] >= -0.7 && s[0].data[1] < -0.7 + 1e-6);

@@ -38,18 +38,19 @@
 //!   rounds (docs/design/replicas.md): each adds the uploads it accepts into its own
 //!   partial sum, committed with the report before the device hears 200 (a device counts
 //!   once per round whichever replica it reaches; the uploads queued while one commit is
-//!   under way share the next: [`RoundEngine::accept_deferred`], [`RoundEngine::flush`]); one replica, the coordinator (a lock in
-//!   the database), opens rounds and closes them — uploads end (`closing`), every partial
-//!   sum is added (integers: the same total however they were split), then the release
-//!   above, its files written into the database in the same transaction. Every replica
-//!   catches up at each tick and request (`sync`: new versions copied from the database,
-//!   the current round); deadlines are the database's clock. A coordinator that dies
-//!   leaves its round to the next one, which finishes a `closing` round from the partial
-//!   sums, so a round is released once or not at all.
+//!   under way share the next: [`RoundEngine::accept_deferred`], [`RoundEngine::flush`]);
+//!   one replica, the coordinator (a lock in the database), opens rounds and closes them —
+//!   uploads end (`closing`), every partial sum is added (integers: the same total however
+//!   they were split), then the release above, its files written into the database in the
+//!   same transaction. Every replica catches up at most once a tick (`sync`: new versions
+//!   copied from the database, the current round); deadlines are the database's clock. A
+//!   coordinator that dies leaves its round to the next one, which finishes a `closing`
+//!   round from the partial sums, so a round is released once or not at all.
 //! - **Restart.** Alone, a round still open in the store lost its in-memory sum: it is
-//!   marked abandoned (no release, no ε) and the next check-in opens a fresh one. Tokens, cohorts and
-//!   reports are in the store. The server optimizer's state is written into each published
-//!   model version ([`OPTIMIZER_STATE`]), so a restarted host goes on with the same moments.
+//!   marked abandoned (no release, no ε) and the next check-in opens a fresh one. Tokens,
+//!   cohorts and reports are in the store. The server optimizer's state is written into
+//!   each published model version ([`OPTIMIZER_STATE`]), so a restarted host goes on with
+//!   the same moments.
 
 use std::collections::{HashMap, HashSet};
 use std::path::{Path, PathBuf};
@@ -1070,15 +1071,8 @@ impl<S: Store, C: Clock> RoundEngine<S, C> {
             .as_ref()
             .is_some_and(|o| o.row.state != RoundState::Open)
         {
-            let rej = Rejection::new(
-                409,
-                "round_closed",
-                format!(
-                    "round {round} is being released; the upload came too late and was not counted"
-                ),
-            );
             return self
-                .log_rejection(device, round, bytes, rej)
+                .log_rejection(device, round, bytes, closed(round))
                 .map(|r| Acceptance::Done(Err(r)));
         }
         let key = h.idempotency_key.clone();
@@ -1097,7 +1091,7 @@ impl<S: Store, C: Clock> RoundEngine<S, C> {
                 return done(Err(rej));
             }
         };
-        if let Some(Err(rej)) = self.open.as_ref().map(|o| o.agg.admits(&tensors)) {
+        if let Some(Err(rej)) = self.open.as_ref().map(|o| o.agg.admits(&tensors, 0)) {
             return done(Err(rej));
         }
         // Recorded (with its idempotency key) before it is added: a retry after a store
@@ -1115,7 +1109,7 @@ impl<S: Store, C: Clock> RoundEngine<S, C> {
             now,
         )?;
         if let Some(o) = self.open.as_mut() {
-            if let Err(rej) = o.agg.add(tensors) {
+            if let Err(rej) = o.agg.add(&tensors) {
                 return done(Err(rej));
             }
             o.reported.insert(device);
@@ -1141,7 +1135,10 @@ impl<S: Store, C: Clock> RoundEngine<S, C> {
         let rej = Rejection::new(
             409,
             "already_reported",
-            format!("device {device} has already reported in round {round}; one update per round counts"),
+            format!(
+                "device {device} has already reported in round {round}; one update per round \
+                 counts"
+            ),
         );
         self.log_rejection(device, round, bytes, rej)
     }
@@ -1172,7 +1169,8 @@ impl<S: Store, C: Clock> RoundEngine<S, C> {
             ))));
         }
         if let (Ok(tensors), Some(open)) = (&layers, self.open.as_ref()) {
-            if let Err(rej) = open.agg.admits(tensors) {
+            // Room in the sum for this one after every update queued before it.
+            if let Err(rej) = open.agg.admits(tensors, self.pending.len() as u64) {
                 return Ok(Acceptance::Done(Err(rej)));
             }
         }
@@ -1220,7 +1218,7 @@ impl<S: Store, C: Clock> RoundEngine<S, C> {
         if batch.is_empty() {
             return Ok(());
         }
-        if self.shared().is_none() || self.open.is_none() {
+        if self.open.is_none() {
             for p in &batch {
                 self.resolved
                     .insert(p.ticket, Ok(Err(closed(p.report.round))));
@@ -1228,7 +1226,9 @@ impl<S: Store, C: Clock> RoundEngine<S, C> {
             return Ok(());
         }
         let (Some(shared), Some(open)) = (self.store().shared_rounds(), self.open.as_ref()) else {
-            return Ok(());
+            return Err(FlError::Corrupt(
+                "uploads were queued on a host without shared rounds".into(),
+            ));
         };
         let reports: Vec<ReportRow> = batch.iter().map(|p| p.report.clone()).collect();
         let (base, base_rejected) = (&open.agg, open.rejected);
@@ -1240,9 +1240,10 @@ impl<S: Store, C: Clock> RoundEngine<S, C> {
             for (p, o) in batch.iter().zip(outcomes) {
                 if *o == Added::Counted {
                     match &p.layers {
-                        // Admitted when queued: the layout matches and the sum has room.
+                        // Admitted when queued: the layout matches, and the sum had room
+                        // for it after every update queued before it.
                         Ok(tensors) => {
-                            let _ = agg.add(tensors.clone());
+                            let _ = agg.add(tensors);
                         }
                         Err(_) => rejected += 1,
                     }

@@ -36,9 +36,10 @@
 //! ```
 //!
 //! Version 2 (rounds shared by several replicas): the state `closing`; at most one round
-//! open or closing, and one accepted report per device and round (partial unique indexes); `partial_sums(round, replica, accepted,
-//! rejected, sum BYTEA)`, each replica's share of a round's sum; `model_files(version,
-//! name, bytes)`, every version's files, written in its release's transaction.
+//! open or closing, and one accepted report per device and round (partial unique
+//! indexes); `partial_sums(round, replica, accepted, rejected, sum BYTEA)`, each replica's
+//! share of a round's sum; `model_files(version, name, bytes)`, every version's files,
+//! written in its release's transaction.
 //!
 //! `releases` is append-only: a trigger raises on UPDATE, DELETE and TRUNCATE. Ids come
 //! from sequences, so they increase and are never reused (a rolled-back insert leaves a gap).

@@ -14,8 +14,9 @@ use std::time::Duration;
 use burn::tensor::Device;
 use hush_device::client::HostClient;
 use hush_device::protocol::{encode_update, Assignment, CheckInRequest, TrainTask, Update};
+use hush_host::fl::aggregate::ReceivedUpdate;
 use hush_host::fl::store::Store;
-use hush_host::fl::{FlConfig, ManualClock, RoundEngine, RoundLog};
+use hush_host::fl::{Clock, FlConfig, ManualClock, RoundEngine, RoundLog};
 use hush_host::ledger::{LedgerStore, ReleaseRecord};
 use hush_host::server::start_host;
 use hush_host::store::postgres_cluster::start_for_test;
@@ -59,6 +60,12 @@ fn layout(model_dir: &Path) -> Vec<NamedTensor> {
 fn device_update(layout: &[NamedTensor], task: &TrainTask, device: u64) -> Update {
     let v = 1e-3 * (device as f32 * 0.37 + task.round as f32 * 0.11).sin() + 1e-9;
     common::update(layout, task, device, v)
+}
+
+/// `update` as the engine receives it from an in-process driver.
+fn received<S: Store, C: Clock>(engine: &RoundEngine<S, C>, update: Update) -> ReceivedUpdate {
+    let body = encode_update(&update).unwrap();
+    engine.validator().received(body.into()).unwrap()
 }
 
 /// What a run released: each version's weights file, the ledger (without times) and the
@@ -130,7 +137,7 @@ fn in_process(model: &Path, data: &Path) -> Released {
             }
         }
         for (d, t) in tasks {
-            let checked = engine.validator().check(device_update(&lay, &t, d), 100);
+            let checked = received(&engine, device_update(&lay, &t, d));
             engine.accept(d, t.round, checked).unwrap().unwrap();
         }
         clock.advance(1_000);
@@ -627,7 +634,7 @@ fn a_replica_commits_the_uploads_queued_together_in_one_transaction() {
     type Replica = RoundEngine<hush_host::store::PostgresStore, SystemClock>;
     let deferred = |engine: &mut Replica, d: u64| {
         let t = &tasks[d as usize - 1].1;
-        let checked = engine.validator().check(device_update(&lay, t, d), 100);
+        let checked = received(engine, device_update(&lay, t, d));
         engine.accept_deferred(d, t.round, checked).unwrap()
     };
     let ticket = |a: Acceptance| match a {
@@ -658,7 +665,7 @@ fn a_replica_commits_the_uploads_queued_together_in_one_transaction() {
     // The devices retry: counted once each.
     for d in 4..=5 {
         let t = &tasks[d as usize - 1].1;
-        let checked = engine.validator().check(device_update(&lay, t, d), 100);
+        let checked = received(&engine, device_update(&lay, t, d));
         let answer = (0..100).find_map(|_| match engine.accept(d, t.round, checked.clone()) {
             Ok(answer) => Some(answer),
             Err(_) => {

@@ -5,6 +5,8 @@
 //! checked for format version, names and shapes against the model's layout, value count
 //! and finiteness. The unit tests feed it truncated, corrupted and random bodies.
 
+use std::ops::Range;
+
 use serde::{Deserialize, Serialize};
 
 use super::ProtocolError;
@@ -141,35 +143,85 @@ pub fn checksum_hex(body: &[u8]) -> String {
     format!("{:08x}", crc32fast::hash(body))
 }
 
-/// Decodes and validates an update body against `limits` and, when given, the body's
-/// claimed checksum. Never panics.
-pub fn decode_update(
-    body: &[u8],
-    checksum: Option<&str>,
-    limits: &UpdateLimits,
-) -> Result<Update, ProtocolError> {
+/// An update body decoded without copying its values: the header, and where each
+/// layer's values lie in the body (a byte range of little-endian `f32`s), every layer's
+/// name, shape and value count checked against the layout. Neither the checksum nor the
+/// values themselves are checked yet: a host checks both in the one pass that adds them.
+#[derive(Debug, Clone, PartialEq)]
+pub struct UpdateFrame {
+    /// The update's header (format version and idempotency key checked).
+    pub header: UpdateHeader,
+    /// Each layer's values, as a range of the body, in the layout's order.
+    pub values: Vec<Range<usize>>,
+}
+
+/// The wire form of [`Update`], borrowing the layers' names and values from the body.
+#[derive(Deserialize)]
+struct UpdateRef<'a> {
+    header: UpdateHeader,
+    #[serde(borrow)]
+    layers: Vec<LayerRef<'a>>,
+}
+
+/// The wire form of [`LayerDelta`], borrowed.
+#[derive(Deserialize)]
+struct LayerRef<'a> {
+    name: &'a str,
+    shape: Vec<u32>,
+    data: &'a [u8],
+}
+
+fn check_size(body: &[u8], limits: &UpdateLimits) -> Result<(), ProtocolError> {
     if body.len() > limits.max_bytes {
         return Err(ProtocolError::TooLarge {
             got: body.len(),
             limit: limits.max_bytes,
         });
     }
-    match checksum {
-        None => {
-            return Err(ProtocolError::Checksum {
-                reason: format!("header `{CHECKSUM_HEADER}` is missing"),
-            })
-        }
-        Some(claimed) => {
-            let actual = checksum_hex(body);
-            if !claimed.trim().eq_ignore_ascii_case(&actual) {
-                return Err(ProtocolError::Checksum {
-                    reason: format!("body hashes to {actual}, header says {claimed:?}"),
-                });
-            }
-        }
+    Ok(())
+}
+
+/// Parses the value of a [`CHECKSUM_HEADER`] (8 hex digits, either case, surrounding
+/// blanks ignored).
+pub fn parse_checksum(claimed: &str) -> Result<u32, ProtocolError> {
+    let t = claimed.trim();
+    if t.len() != 8 || !t.bytes().all(|b| b.is_ascii_hexdigit()) {
+        return Err(ProtocolError::Checksum {
+            reason: format!("header `{CHECKSUM_HEADER}` is {claimed:?}; expected 8 hex digits"),
+        });
     }
-    let (update, rest): (Update, &[u8]) =
+    u32::from_str_radix(t, 16).map_err(|_| ProtocolError::Checksum {
+        reason: format!("header `{CHECKSUM_HEADER}` is {claimed:?}; expected 8 hex digits"),
+    })
+}
+
+/// The refusal of a body whose CRC-32 is `actual` where the header claimed `claimed`.
+pub fn checksum_mismatch(actual: u32, claimed: u32) -> ProtocolError {
+    ProtocolError::Checksum {
+        reason: format!("body hashes to {actual:08x}, header says {claimed:08x}"),
+    }
+}
+
+fn verify_checksum(body: &[u8], checksum: Option<&str>) -> Result<(), ProtocolError> {
+    let Some(claimed) = checksum else {
+        return Err(ProtocolError::Checksum {
+            reason: format!("header `{CHECKSUM_HEADER}` is missing"),
+        });
+    };
+    let claimed = parse_checksum(claimed)?;
+    let actual = crc32fast::hash(body);
+    if actual != claimed {
+        return Err(checksum_mismatch(actual, claimed));
+    }
+    Ok(())
+}
+
+/// Decodes an update body's frame ([`UpdateFrame`]): the size is checked before anything
+/// is decoded, then the format version, the idempotency key, and every layer's name, shape
+/// and value count against `limits`. Never panics; copies no value.
+pub fn decode_frame(body: &[u8], limits: &UpdateLimits) -> Result<UpdateFrame, ProtocolError> {
+    check_size(body, limits)?;
+    let (update, rest): (UpdateRef, &[u8]) =
         postcard::take_from_bytes(body).map_err(|e| ProtocolError::Malformed {
             reason: e.to_string(),
         })?;
@@ -178,8 +230,95 @@ pub fn decode_update(
             reason: format!("{} trailing bytes after the update", rest.len()),
         });
     }
-    validate(&update, limits)?;
-    Ok(update)
+    check_header(&update.header)?;
+    if update.layers.len() != limits.layout.len() {
+        return Err(invalid(
+            "layers",
+            format!(
+                "{} layers; the model has {}",
+                update.layers.len(),
+                limits.layout.len()
+            ),
+        ));
+    }
+    let mut values = Vec::with_capacity(update.layers.len());
+    for (layer, (name, shape)) in update.layers.iter().zip(&limits.layout) {
+        if layer.name != name {
+            return Err(invalid(
+                "layers.name",
+                format!("{:?} where the model has {name:?}", layer.name),
+            ));
+        }
+        let got: Vec<usize> = layer.shape.iter().map(|&d| d as usize).collect();
+        if &got != shape {
+            return Err(invalid(
+                &format!("layers[{name}].shape"),
+                format!("{got:?}; expected {shape:?}"),
+            ));
+        }
+        if !layer.data.len().is_multiple_of(4) {
+            return Err(ProtocolError::Malformed {
+                reason: format!(
+                    "layer {name}: {} bytes is not a whole number of f32 values",
+                    layer.data.len()
+                ),
+            });
+        }
+        let n: usize = shape.iter().product();
+        if layer.data.len() / 4 != n {
+            return Err(invalid(
+                &format!("layers[{name}].data"),
+                format!("{} values; the shape holds {n}", layer.data.len() / 4),
+            ));
+        }
+        // The borrowed slice lies inside the body: its offset is where its values start.
+        let start = layer.data.as_ptr() as usize - body.as_ptr() as usize;
+        values.push(start..start + layer.data.len());
+    }
+    Ok(UpdateFrame {
+        header: update.header,
+        values,
+    })
+}
+
+/// Decodes and validates an update body against `limits` and, when given, the body's
+/// claimed checksum: the size, the checksum, the frame ([`decode_frame`]), then every
+/// value's finiteness. Never panics.
+pub fn decode_update(
+    body: &[u8],
+    checksum: Option<&str>,
+    limits: &UpdateLimits,
+) -> Result<Update, ProtocolError> {
+    check_size(body, limits)?;
+    verify_checksum(body, checksum)?;
+    let frame = decode_frame(body, limits)?;
+    let mut layers = Vec::with_capacity(frame.values.len());
+    for (range, (name, shape)) in frame.values.iter().zip(&limits.layout) {
+        let data: Vec<f32> = body[range.clone()]
+            .chunks_exact(4)
+            .map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]]))
+            .collect();
+        if let Some(i) = data.iter().position(|v| !v.is_finite()) {
+            return Err(non_finite(name, i, data[i]));
+        }
+        layers.push(LayerDelta {
+            name: name.clone(),
+            shape: shape.iter().map(|&d| d as u32).collect(),
+            data,
+        });
+    }
+    Ok(Update {
+        header: frame.header,
+        layers,
+    })
+}
+
+/// The refusal of an update whose layer `layer` holds the non-finite `value` at `index`.
+pub fn non_finite(layer: &str, index: usize, value: f32) -> ProtocolError {
+    invalid(
+        &format!("layers[{layer}].data"),
+        format!("value {index} is {value}; every value must be finite"),
+    )
 }
 
 fn invalid(field: &str, reason: String) -> ProtocolError {
@@ -189,8 +328,7 @@ fn invalid(field: &str, reason: String) -> ProtocolError {
     }
 }
 
-fn validate(update: &Update, limits: &UpdateLimits) -> Result<(), ProtocolError> {
-    let h = &update.header;
+fn check_header(h: &UpdateHeader) -> Result<(), ProtocolError> {
     if h.format_version != UPDATE_FORMAT_VERSION {
         return Err(invalid(
             "format_version",
@@ -209,44 +347,6 @@ fn validate(update: &Update, limits: &UpdateLimits) -> Result<(), ProtocolError>
                 Update::key(h.round, h.device_id)
             ),
         ));
-    }
-    if update.layers.len() != limits.layout.len() {
-        return Err(invalid(
-            "layers",
-            format!(
-                "{} layers; the model has {}",
-                update.layers.len(),
-                limits.layout.len()
-            ),
-        ));
-    }
-    for (layer, (name, shape)) in update.layers.iter().zip(&limits.layout) {
-        if &layer.name != name {
-            return Err(invalid(
-                "layers.name",
-                format!("{:?} where the model has {name:?}", layer.name),
-            ));
-        }
-        let got: Vec<usize> = layer.shape.iter().map(|&d| d as usize).collect();
-        if &got != shape {
-            return Err(invalid(
-                &format!("layers[{name}].shape"),
-                format!("{got:?}; expected {shape:?}"),
-            ));
-        }
-        let n: usize = shape.iter().product();
-        if layer.data.len() != n {
-            return Err(invalid(
-                &format!("layers[{name}].data"),
-                format!("{} values; the shape holds {n}", layer.data.len()),
-            ));
-        }
-        if let Some(i) = layer.data.iter().position(|v| !v.is_finite()) {
-            return Err(invalid(
-                &format!("layers[{name}].data"),
-                format!("value {i} is {}; every value must be finite", layer.data[i]),
-            ));
-        }
     }
     Ok(())
 }
@@ -338,6 +438,42 @@ mod tests {
     }
 
     #[test]
+    fn a_frame_locates_the_values_without_copying_them() {
+        let limits = UpdateLimits::for_layout(layout());
+        let body = encode_update(&update()).unwrap();
+        let frame = decode_frame(&body, &limits).unwrap();
+        assert_eq!(frame.header, update().header);
+        for (range, layer) in frame.values.iter().zip(&update().layers) {
+            let values: Vec<f32> = body[range.clone()]
+                .chunks_exact(4)
+                .map(|c| f32::from_le_bytes(c.try_into().unwrap()))
+                .collect();
+            assert_eq!(values, layer.data);
+        }
+        // Neither the checksum nor the values are the frame's business.
+        let mut nan = update();
+        nan.layers[1].data[0] = f32::NAN;
+        assert!(decode_frame(&encode_update(&nan).unwrap(), &limits).is_ok());
+        let mut shape = update();
+        shape.layers[0].shape = vec![3, 2];
+        assert!(matches!(
+            decode_frame(&encode_update(&shape).unwrap(), &limits),
+            Err(ProtocolError::Invalid { .. })
+        ));
+    }
+
+    #[test]
+    fn checksums_parse_as_eight_hex_digits() {
+        assert_eq!(parse_checksum(" 0A1b2C3d ").unwrap(), 0x0a1b_2c3d);
+        for bad in ["", "0a1b2c3", "0a1b2c3d4", "+a1b2c3d", "0a1b2c3g"] {
+            assert!(
+                matches!(parse_checksum(bad), Err(ProtocolError::Checksum { .. })),
+                "{bad:?}"
+            );
+        }
+    }
+
+    #[test]
     fn never_panics_on_garbage() {
         let limits = UpdateLimits::for_layout(layout());
         let mut seed = 0x9e37_79b9_u32;
@@ -351,6 +487,7 @@ mod tests {
                 })
                 .collect();
             let _ = decode_update(&body, Some(&checksum_hex(&body)), &limits);
+            let _ = decode_frame(&body, &limits);
         }
     }
 }

@@ -59,7 +59,7 @@ use std::sync::Arc;
 use burn::tensor::Device;
 use hush_device::protocol::{
     Assignment, CheckInRequest, LocalTraining, RegisterResponse, StatusReport, TrainTask,
-    UpdateClip, UpdateLimits, UploadReceipt,
+    UpdateClip, UpdateHeader, UpdateLimits, UploadReceipt,
 };
 use hush_models::arch::is_trainable;
 use hush_models::checkpoint::{NamedTensor, TensorSource};
@@ -80,7 +80,7 @@ use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
 use tracing::{debug, info, warn};
 
-use crate::aggregate::{Aggregator, CheckedUpdate, Rejection, UpdateValidator};
+use crate::aggregate::{Aggregator, ReceivedUpdate, Refusal, Rejection, UpdateValidator};
 use crate::clock::Clock;
 use crate::enrolment::random_token;
 use crate::fault;
@@ -145,12 +145,23 @@ pub enum Acceptance {
     Pending(u64),
 }
 
+/// What the checks on an upload's header found ([`RoundEngine::screen`]).
+enum Screen {
+    /// Every check passed: the values are read next.
+    Admit,
+    /// Answered without a report (a mismatch, a duplicate's receipt).
+    Answer(Result<UploadReceipt, Rejection>),
+    /// Refused, and the refusal recorded as a report.
+    Refuse(Rejection),
+}
+
 /// An upload a replica has checked and queued for its next group commit.
 struct PendingUpload {
     ticket: u64,
     report: ReportRow,
-    /// The update's layers, or why a cohort member's malformed update was refused.
-    layers: Result<Vec<NamedTensor>, Rejection>,
+    /// The update and the factor each layer is added with, or why a cohort member's
+    /// update was refused.
+    layers: Result<(ReceivedUpdate, Vec<f32>), Rejection>,
 }
 
 /// The refusal of an upload to round `round` after it closed.
@@ -958,15 +969,15 @@ impl<S: Store, C: Clock> RoundEngine<S, C> {
         );
     }
 
-    /// An upload from `device` to the round in the path, already decoded and norm-checked
-    /// by [`UpdateValidator`], answered: [`RoundEngine::accept_deferred`], then, if it was
+    /// An upload from `device` to the round in the path, its frame decoded by
+    /// [`UpdateValidator`], answered: [`RoundEngine::accept_deferred`], then, if it was
     /// queued for a group commit, [`RoundEngine::flush`]. `Ok(Err(_))` is a refusal to send
     /// to the device; `Err(_)` is a host failure.
     pub fn accept(
         &mut self,
         device: u64,
         path_round: u64,
-        update: CheckedUpdate,
+        update: ReceivedUpdate,
     ) -> Result<Result<UploadReceipt, Rejection>, FlError> {
         match self.accept_deferred(device, path_round, update)? {
             Acceptance::Done(answer) => Ok(answer),
@@ -974,114 +985,53 @@ impl<S: Store, C: Clock> RoundEngine<S, C> {
         }
     }
 
-    /// Checks an upload from `device` to the round in the path, already decoded and
-    /// norm-checked by [`UpdateValidator`], and answers it — or, with several replicas,
-    /// queues it for the replica's next group commit ([`Acceptance::Pending`]: a server
-    /// lets go of the engine, then calls [`RoundEngine::flush`], so that the uploads that
-    /// arrived meanwhile are committed in the same transaction). `Err(_)` is a host
-    /// failure.
+    /// Checks an upload from `device` to the round in the path, its frame decoded by
+    /// [`UpdateValidator`], and answers it — adding it in one pass over its values
+    /// ([`Aggregator::add_received`]) — or, with several replicas, queues it for the
+    /// replica's next group commit ([`Acceptance::Pending`]: a server lets go of the
+    /// engine, then calls [`RoundEngine::flush`], so that the uploads that arrived
+    /// meanwhile are committed in the same transaction). A refusal is answered only for a
+    /// body whose checksum holds. `Err(_)` is a host failure.
     pub fn accept_deferred(
         &mut self,
         device: u64,
         path_round: u64,
-        update: CheckedUpdate,
+        update: ReceivedUpdate,
     ) -> Result<Acceptance, FlError> {
         let done = |answer| Ok(Acceptance::Done(answer));
-        let h = &update.header;
-        let round = h.round;
-        let bytes = update.bytes;
-        if round != path_round {
-            return done(Err(Rejection::new(
-                400,
-                "round_mismatch",
-                format!("the path names round {path_round} but the update is for round {round}"),
-            )));
+        let (round, bytes) = (update.header.round, update.bytes);
+        match self.screen(device, path_round, &update.header)? {
+            Screen::Admit => {}
+            screen => {
+                // Nothing is answered for a body that is not what its sender sent.
+                if let Err(rej) = update.verify_checksum() {
+                    return done(Err(rej));
+                }
+                return match screen {
+                    Screen::Refuse(rej) => self
+                        .log_rejection(device, round, bytes, rej)
+                        .map(|r| Acceptance::Done(Err(r))),
+                    Screen::Answer(answer) => done(answer),
+                    Screen::Admit => unreachable!("admitted above"),
+                };
+            }
         }
-        if h.device_id != device {
-            return done(Err(Rejection::new(
-                403,
-                "device_mismatch",
-                format!(
-                    "the update names device {} but the token belongs to device {device}",
-                    h.device_id
-                ),
-            )));
-        }
-        if round > i64::MAX as u64 {
-            // No round can have this id (stores keep ids as signed 64-bit integers): refused
-            // before anything reaches the store.
-            return done(Err(Rejection::new(
-                404,
-                "unknown_round",
-                format!("there is no round {round}"),
-            )));
-        }
-        if self.store().accepted_key(&h.idempotency_key)?.is_some() {
-            return done(Ok(UploadReceipt {
-                round,
-                duplicate: true,
-            }));
-        }
-        self.tick()?;
-        if self.shared().is_some() && self.open.as_ref().map(|o| o.row.id) != Some(round) {
-            // The device may have its task from a replica that saw the round first.
-            self.sync(true)?;
-        }
-        let open_id = self.open.as_ref().map(|o| o.row.id);
-        if open_id != Some(round) {
-            let rej = if round < self.next_round && round > 0 {
-                closed(round)
-            } else {
-                Rejection::new(404, "unknown_round", format!("there is no round {round}"))
-            };
-            return self
-                .log_rejection(device, round, bytes, rej)
-                .map(|r| Acceptance::Done(Err(r)));
-        }
-        if !self
-            .open
-            .as_ref()
-            .is_some_and(|o| o.cohort.contains(&device))
-        {
-            let rej = Rejection::new(
-                403,
-                "not_in_cohort",
-                format!("device {device} was not drawn into round {round}'s cohort"),
-            );
-            return self
-                .log_rejection(device, round, bytes, rej)
-                .map(|r| Acceptance::Done(Err(r)));
-        }
-        let expected_version = self.open.as_ref().map_or(0, |o| o.row.model_version);
-        if h.model_version != expected_version {
-            let rej = Rejection::new(
-                409,
-                "stale_model",
-                format!(
-                    "the update starts from model v{} but round {round} trains v{expected_version}",
-                    h.model_version
-                ),
-            );
-            return self
-                .log_rejection(device, round, bytes, rej)
-                .map(|r| Acceptance::Done(Err(r)));
-        }
-        if self
-            .open
-            .as_ref()
-            .is_some_and(|o| o.row.state != RoundState::Open)
-        {
-            return self
-                .log_rejection(device, round, bytes, closed(round))
-                .map(|r| Acceptance::Done(Err(r)));
-        }
-        let key = h.idempotency_key.clone();
         if self.shared().is_some() {
-            return self.queue(device, round, bytes, key, update.layers);
+            return self.queue(device, update);
         }
-        let tensors = match update.layers {
-            Ok(t) => t,
-            Err(rej) => {
+        if let Some(Err(rej)) = self.open.as_ref().map(|o| o.agg.admits(&update, 0)) {
+            if let Err(corrupt) = update.verify_checksum() {
+                return done(Err(corrupt));
+            }
+            return done(Err(rej));
+        }
+        let Some(open) = self.open.as_mut() else {
+            return done(Err(closed(round)));
+        };
+        let added = match open.agg.add_received(&update, &self.validator) {
+            Ok(added) => added,
+            Err(Refusal::Corrupt(rej)) => return done(Err(rej)),
+            Err(Refusal::OverBound(rej)) => {
                 let rej = self.log_rejection(device, round, bytes, rej)?;
                 if let Some(o) = self.open.as_mut() {
                     o.rejected += 1;
@@ -1091,27 +1041,28 @@ impl<S: Store, C: Clock> RoundEngine<S, C> {
                 return done(Err(rej));
             }
         };
-        if let Some(Err(rej)) = self.open.as_ref().map(|o| o.agg.admits(&tensors, 0)) {
-            return done(Err(rej));
-        }
-        // Recorded (with its idempotency key) before it is added: a retry after a store
-        // failure is refused as a duplicate only once the report is durable.
+        // Recorded (with its idempotency key) before it counts: a retry after a store
+        // failure is refused as a duplicate only once the report is durable, and an update
+        // whose report could not be recorded is taken back out of the sum.
         let now = self.clock.now_ms();
-        self.store_mut().record_report(
+        let recorded = self.store_mut().record_report(
             &ReportRow {
                 round,
                 device,
-                idempotency_key: Some(key),
+                idempotency_key: Some(update.header.idempotency_key.clone()),
                 accepted: true,
                 reason: None,
                 bytes,
             },
             now,
-        )?;
-        if let Some(o) = self.open.as_mut() {
-            if let Err(rej) = o.agg.add(&tensors) {
-                return done(Err(rej));
+        );
+        if let Err(e) = recorded {
+            if let Some(o) = self.open.as_mut() {
+                o.agg.remove(&update, &added);
             }
+            return Err(e.into());
+        }
+        if let Some(o) = self.open.as_mut() {
             o.reported.insert(device);
         }
         info!(device, round, "update accepted");
@@ -1120,6 +1071,92 @@ impl<S: Store, C: Clock> RoundEngine<S, C> {
             round,
             duplicate: false,
         }))
+    }
+
+    /// The checks of an upload that need only its header and the engine's state — who
+    /// sent it, for which round, from which model — in the order the module doc lists.
+    fn screen(
+        &mut self,
+        device: u64,
+        path_round: u64,
+        h: &UpdateHeader,
+    ) -> Result<Screen, FlError> {
+        let round = h.round;
+        if round != path_round {
+            return Ok(Screen::Answer(Err(Rejection::new(
+                400,
+                "round_mismatch",
+                format!("the path names round {path_round} but the update is for round {round}"),
+            ))));
+        }
+        if h.device_id != device {
+            return Ok(Screen::Answer(Err(Rejection::new(
+                403,
+                "device_mismatch",
+                format!(
+                    "the update names device {} but the token belongs to device {device}",
+                    h.device_id
+                ),
+            ))));
+        }
+        if round > i64::MAX as u64 {
+            // No round can have this id (stores keep ids as signed 64-bit integers): refused
+            // before anything reaches the store.
+            return Ok(Screen::Answer(Err(Rejection::new(
+                404,
+                "unknown_round",
+                format!("there is no round {round}"),
+            ))));
+        }
+        if self.store().accepted_key(&h.idempotency_key)?.is_some() {
+            return Ok(Screen::Answer(Ok(UploadReceipt {
+                round,
+                duplicate: true,
+            })));
+        }
+        self.tick()?;
+        if self.shared().is_some() && self.open.as_ref().map(|o| o.row.id) != Some(round) {
+            // The device may have its task from a replica that saw the round first.
+            self.sync(true)?;
+        }
+        let open_id = self.open.as_ref().map(|o| o.row.id);
+        if open_id != Some(round) {
+            return Ok(Screen::Refuse(if round < self.next_round && round > 0 {
+                closed(round)
+            } else {
+                Rejection::new(404, "unknown_round", format!("there is no round {round}"))
+            }));
+        }
+        if !self
+            .open
+            .as_ref()
+            .is_some_and(|o| o.cohort.contains(&device))
+        {
+            return Ok(Screen::Refuse(Rejection::new(
+                403,
+                "not_in_cohort",
+                format!("device {device} was not drawn into round {round}'s cohort"),
+            )));
+        }
+        let expected_version = self.open.as_ref().map_or(0, |o| o.row.model_version);
+        if h.model_version != expected_version {
+            return Ok(Screen::Refuse(Rejection::new(
+                409,
+                "stale_model",
+                format!(
+                    "the update starts from model v{} but round {round} trains v{expected_version}",
+                    h.model_version
+                ),
+            )));
+        }
+        if self
+            .open
+            .as_ref()
+            .is_some_and(|o| o.row.state != RoundState::Open)
+        {
+            return Ok(Screen::Refuse(closed(round)));
+        }
+        Ok(Screen::Admit)
     }
 
     /// A second accepted update from a device in one round, which the database refuses
@@ -1149,28 +1186,32 @@ impl<S: Store, C: Clock> RoundEngine<S, C> {
     /// A second upload with the key of one already queued is told to retry (503): by then
     /// the first is committed and the retry is a duplicate, or it failed and the retry
     /// counts.
-    fn queue(
-        &mut self,
-        device: u64,
-        round: u64,
-        bytes: u64,
-        key: String,
-        layers: Result<Vec<NamedTensor>, Rejection>,
-    ) -> Result<Acceptance, FlError> {
+    fn queue(&mut self, device: u64, update: ReceivedUpdate) -> Result<Acceptance, FlError> {
+        let (round, bytes) = (update.header.round, update.bytes);
+        let key = update.header.idempotency_key.clone();
         if self
             .pending
             .iter()
             .any(|p| p.report.idempotency_key.as_deref() == Some(key.as_str()))
         {
+            if let Err(rej) = update.verify_checksum() {
+                return Ok(Acceptance::Done(Err(rej)));
+            }
             return Ok(Acceptance::Done(Err(Rejection::new(
                 503,
                 "in_progress",
                 "an upload with this idempotency key is being recorded; retry in a moment",
             ))));
         }
-        if let (Ok(tensors), Some(open)) = (&layers, self.open.as_ref()) {
+        // The values are read now (the checksum among them) and added at the commit.
+        let layers = match self.validator.check_values(&update) {
+            Ok(factors) => Ok((update, factors)),
+            Err(Refusal::Corrupt(rej)) => return Ok(Acceptance::Done(Err(rej))),
+            Err(Refusal::OverBound(rej)) => Err(rej),
+        };
+        if let (Ok((u, _)), Some(open)) = (&layers, self.open.as_ref()) {
             // Room in the sum for this one after every update queued before it.
-            if let Err(rej) = open.agg.admits(tensors, self.pending.len() as u64) {
+            if let Err(rej) = open.agg.admits(u, self.pending.len() as u64) {
                 return Ok(Acceptance::Done(Err(rej)));
             }
         }
@@ -1242,8 +1283,8 @@ impl<S: Store, C: Clock> RoundEngine<S, C> {
                     match &p.layers {
                         // Admitted when queued: the layout matches, and the sum had room
                         // for it after every update queued before it.
-                        Ok(tensors) => {
-                            let _ = agg.add(tensors);
+                        Ok((u, factors)) => {
+                            agg.add_checked(u, factors.clone());
                         }
                         Err(_) => rejected += 1,
                     }

@@ -9,13 +9,15 @@
 //!   `hush-store` implements it on SQLite);
 //! - [`enrolment`]: who may register (operator-issued enrolment tokens, revocation);
 //! - [`clock`]: time ([`SystemClock`], [`ManualClock`]);
-//! - [`aggregate`]: the per-upload checks and the order-free streaming sum;
+//! - [`aggregate`]: the per-upload checks and the order-free streaming sum, one pass over
+//!   each update's values;
 //! - [`publish`]: model versions on disk, staged and recovered after a crash;
 //! - [`fault`]: named points where tests make the process die (feature `fault-points`);
 //! - [`config`]: `hush.toml` ([`FlConfig`]).
 //!
 //! The wire contract is [`hush_device::protocol`]. Privacy invariants are enforced where
-//! DESIGN.md says: the host re-checks every norm ([`hush_models::dp::ClipBounds::check`]),
+//! DESIGN.md says: the host re-checks every norm ([`hush_models::dp::ClipBounds::check_norms`], on the norms
+//! computed in the pass that adds an update),
 //! noise and the division by the **expected** cohort happen only in
 //! [`hush_models::dp::GaussianMechanism::privatize`], a round opens only after
 //! [`hush_privacy::ledger::Ledger::authorize`] and its release is recorded before the new model
@@ -29,6 +31,7 @@ pub mod enrolment;
 pub mod fault;
 pub mod publish;
 pub mod store;
+mod value_pass;
 
 use std::path::PathBuf;
 

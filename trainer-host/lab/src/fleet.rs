@@ -248,18 +248,18 @@ impl InProcessFleet {
             for upload in trained.chain(given) {
                 let (task, device, update): (&TrainTask, u64, Update) = upload?;
                 let draw = |what| fleet_draw(fleet_seed, round, device, what);
-                let bytes = encode_update(&update)
-                    .map_err(|e| SimulateError::Unusable(format!("device {device}: {e}")))?
-                    .len() as u64;
+                let received = encode_update(&update)
+                    .and_then(|body| validator.received(body.into()))
+                    .map_err(|e| SimulateError::Unusable(format!("device {device}: {e}")))?;
                 if draw(2) < behaviour.dropout {
                     counts.dropped += 1;
                     continue;
                 }
                 if draw(3) < behaviour.straggle {
-                    late.push((device, validator.check(update, bytes)));
+                    late.push((device, received));
                     continue;
                 }
-                match engine.accept(device, task.round, validator.check(update, bytes))? {
+                match engine.accept(device, task.round, received)? {
                     Ok(_) => accepted += 1,
                     Err(rej) => {
                         refused += 1;

@@ -19,9 +19,9 @@
 //! `malformed` / `bad_checksum` / `invalid_update` / `bad_path` (400), `not_found` (404),
 //! `method_not_allowed` (405), the upload refusals of [`hush_fl::aggregate`], and `internal`
 //! (500, a host failure). Handlers never unwrap request data; work on the engine runs on
-//! blocking threads, and a panic there becomes a 500, not a dead server. An upload is
-//! decoded and its norms checked ([`hush_fl::aggregate::UpdateValidator`]) before the
-//! engine's lock is taken, so uploads are checked in parallel.
+//! blocking threads, and a panic there becomes a 500, not a dead server. An upload's frame
+//! is decoded ([`hush_fl::aggregate::UpdateValidator`]) before the engine's lock is taken;
+//! the engine then reads its values once, checking and adding them in one pass.
 
 pub mod conn;
 pub mod metrics;
@@ -42,7 +42,7 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use axum::{Extension, Json, Router};
 use hush_device::protocol::{
-    ApiError, CheckInRequest, ProtocolError, RegisterRequest, StatusReport, CHECKSUM_HEADER,
+    ApiError, CheckInRequest, RegisterRequest, StatusReport, CHECKSUM_HEADER,
 };
 use hush_fl::aggregate::{Rejection, UpdateValidator};
 use hush_fl::config::LimitsSection;
@@ -380,16 +380,6 @@ async fn check_in(
     resp
 }
 
-fn protocol_error(e: ProtocolError) -> Response {
-    let (status, code) = match &e {
-        ProtocolError::TooLarge { .. } => (StatusCode::PAYLOAD_TOO_LARGE, "too_large"),
-        ProtocolError::Malformed { .. } => (StatusCode::BAD_REQUEST, "malformed"),
-        ProtocolError::Checksum { .. } => (StatusCode::BAD_REQUEST, "bad_checksum"),
-        ProtocolError::Invalid { .. } => (StatusCode::BAD_REQUEST, "invalid_update"),
-    };
-    api_error(status, code, e.to_string())
-}
-
 async fn upload(
     State(state): State<AppState>,
     path: Result<Path<String>, PathRejection>,
@@ -442,13 +432,14 @@ async fn upload(
             )
         }
     };
-    // Decode and norm-check outside the engine's lock.
+    // The frame is decoded outside the engine's lock; the engine reads the values once,
+    // checking and adding them in the same pass.
     let validator = state.validator.clone();
     let checked =
-        tokio::task::spawn_blocking(move || validator.validate(&bytes, checksum.as_deref())).await;
+        tokio::task::spawn_blocking(move || validator.validate(bytes, checksum.as_deref())).await;
     let update = match checked {
         Ok(Ok(u)) => u,
-        Ok(Err(e)) => return protocol_error(e),
+        Ok(Err(e)) => return rejection(e.into()),
         Err(e) => return internal(format!("decoding failed: {e}")),
     };
     // With several replicas the upload is queued, and answered once the replica's next

@@ -236,17 +236,26 @@ impl ClipBounds {
 
     /// The receiver's check: every layer (or the whole) within its bound times
     /// `1 + tolerance` (for float rounding). Errors name the first offending layer.
-    // `!(n <= bound)` on purpose: a NaN norm must fail the check.
-    #[allow(clippy::neg_cmp_op_on_partial_ord)]
     pub fn check(&self, t: &[NamedTensor], tolerance: f32) -> Result<(), DpError> {
         self.check_layout(t)?;
+        self.check_norms(&layer_norms(t), tolerance)
+    }
+
+    /// [`ClipBounds::check`] on layer norms already computed (one per layer, in order).
+    // `!(n <= bound)` on purpose: a NaN norm must fail the check.
+    #[allow(clippy::neg_cmp_op_on_partial_ord)]
+    pub fn check_norms(&self, norms: &[f32], tolerance: f32) -> Result<(), DpError> {
+        if norms.len() != self.layers.len() {
+            return Err(DpError::Layout {
+                reason: format!("{} norms for {} layers", norms.len(), self.layers.len()),
+            });
+        }
         if super::fault::is(super::fault::PrivacyFault::NoClip) {
             return Ok(());
         }
-        let norms = layer_norms(t);
         let slack = 1.0 + tolerance.max(0.0);
         if self.is_flat() {
-            let n = global_norm(&norms);
+            let n = global_norm(norms);
             if !(n <= self.bounds[0] * slack) {
                 return Err(DpError::OverBound {
                     layer: "*".into(),

@@ -370,6 +370,24 @@ fn duplicate_upload_is_counted_once() {
         }
     );
     assert_eq!(status(&host).reports_in_round, 1);
+    // A corrupted copy of it is not answered as the duplicate it claims to be: the
+    // checksum is verified before any refusal or receipt (the values are read only when
+    // an update is added).
+    let mut body = encode_update(&u).unwrap();
+    let sum = checksum_hex(&body);
+    let last = body.len() - 1;
+    body[last] ^= 1;
+    let corrupt = post(
+        &host,
+        "/v1/rounds/1/update",
+        Some(&a.token),
+        &[(CHECKSUM_HEADER, sum.as_str())],
+        body,
+    );
+    assert_eq!(
+        (corrupt.status, corrupt.error_code().as_str()),
+        (400, "bad_checksum")
+    );
     assert_eq!(host.round_log().unwrap()[0].reports_accepted, 1);
     host.shutdown().unwrap();
 }

@@ -179,11 +179,11 @@ fn the_federated_audit_runs_over_virtual_users() {
 }
 
 /// Counting every update twice doubles each canary's μ (true ε ≈ 2 at a claimed 1). The
-/// one-shot estimate sees it; the one-run bound at 10 000 canaries does not reach the
-/// claim (it needs far more canaries: docs/results/privacy-audit/), so this test checks
-/// the estimate and that the fault really reached the sum.
+/// one-shot estimate sees it, and the one-run bound refutes the run's tightest claim, its
+/// PLD ε (0.91; the RDP claim of 1 is over the bound at 10 000 canaries, which is thin at
+/// this ε: docs/results/privacy-audit/), and the fault really reached the sum.
 #[test]
-fn a_double_counted_update_doubles_what_the_federated_audit_estimates() {
+fn a_double_counted_update_is_caught_by_the_federated_audit() {
     let tmp = tempfile::tempdir().unwrap();
     let o = federated_audit(
         &tmp.path().join("double"),
@@ -191,13 +191,23 @@ fn a_double_counted_update_doubles_what_the_federated_audit_estimates() {
         Some(PrivacyFault::DoubleCount),
     );
     let estimate = o.one_shot.as_ref().unwrap();
+    let pld = o.claim.epsilon_pld.unwrap();
     eprintln!(
-        "double-count: bound {:.3}, one-shot estimate {:.3} (μ {:.3})",
-        o.bound.epsilon, estimate.epsilon, estimate.mu
+        "double-count: bound {:.3}, one-shot estimate {:.3} (μ {:.3}), claimed {:.3} (PLD {pld:.3})",
+        o.bound.epsilon,
+        estimate.epsilon,
+        estimate.mu,
+        o.claim.epsilon_rdp.unwrap()
     );
     assert_eq!(o.fault.as_deref(), Some("double-count"));
     assert!((estimate.mu - 2.0 * 0.247).abs() < 0.08, "{estimate:?}");
     assert!(estimate.epsilon > 1.5 * o.claim.epsilon_rdp.unwrap());
+    assert!(
+        pld <= 1.0 && o.claim.tightest() == Some(pld),
+        "{:?}",
+        o.claim
+    );
+    assert!(o.claim_refuted(), "{:?} against {:?}", o.bound, o.claim);
 }
 
 /// PATE's label release (GNMax, 251 teachers): 1 000 canaries, each a speaker whose

@@ -179,6 +179,17 @@ pub struct Claim {
     pub unit: String,
 }
 
+impl Claim {
+    /// The tightest ε the run reports: the PLD accountant's where it computed one (it is
+    /// at or under the RDP accountant's; both are upper bounds on the true ε, so a lower
+    /// bound over either refutes the run's guarantee), else the RDP accountant's. `None`
+    /// with DP off.
+    pub fn tightest(&self) -> Option<f64> {
+        self.epsilon_rdp
+            .map(|rdp| self.epsilon_pld.map_or(rdp, |pld| pld.min(rdp)))
+    }
+}
+
 /// What one audit found, written as `results.json`.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct AuditOutcome {
@@ -263,10 +274,11 @@ impl AuditOutcome {
         Ok(outcome)
     }
 
-    /// Whether the bound exceeds the claim: the run leaks more than it says.
+    /// Whether the bound exceeds the claim — the tightest ε the run reports
+    /// ([`Claim::tightest`]): the run leaks more than it says.
     pub fn claim_refuted(&self) -> bool {
         self.claim
-            .epsilon_rdp
+            .tightest()
             .is_some_and(|e| self.bound.epsilon > e)
     }
 
@@ -359,7 +371,8 @@ impl AuditOutcome {
         };
         let verdict = match self.claim.epsilon_rdp {
             Some(_) if self.claim_refuted() => {
-                "**The bound exceeds the claim: this run leaks more than it reports.**"
+                "**The bound exceeds the claim (its tightest ε): this run leaks more than it \
+                 reports.**"
             }
             Some(_) => "The bound is at or under the claim: the audit found no violation.",
             None => "No claim to check (DP off): the bound shows what the audit can detect.",

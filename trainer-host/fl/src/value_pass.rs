@@ -147,6 +147,12 @@ mod x86 {
     const ALL16: __mmask16 = 0xffff;
     const ALL8: __mmask8 = 0xff;
 
+    /// Where the sum's values start (null without a sum: the kernels then write nothing).
+    fn sum_ptr(sum: &mut Option<&mut [i64]>) -> *mut i64 {
+        sum.as_deref_mut()
+            .map_or(std::ptr::null_mut(), <[i64]>::as_mut_ptr)
+    }
+
     /// Sixteen values per step: squares into two 8-lane accumulators, each half converted
     /// with `vcvttpd2qq` (truncation, exact below 2^63).
     #[target_feature(enable = "avx512f,avx512dq")]
@@ -156,12 +162,8 @@ mod x86 {
         grid: Grid,
         m: &mut Moments,
     ) {
-        let n = bytes.len() / 4;
-        let p = bytes.as_ptr().cast::<f32>();
-        let mut sum = sum;
-        let s = sum
-            .as_deref_mut()
-            .map_or(std::ptr::null_mut(), <[i64]>::as_mut_ptr);
+        let (n, p, mut sum) = (bytes.len() / 4, bytes.as_ptr().cast::<f32>(), sum);
+        let s = sum_ptr(&mut sum);
         let scale = _mm512_set1_pd(grid.scale);
         let factor = _mm512_set1_ps(grid.factor);
         let (lo, hi) = (_mm512_set1_pd(-grid.limit), _mm512_set1_pd(grid.limit));
@@ -231,12 +233,8 @@ mod x86 {
         m: &mut Moments,
     ) {
         const MAGIC: f64 = 6_755_399_441_055_744.0; // 1.5 · 2^52
-        let n = bytes.len() / 4;
-        let p = bytes.as_ptr().cast::<f32>();
-        let mut sum = sum;
-        let s = sum
-            .as_deref_mut()
-            .map_or(std::ptr::null_mut(), <[i64]>::as_mut_ptr);
+        let (n, p, mut sum) = (bytes.len() / 4, bytes.as_ptr().cast::<f32>(), sum);
+        let s = sum_ptr(&mut sum);
         let scale = _mm256_set1_pd(grid.scale);
         let factor = _mm256_set1_ps(grid.factor);
         let (lo, hi) = (_mm256_set1_pd(-grid.limit), _mm256_set1_pd(grid.limit));

@@ -1000,30 +1000,25 @@ impl<S: Store, C: Clock> RoundEngine<S, C> {
     ) -> Result<Acceptance, FlError> {
         let done = |answer| Ok(Acceptance::Done(answer));
         let (round, bytes) = (update.header.round, update.bytes);
+        // Nothing is answered for a body that is not what its sender sent: a refusal or a
+        // receipt made from the header waits for the checksum.
         match self.screen(device, path_round, &update.header)? {
             Screen::Admit => {}
-            screen => {
-                // Nothing is answered for a body that is not what its sender sent.
-                if let Err(rej) = update.verify_checksum() {
-                    return done(Err(rej));
+            Screen::Answer(answer) => return done(update.verify_checksum().and(answer)),
+            Screen::Refuse(rej) => {
+                if let Err(corrupt) = update.verify_checksum() {
+                    return done(Err(corrupt));
                 }
-                return match screen {
-                    Screen::Refuse(rej) => self
-                        .log_rejection(device, round, bytes, rej)
-                        .map(|r| Acceptance::Done(Err(r))),
-                    Screen::Answer(answer) => done(answer),
-                    Screen::Admit => unreachable!("admitted above"),
-                };
+                return self
+                    .log_rejection(device, round, bytes, rej)
+                    .map(|r| Acceptance::Done(Err(r)));
             }
         }
         if self.shared().is_some() {
             return self.queue(device, update);
         }
         if let Some(Err(rej)) = self.open.as_ref().map(|o| o.agg.admits(&update, 0)) {
-            if let Err(corrupt) = update.verify_checksum() {
-                return done(Err(corrupt));
-            }
-            return done(Err(rej));
+            return done(update.verify_checksum().and(Err(rej)));
         }
         let Some(open) = self.open.as_mut() else {
             return done(Err(closed(round)));
@@ -1194,13 +1189,12 @@ impl<S: Store, C: Clock> RoundEngine<S, C> {
             .iter()
             .any(|p| p.report.idempotency_key.as_deref() == Some(key.as_str()))
         {
-            if let Err(rej) = update.verify_checksum() {
-                return Ok(Acceptance::Done(Err(rej)));
-            }
-            return Ok(Acceptance::Done(Err(Rejection::new(
-                503,
-                "in_progress",
-                "an upload with this idempotency key is being recorded; retry in a moment",
+            return Ok(Acceptance::Done(update.verify_checksum().and(Err(
+                Rejection::new(
+                    503,
+                    "in_progress",
+                    "an upload with this idempotency key is being recorded; retry in a moment",
+                ),
             ))));
         }
         // The values are read now (the checksum among them) and added at the commit.

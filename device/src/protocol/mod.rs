@@ -19,9 +19,9 @@
 mod update;
 
 pub use update::{
-    checksum_hex, checksum_mismatch, decode_frame, decode_update, encode_update, non_finite,
-    parse_checksum, LayerDelta, Update, UpdateFrame, UpdateHeader, UpdateLimits, CHECKSUM_HEADER,
-    UPDATE_FORMAT_VERSION,
+    checksum_hex, checksum_mismatch, claimed_checksum, decode_frame, decode_update, encode_update,
+    non_finite, parse_checksum, LayerDelta, Update, UpdateFrame, UpdateHeader, UpdateLimits,
+    CHECKSUM_HEADER, UPDATE_FORMAT_VERSION,
 };
 
 use serde::{Deserialize, Serialize};

@@ -202,13 +202,19 @@ pub fn checksum_mismatch(actual: u32, claimed: u32) -> ProtocolError {
     }
 }
 
-fn verify_checksum(body: &[u8], checksum: Option<&str>) -> Result<(), ProtocolError> {
-    let Some(claimed) = checksum else {
+/// The CRC-32 a body's [`CHECKSUM_HEADER`] claims: required, and 8 hex digits
+/// ([`parse_checksum`]).
+pub fn claimed_checksum(header: Option<&str>) -> Result<u32, ProtocolError> {
+    let Some(claimed) = header else {
         return Err(ProtocolError::Checksum {
             reason: format!("header `{CHECKSUM_HEADER}` is missing"),
         });
     };
-    let claimed = parse_checksum(claimed)?;
+    parse_checksum(claimed)
+}
+
+fn verify_checksum(body: &[u8], checksum: Option<&str>) -> Result<(), ProtocolError> {
+    let claimed = claimed_checksum(checksum)?;
     let actual = crc32fast::hash(body);
     if actual != claimed {
         return Err(checksum_mismatch(actual, claimed));

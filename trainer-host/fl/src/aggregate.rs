@@ -42,7 +42,7 @@ use std::ops::Range;
 
 use bytes::Bytes;
 use hush_device::protocol::{
-    checksum_mismatch, decode_frame, non_finite, parse_checksum, ProtocolError, UpdateHeader,
+    checksum_mismatch, claimed_checksum, decode_frame, non_finite, ProtocolError, UpdateHeader,
     UpdateLimits,
 };
 use hush_models::checkpoint::NamedTensor;
@@ -100,9 +100,10 @@ impl From<ProtocolError> for Rejection {
 /// Why the pass over an update's values refused it.
 #[derive(Debug, Clone, PartialEq)]
 pub enum Refusal {
-    /// The body is not what was sent (checksum) or holds a NaN or an infinity: answered
-    /// (400), not recorded; the device may send it again.
-    Corrupt(Rejection),
+    /// Answered, not recorded as the device's report: the body is not what was sent
+    /// (checksum) or holds a NaN or an infinity (400), or the sum has no room for it (503);
+    /// the device may send it again.
+    NotRecorded(Rejection),
     /// A layer (or the whole) over its norm bound: answered (422) and recorded as the
     /// device's report for the round.
     OverBound(Rejection),
@@ -223,12 +224,7 @@ impl UpdateValidator {
                 limit: self.limits.max_bytes,
             });
         }
-        let claimed = parse_checksum(checksum.ok_or_else(|| ProtocolError::Checksum {
-            reason: format!(
-                "header `{}` is missing",
-                hush_device::protocol::CHECKSUM_HEADER
-            ),
-        })?)?;
+        let claimed = claimed_checksum(checksum)?;
         let frame = decode_frame(&body, &self.limits).map_err(|e| {
             let actual = crc32fast::hash(&body);
             if actual == claimed {
@@ -289,14 +285,16 @@ impl UpdateValidator {
         moments: &[Moments],
     ) -> Result<Vec<f32>, Refusal> {
         if let (Some(actual), Some(claimed)) = (crc, u.checksum) {
-            check_crc(actual, claimed).map_err(Refusal::Corrupt)?;
+            check_crc(actual, claimed).map_err(Refusal::NotRecorded)?;
         }
         if let Some(l) = moments.iter().position(|m| m.non_finite) {
             let (name, _) = &self.limits.layout[l];
             let i = (0..u.values[l].len() / 4)
                 .find(|&i| !u.value(l, i).is_finite())
                 .unwrap_or(0);
-            return Err(Refusal::Corrupt(non_finite(name, i, u.value(l, i)).into()));
+            return Err(Refusal::NotRecorded(
+                non_finite(name, i, u.value(l, i)).into(),
+            ));
         }
         let norms: Vec<f32> = moments.iter().map(Moments::norm).collect();
         match self.bounds.check_norms(&norms, self.tolerance) {
@@ -445,14 +443,16 @@ impl Aggregator {
     /// Checks and adds a received update in one pass over its values (module doc): the
     /// checksum, finiteness and norms are computed as the values go into the sum. A refused
     /// update is taken back out exactly; a layer the host scales (clip slack,
-    /// normalization) is taken out and added again scaled. The update must be
-    /// [`Aggregator::admits`]-ible.
+    /// normalization) is taken out and added again scaled. One the sum has no room for
+    /// ([`Aggregator::admits`]) is refused before the pass.
     pub fn add_received(
         &mut self,
         u: &ReceivedUpdate,
         rules: &UpdateValidator,
     ) -> Result<Added, Refusal> {
-        self.admits(u, 0).map_err(Refusal::Corrupt)?;
+        // The checksum first: a refusal is answered only for a body that is what was sent.
+        self.admits(u, 0)
+            .map_err(|rej| Refusal::NotRecorded(u.verify_checksum().err().unwrap_or(rej)))?;
         if rules.normalize {
             // Every layer is scaled: reading the norms first costs less than undoing.
             let factors = rules.check_values(u)?;
@@ -724,10 +724,6 @@ mod tests {
             .unwrap()
     }
 
-    fn grid(agg: &Aggregator) -> Vec<u8> {
-        agg.to_bytes()
-    }
-
     #[test]
     fn one_pass_adds_what_the_tensors_add() {
         let v = validator(1.0, false);
@@ -738,7 +734,7 @@ mod tests {
                 .unwrap();
             tensors.add(&t(a, b)).unwrap();
         }
-        assert_eq!(grid(&pass), grid(&tensors));
+        assert_eq!(pass.to_bytes(), tensors.to_bytes());
         assert_eq!(pass.accepted(), 3);
         // In-process, with no checksum; and checked first, then added (a replica).
         let mut other = Aggregator::new(&layout(), 1.0);
@@ -749,7 +745,7 @@ mod tests {
         let u = upload(&v, &update([0.0, 0.0], 0.0), true);
         let factors = v.check_values(&u).unwrap();
         other.add_checked(&u, factors);
-        assert_eq!(grid(&other), grid(&pass));
+        assert_eq!(other.to_bytes(), pass.to_bytes());
     }
 
     #[test]
@@ -758,7 +754,7 @@ mod tests {
         let mut agg = Aggregator::new(&layout(), 1.0);
         agg.add_received(&upload(&v, &update([0.5, 0.5], 0.1), true), &v)
             .unwrap();
-        let before = grid(&agg);
+        let before = agg.to_bytes();
         let over = agg
             .add_received(&upload(&v, &update([1.0, 1.0], 0.0), true), &v)
             .unwrap_err();
@@ -769,14 +765,14 @@ mod tests {
         let corrupt = agg
             .add_received(&upload(&v, &update([0.1, 0.1], 0.1), false), &v)
             .unwrap_err();
-        let Refusal::Corrupt(r) = corrupt else {
+        let Refusal::NotRecorded(r) = corrupt else {
             panic!("{corrupt:?}")
         };
         assert_eq!((r.status, r.code), (400, "bad_checksum"));
         let nan = agg
             .add_received(&upload(&v, &update([0.1, f32::NAN], 0.1), true), &v)
             .unwrap_err();
-        let Refusal::Corrupt(r) = nan else {
+        let Refusal::NotRecorded(r) = nan else {
             panic!("{nan:?}")
         };
         assert_eq!((r.status, r.code), (400, "invalid_update"));
@@ -784,14 +780,14 @@ mod tests {
             r.error.contains("layers[a].data") && r.error.contains("value 1"),
             "{r:?}"
         );
-        assert_eq!(grid(&agg), before);
+        assert_eq!(agg.to_bytes(), before);
         assert_eq!(agg.accepted(), 1);
         // Taken back out after it was added (the store refused to record it).
         let u = upload(&v, &update([0.3, -0.2], 0.25), true);
         let added = agg.add_received(&u, &v).unwrap();
-        assert_ne!(grid(&agg), before);
+        assert_ne!(agg.to_bytes(), before);
         agg.remove(&u, &added);
-        assert_eq!((grid(&agg), agg.accepted()), (before, 1));
+        assert_eq!((agg.to_bytes(), agg.accepted()), (before, 1));
     }
 
     #[test]
@@ -813,7 +809,11 @@ mod tests {
             }
             let mut reference = Aggregator::new(&layout(), 1.0);
             reference.add(&want).unwrap();
-            assert_eq!(grid(&agg), grid(&reference), "normalize {normalize}");
+            assert_eq!(
+                agg.to_bytes(),
+                reference.to_bytes(),
+                "normalize {normalize}"
+            );
         }
         // A small update is normalized up to the bound.
         let v = validator(1.0, true);

@@ -1017,15 +1017,12 @@ impl<S: Store, C: Clock> RoundEngine<S, C> {
         if self.shared().is_some() {
             return self.queue(device, update);
         }
-        if let Some(Err(rej)) = self.open.as_ref().map(|o| o.agg.admits(&update, 0)) {
-            return done(update.verify_checksum().and(Err(rej)));
-        }
         let Some(open) = self.open.as_mut() else {
             return done(Err(closed(round)));
         };
         let added = match open.agg.add_received(&update, &self.validator) {
             Ok(added) => added,
-            Err(Refusal::Corrupt(rej)) => return done(Err(rej)),
+            Err(Refusal::NotRecorded(rej)) => return done(Err(rej)),
             Err(Refusal::OverBound(rej)) => {
                 let rej = self.log_rejection(device, round, bytes, rej)?;
                 if let Some(o) = self.open.as_mut() {
@@ -1200,7 +1197,7 @@ impl<S: Store, C: Clock> RoundEngine<S, C> {
         // The values are read now (the checksum among them) and added at the commit.
         let layers = match self.validator.check_values(&update) {
             Ok(factors) => Ok((update, factors)),
-            Err(Refusal::Corrupt(rej)) => return Ok(Acceptance::Done(Err(rej))),
+            Err(Refusal::NotRecorded(rej)) => return Ok(Acceptance::Done(Err(rej))),
             Err(Refusal::OverBound(rej)) => Err(rej),
         };
         if let (Ok((u, _)), Some(open)) = (&layers, self.open.as_ref()) {

@@ -62,13 +62,15 @@ for seed in 1 2 3; do
 done
 # The federated audit in the population simulator, with docs/results/fl-population's set-up
 # (10 000 virtual users from experiments/fl_population.sh's 200-speaker corpus and cache,
-# q = 0.05, 100 rounds, δ = 1e-6, 2 local epochs) and 10 000 canaries; about 10 minutes a
-# run. Skipped when that corpus has not been made.
+# q = 0.05, 100 rounds, δ = 1e-6, 2 local epochs) and 10 000 canaries, 3 seeds; about 9
+# minutes a run. Skipped when that corpus has not been made.
 if [ -d out/fl-population/corpus ]; then
-  pop=(--data out/fl-population/corpus --users 10000 --user-cache out/fl-population/virtual-users
-       --canaries 10000 --sampling-rate 0.05 --rounds 100 --local-epochs 2 --delta 1e-6 --seed 1)
-  run federated "population-on-eps4/seed1" "" "${pop[@]}" --epsilon 4
-  run federated "population-off/seed1" "" "${pop[@]}" --dp-off
+  for seed in 1 2 3; do
+    pop=(--data out/fl-population/corpus --users 10000 --user-cache out/fl-population/virtual-users
+         --canaries 10000 --sampling-rate 0.05 --rounds 100 --local-epochs 2 --delta 1e-6 --seed "$seed")
+    run federated "population-on-eps4/seed$seed" "" "${pop[@]}" --epsilon 4
+    run federated "population-off/seed$seed" "" "${pop[@]}" --dp-off
+  done
 fi
 # PATE's label release: 1 000 canaries, each with a release of 1 000 queries (under a
 # second a run).

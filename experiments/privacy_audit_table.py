@@ -2,14 +2,15 @@
 bound over its seeds (mean ± sd, min, max) beside the ε claimed, into table.md and
 results.json of the docs folder. A claim is refuted when the bound exceeds the tightest ε
 the run reports (PLD where it computed one, else RDP), as `AuditOutcome::claim_refuted`
-says. Usage: privacy_audit_table.py OUT_DIR DOCS_DIR, or privacy_audit_table.py
-DOCS_DIR/results.json DOCS_DIR to rebuild the tables from the runs recorded there."""
+says. Usage: privacy_audit_table.py SOURCE... DOCS_DIR, each SOURCE an OUT_DIR of runs or a
+results.json of runs recorded before (e.g. DOCS_DIR/results.json, to rebuild the tables);
+a row found in a later source replaces the same row of an earlier one."""
 import json
 import statistics
 import sys
 from pathlib import Path
 
-out, docs = Path(sys.argv[1]), Path(sys.argv[2])
+sources, docs = [Path(a) for a in sys.argv[1:-1]], Path(sys.argv[-1])
 
 
 def tightest(rdp, pld):
@@ -18,33 +19,42 @@ def tightest(rdp, pld):
     return rdp if pld is None else min(rdp, pld)
 
 
-rows = {}
-if out.is_file():
-    for name, summary in json.loads(out.read_text()).items():
+def recorded(path):
+    rows = {}
+    for name, summary in json.loads(path.read_text()).items():
         rows[name] = summary["runs"]
         for r in rows[name]:
             t = tightest(r["claimed_rdp"], r["claimed_pld"])
             r["refuted"] = t is not None and r["bound"] > t
-for path in [] if out.is_file() else sorted(out.glob("*/*/seed*/results.json")):
-    r = json.loads(path.read_text())
-    name = f"{path.parts[-4]}/{path.parts[-3]}"
-    rows.setdefault(name, []).append(
-        {
-            "seed": r["settings"]["audit"]["seed"],
-            "canaries": len(r["scores"]),
-            "claimed_rdp": r["claim"]["epsilon_rdp"],
-            "claimed_pld": r["claim"]["epsilon_pld"],
-            "bound": r["bound"]["epsilon"],
-            "guesses": r["bound"]["guesses"],
-            "correct": r["bound"]["correct"],
-            "fault": r["fault"],
-            "one_shot": r.get("one_shot") and r["one_shot"]["epsilon"],
-            "refuted": tightest(r["claim"]["epsilon_rdp"], r["claim"]["epsilon_pld"])
-            is not None
-            and r["bound"]["epsilon"]
-            > tightest(r["claim"]["epsilon_rdp"], r["claim"]["epsilon_pld"]),
-        }
-    )
+    return rows
+
+
+def ran(out):
+    rows = {}
+    for path in sorted(out.glob("*/*/seed*/results.json")):
+        r = json.loads(path.read_text())
+        name = f"{path.parts[-4]}/{path.parts[-3]}"
+        t = tightest(r["claim"]["epsilon_rdp"], r["claim"]["epsilon_pld"])
+        rows.setdefault(name, []).append(
+            {
+                "seed": r["settings"]["audit"]["seed"],
+                "canaries": len(r["scores"]),
+                "claimed_rdp": r["claim"]["epsilon_rdp"],
+                "claimed_pld": r["claim"]["epsilon_pld"],
+                "bound": r["bound"]["epsilon"],
+                "guesses": r["bound"]["guesses"],
+                "correct": r["bound"]["correct"],
+                "fault": r["fault"],
+                "one_shot": r.get("one_shot") and r["one_shot"]["epsilon"],
+                "refuted": t is not None and r["bound"]["epsilon"] > t,
+            }
+        )
+    return rows
+
+
+rows = {}
+for source in sources:
+    rows.update(recorded(source) if source.is_file() else ran(source))
 
 
 def fmt(xs):

@@ -8,11 +8,13 @@
 //! coordinates with random signs, `1/√SUPPORT` each — so ten thousand canaries cost little
 //! to make and to score, and random supports barely overlap. Each canary is enrolled with
 //! probability ½ ([`CanaryDraw`]); the enrolled ones join the population the host samples
-//! and accounts for. After the run the audit reads the released models only (the initial
-//! and the final package) and scores canary `i` by `⟨w_T − w_0, c_i⟩` — with FedAvg at
-//! server learning rate 1 the sum of every round's released delta. Beside the rigorous
-//! one-run bound it reports Andrew et al.'s (2024) one-shot estimate from the cosines of
-//! `w_T − w_0` with inserted and held-back canaries, labelled as an estimate.
+//! and accounts for. After the run the audit reads the released models only (every
+//! round's published version). Under full participation (`q = 1`) it scores canary `i` by
+//! `⟨w_T − w_0, c_i⟩` — with FedAvg at server learning rate 1 the sum of every round's
+//! released delta. A sampled canary (`q < 1`) is scored round by round, where the data's
+//! drift does not hide it ([`super::round_scores`]). Beside the rigorous one-run bound it
+//! reports Andrew et al.'s (2024) one-shot estimate from the cosines of `w_T − w_0` with
+//! inserted and held-back canaries, labelled as an estimate.
 //!
 //! DP off is the same run without the host's noise (devices still clip). With
 //! [`FederatedAudit::population`] the real devices are virtual users (the population
@@ -22,6 +24,7 @@ use std::path::{Path, PathBuf};
 
 use hush_audit::lower_bound::one_shot_estimate;
 use hush_models::checkpoint::NamedTensor;
+use hush_models::dp::noise::ExpectedCount;
 use hush_models::dp::trainable_layout;
 use hush_privacy::accountant::calibrate::{calibrate_noise_multiplier, DEFAULT_TOLERANCE};
 use hush_privacy::accountant::{Accountant, Adjacency};
@@ -30,6 +33,9 @@ use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha20Rng;
 use serde::{Deserialize, Serialize};
 
+use super::round_scores::{
+    drift_residual, mixed_scores, participation_llr, round_deltas, DRIFT_NEIGHBOURS,
+};
 use super::{
     package_weights, sparse_tensors, AuditOutcome, AuditSettings, CanaryDraw, Claim, Observed,
     PrivacyAuditError,
@@ -121,10 +127,10 @@ impl SparseCanaries {
     }
 
     /// `⟨x, c_i⟩` for a flat vector `x`.
-    fn project(&self, i: usize, x: &[f32]) -> f64 {
+    fn project<T: Copy + Into<f64>>(&self, i: usize, x: &[T]) -> f64 {
         self.directions[i]
             .iter()
-            .map(|&(c, v)| f64::from(x[c]) * f64::from(v))
+            .map(|&(c, v)| x[c].into() * f64::from(v))
             .sum()
     }
 }
@@ -220,20 +226,43 @@ pub fn run(
     )
     .map_err(|e| run_err(&e))?;
 
-    // From here on, only the released artifacts: the first and last published models.
-    let initial = package_weights(&run_dir.join("initial-model"), &layout)?;
-    let last = package_weights(&report.model, &layout)?;
-    let delta: Vec<f32> = last.iter().zip(&initial).map(|(a, b)| a - b).collect();
+    // From here on, only the released artifacts: the model every round published.
+    let models = released_models(&run_dir.join("host").join("models"), &layout)?;
+    let (initial, last) = match (models.first(), models.last()) {
+        (Some(a), Some(b)) if models.len() > 1 => (a, b),
+        _ => return Err(run_err(&"the run released no model after its initial one")),
+    };
+    let delta: Vec<f32> = last.iter().zip(initial).map(|(a, b)| a - b).collect();
     let norm = delta
         .iter()
         .map(|x| f64::from(*x).powi(2))
         .sum::<f64>()
         .sqrt();
-    let scores: Vec<f64> = (0..set.canaries)
+    let total: Vec<f64> = (0..set.canaries)
         .map(|i| canaries.project(i, &delta))
         .collect();
+    // A canary's clipped norm over the host's divisor (the expected cohort).
+    let divisor = ExpectedCount::poisson(set.sampling_rate, report.devices)
+        .map_err(|e| run_err(&e))?
+        .get();
+    let amplitude = f64::from(set.clip) / divisor;
+    let scores = if set.sampling_rate < 1.0 {
+        let deltas = round_deltas(&models);
+        let projections: Vec<Vec<f64>> = (0..deltas.len())
+            .map(|r| {
+                let residual = drift_residual(&deltas, r, DRIFT_NEIGHBOURS);
+                (0..set.canaries)
+                    .map(|i| canaries.project(i, &residual))
+                    .collect()
+            })
+            .collect();
+        let llr = participation_llr(&projections, amplitude, set.sampling_rate);
+        mixed_scores(&total, &llr, set.sampling_rate)
+    } else {
+        total.clone()
+    };
     let cosines = |inserted: bool| -> Vec<f64> {
-        scores
+        total
             .iter()
             .zip(&draw.included)
             .filter(|(_, &i)| i == inserted)
@@ -260,6 +289,13 @@ pub fn run(
         "model": cfg.arch.name(),
         "parameters": d,
         "canary_support": SUPPORT,
+        "scoring": if set.sampling_rate < 1.0 {
+            "q · z(total delta) + (1 − q) · z(participation likelihood ratio over the rounds' drift residuals)"
+        } else {
+            "total delta"
+        },
+        "drift_neighbours": DRIFT_NEIGHBOURS,
+        "canary_amplitude": amplitude,
         "devices": report.devices,
         "noise_multiplier": if cfg.host.dp.enabled { cfg.host.dp.noise_multiplier } else { 0.0 },
         "rounds": report.rounds.len(),
@@ -278,4 +314,35 @@ pub fn run(
         set.confidence,
         dir,
     )
+}
+
+/// Every model version under `models` (`v0`, the initial one, to the last), flattened over
+/// `layout`, in version order.
+fn released_models(
+    models: &Path,
+    layout: &[(String, usize)],
+) -> Result<Vec<Vec<f32>>, PrivacyAuditError> {
+    let unreadable =
+        |e: std::io::Error| PrivacyAuditError::Run(format!("{}: {e}", models.display()));
+    let mut versions: Vec<u64> = Vec::new();
+    for entry in std::fs::read_dir(models).map_err(unreadable)? {
+        let name = entry.map_err(unreadable)?.file_name();
+        if let Some(v) = name
+            .to_str()
+            .and_then(|n| n.strip_prefix('v')?.parse().ok())
+        {
+            versions.push(v);
+        }
+    }
+    versions.sort_unstable();
+    if versions.iter().enumerate().any(|(i, &v)| v != i as u64) {
+        return Err(PrivacyAuditError::Run(format!(
+            "{}: model versions {versions:?}, expected v0, v1, … without gaps",
+            models.display()
+        )));
+    }
+    versions
+        .iter()
+        .map(|v| package_weights(&models.join(format!("v{v}")), layout))
+        .collect()
 }

@@ -25,6 +25,7 @@
 pub mod dp_sgd;
 pub mod federated;
 pub mod pate;
+pub mod round_scores;
 
 use std::path::{Path, PathBuf};
 

@@ -8,7 +8,7 @@
 # docs/results/privacy-audit/ (table.md, results.json; each run's report.md and
 # scores.png stay in out/privacy-audit/).
 #
-#   experiments/privacy_audit.sh        # every run (8-50 s each; the population rows ~10 min), then the table
+#   experiments/privacy_audit.sh        # every run (8-50 s each; the population rows ~9 min), then the table
 #
 # Runs whose results.json exists are skipped.
 set -euo pipefail

@@ -1,20 +1,25 @@
 //! Keyword-spotting latency on the device path (bench binary, `harness = false`): for each
-//! KWS architecture at its default size (`[98, 40]` fbank, 12 classes), tract's time for one
-//! 1 s window (`KwsClassifier::probs` on `[1, 98, 40]`) and for one streaming step
-//! (`KwsStream::push` of 100 ms of audio at hop 10: 10 new fbank frames, then the model on
-//! the last 98), each the median of `HUSH_BENCH_REPS` runs (default 200) after warm-up.
-//! Each run is timed twice: wall clock, and the thread's CPU time (`CLOCK_THREAD_CPUTIME_ID`;
-//! both runtimes compute on the calling thread), which the machine's other load does not
-//! inflate: on a shared machine a run longer than a scheduler slice is preempted and its
-//! wall time grows with the load, a short one's does not, so only CPU times compare runs of
-//! different lengths fairly.
+//! KWS architecture at its default size (`[98, 40]` fbank, 12 classes), the time of one 1 s
+//! window (`[1, 98, 40]`) with tract as it ships (its own optimisation of `model.onnx`) and
+//! as hush runs it (`KwsClassifier::probs`: hush-tract-ops' kernels swapped in), and of one
+//! streaming step (`KwsStream::push` of 100 ms of audio at hop 10: 10 new fbank frames, then
+//! the model on the last 98), each the median of `HUSH_BENCH_REPS` runs (default 200) after
+//! warm-up. Each run is timed twice: wall clock, and the thread's CPU time
+//! (`CLOCK_THREAD_CPUTIME_ID`; both runtimes compute on the calling thread), which the
+//! machine's other load does not inflate: on a shared machine a run longer than a scheduler
+//! slice is preempted and its wall time grows with the load, a short one's does not, so only
+//! CPU times compare runs of different lengths fairly.
 //! In the same run, `infer_onnxruntime.py` times onnxruntime (one intra-op thread, as tract
 //! runs here) on the same `model.onnx` files and input shape, when `HUSH_BENCH_PYTHON` (or
-//! `python3`) has `onnxruntime`; the table gives onnxruntime / tract.
+//! `python3`) has `onnxruntime`; the table gives onnxruntime / tract for both forms.
+//!
+//! Build it with the `release` profile: the `dev` profile compiles tract's graph crates at
+//! opt-level 1 with debug assertions (for build time), which makes tract's own loops (its
+//! depthwise convolution among them) several times slower than a shipped build.
 //!
 //! ```text
-//! cargo bench -p hush-device --profile dev --bench infer
-//! HUSH_BENCH_PYTHON=/work/venv-ort/bin/python HUSH_BENCH_REPS=100 cargo bench -p hush-device --profile dev --bench infer
+//! HUSH_BENCH_PYTHON=/work/venv-ort/bin/python HUSH_BENCH_REPS=200 \
+//!     cargo bench -p hush-device --profile release --bench infer
 //! ```
 //!
 //! Record results in BENCHMARKS.md with the command and the machine.
@@ -118,7 +123,34 @@ fn package(arch: &str, dir: &Path) -> usize {
     card.num_trainable
 }
 
-/// Median times of one 1 s window and of one streaming step, with tract.
+/// Median time of one 1 s window with tract as it ships, without hush's ops
+/// (`hush_tract_ops::swap_in`): tract's own optimisation of the same `model.onnx`.
+fn stock_tract(dir: &Path) -> Timing {
+    use tract_onnx::prelude::*;
+    let plan = tract_onnx::onnx()
+        .model_for_path(dir.join("model.onnx"))
+        .unwrap()
+        .with_input_fact(0, f32::fact([1, IO.frames, IO.bins]).into())
+        .unwrap()
+        .into_optimized()
+        .unwrap()
+        .into_runnable()
+        .unwrap();
+    let window: Tensor = tract_ndarray::Array3::from_shape_vec(
+        (1, IO.frames, IO.bins),
+        noise(IO.frames * IO.bins, 3),
+    )
+    .unwrap()
+    .into();
+    let run = || std::hint::black_box(plan.run(tvec![window.clone().into()]).unwrap());
+    for _ in 0..5 {
+        run();
+    }
+    let times: Vec<[f64; 2]> = (0..reps()).map(|_| timed(run).1).collect();
+    median_ms(&times)
+}
+
+/// Median times of one 1 s window and of one streaming step, with tract and hush's ops.
 fn tract(dir: &Path) -> (Timing, Timing) {
     let clf = KwsClassifier::load(dir).unwrap();
     let origin = Path::new("bench");
@@ -194,17 +226,19 @@ fn main() {
     for arch in archs.split(',') {
         let dir = root.path().join(arch);
         let params = package(arch, &dir);
+        let stock = stock_tract(&dir);
         let (window, step) = tract(&dir);
         rows.push((
             arch.to_string(),
             params,
+            stock,
             window,
             step,
             dir.join("model.onnx"),
         ));
     }
     let python = python_with_onnxruntime();
-    let models: Vec<(String, PathBuf)> = rows.iter().map(|r| (r.0.clone(), r.4.clone())).collect();
+    let models: Vec<(String, PathBuf)> = rows.iter().map(|r| (r.0.clone(), r.5.clone())).collect();
     let ort = python.as_deref().and_then(|py| onnxruntime(py, &models));
     match (&python, &ort) {
         (None, _) => println!("(no Python with onnxruntime: set HUSH_BENCH_PYTHON to compare)"),
@@ -219,22 +253,32 @@ fn main() {
         reps()
     );
     println!(
-        "{:<10} {:>9} {:>18} {:>18} {:>10} {:>18}",
-        "arch", "params", "tract window", "ort window", "ort/tract", "tract stream step"
+        "{:<10} {:>9} {:>18} {:>18} {:>18} {:>10} {:>10} {:>18}",
+        "arch",
+        "params",
+        "tract stock",
+        "tract+hush ops",
+        "ort window",
+        "ort/stock",
+        "ort/hush",
+        "hush stream step"
     );
     let both = |t: Timing| format!("{:.3} ({:.3})", t.cpu, t.wall);
-    for (arch, params, window, step, _) in rows {
+    for (arch, params, stock, window, step, _) in rows {
         let o = ort.as_ref().and_then(|v| {
             Some(Timing {
                 cpu: v["cpu_ms"][&arch].as_f64()?,
                 wall: v["wall_ms"][&arch].as_f64()?,
             })
         });
+        let ratio = |t: Timing| o.map_or("-".into(), |o| format!("{:.2}", o.cpu / t.cpu));
         println!(
-            "{arch:<10} {params:>9} {:>18} {:>18} {:>10} {:>18}",
+            "{arch:<10} {params:>9} {:>18} {:>18} {:>18} {:>10} {:>10} {:>18}",
+            both(stock),
             both(window),
             o.map_or("-".into(), both),
-            o.map_or("-".into(), |o| format!("{:.2}", o.cpu / window.cpu)),
+            ratio(stock),
+            ratio(window),
             both(step),
         );
     }

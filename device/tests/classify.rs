@@ -289,3 +289,72 @@ fn an_onnx_model_from_elsewhere_is_refused_by_the_contract_it_breaks() {
     let e = load_err(&p);
     assert!(e.contains("2 inputs; expected one"), "{e}");
 }
+
+/// What the device runs (tract with hush-tract-ops' kernels swapped in) gives burn's
+/// probabilities, within 1e-4, for every keyword-spotting architecture at its default size,
+/// and runs each architecture's slow ops with hush's kernels: DS-CNN-S and BC-ResNet's
+/// depthwise convolutions, BC-ResNet's means over frequency, leak-CNN's max pooling.
+#[test]
+fn the_device_plan_equals_burn_on_every_architecture() {
+    use burn::tensor::{Tensor, TensorData};
+    use hush_models::arch::ARCH_NAMES;
+    let io = IoShape {
+        frames: 98,
+        bins: 40,
+        classes: 4,
+    };
+    let labels: Vec<String> = ["yes", "no", "_silence_", "_unknown_"]
+        .iter()
+        .map(|s| s.to_string())
+        .collect();
+    let window: Vec<f32> = (0..io.frames * io.bins)
+        .map(|i| ((i as f32) * 0.37).sin() * 3.0)
+        .collect();
+    for arch in ARCH_NAMES {
+        let tmp = tempfile::tempdir().unwrap();
+        let cfg = ArchConfig::default_for(arch, io).unwrap();
+        let device = Device::flex();
+        device.seed(7);
+        let model = cfg.init(&device).unwrap().valid();
+        let card = ModelCard::new(
+            cfg,
+            serde_json::to_value(features()).unwrap(),
+            labels.clone(),
+            &model,
+        )
+        .unwrap();
+        write_package(tmp.path(), &card, &model).unwrap();
+        let clf = KwsClassifier::load(tmp.path()).unwrap();
+        let got = clf.probs(&window, Path::new("window")).unwrap();
+
+        let x = Tensor::<3>::from_data(
+            TensorData::new(window.clone(), [1, io.frames, io.bins]),
+            &device,
+        );
+        let logits = hush_models::step::logits(&model, x).unwrap().concat();
+        let top = logits.iter().copied().fold(f32::NEG_INFINITY, f32::max);
+        let e: Vec<f32> = logits.iter().map(|v| (v - top).exp()).collect();
+        let want: Vec<f32> = e.iter().map(|v| v / e.iter().sum::<f32>()).collect();
+        for (g, w) in got.iter().zip(&want) {
+            assert!(
+                (g - w).abs() <= 1e-4,
+                "{arch}: device {got:?}, burn {want:?}"
+            );
+        }
+
+        // Where tract has a vectorised channels-last depthwise kernel (aarch64's NEON), its
+        // declutter pass moves depthwise convolutions of 16 channels or more channels-last and
+        // runs them itself (with the means over frequency around them); elsewhere hush's run.
+        let tract_depthwise = cfg!(target_arch = "aarch64");
+        let k = clf.hush_kernels();
+        match arch {
+            "ds-cnn-s" => assert!(tract_depthwise || k.depthwise > 0, "{arch}: {k:?}"),
+            "bc-resnet" => assert!(
+                tract_depthwise || (k.depthwise > 0 && k.sum > 0),
+                "{arch}: {k:?}"
+            ),
+            "leak-cnn" => assert!(k.max_pool > 0, "{arch}: {k:?}"),
+            other => panic!("an architecture this test does not know: {other}"),
+        }
+    }
+}

@@ -10,6 +10,8 @@ use std::path::{Path, PathBuf};
 /// only on crates of a strictly lower layer; a new crate must be placed here.
 const LAYERS: &[(&str, u32)] = &[
     ("hush-models", 0),
+    // Kernels hush plugs into tract's graphs (device/tract-ops): tract only.
+    ("hush-tract-ops", 0),
     ("hush-device", 1),
     // The C library over hush-device (device/capi): nothing links it but apps.
     ("hush-device-capi", 2),

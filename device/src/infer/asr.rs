@@ -191,8 +191,8 @@ fn load_plan(path: &Path, bins: usize, vocab: usize) -> Result<Plan, InferError>
             foreign(format!(
                 "input does not take [1, frames, {bins}] f32: {e:#}"
             ))
-        })?
-        .into_optimized()
+        })?;
+    let (model, _) = super::optimize_for_device(model)
         .map_err(|e| foreign(format!("input [1, frames, {bins}] f32 does not fit: {e:#}")))?;
     let fact = model.output_fact(0).map_err(|e| onnx(format!("{e:#}")))?;
     let last = fact.shape.iter().last().map(|d| d.to_string());

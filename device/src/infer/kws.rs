@@ -38,6 +38,7 @@ pub struct KwsClassifier {
     card: ModelCard,
     features: FeatureConfig,
     plan: Plan,
+    swapped: hush_tract_ops::Swapped,
     probs_output: usize,
     frames: usize,
     bins: usize,
@@ -50,11 +51,12 @@ impl KwsClassifier {
         let features = card_features(&card, dir)?;
         let io = card.arch.io();
         let onnx_path = dir.join(ONNX);
-        let (plan, probs_output) = load_plan(&onnx_path, io.frames, io.bins, io.classes)?;
+        let (plan, swapped, probs_output) = load_plan(&onnx_path, io.frames, io.bins, io.classes)?;
         Ok(Self {
             card,
             features,
             plan,
+            swapped,
             probs_output,
             frames: io.frames,
             bins: io.bins,
@@ -69,6 +71,11 @@ impl KwsClassifier {
     /// The feature config the model was trained on.
     pub fn features(&self) -> &FeatureConfig {
         &self.features
+    }
+
+    /// Which of tract's ops this model runs with hush's own kernels (`hush_tract_ops`).
+    pub fn hush_kernels(&self) -> hush_tract_ops::Swapped {
+        self.swapped
     }
 
     /// Class probabilities (label order) of one clip of features, `frames × bins`.
@@ -181,7 +188,7 @@ fn load_plan(
     frames: usize,
     bins: usize,
     classes: usize,
-) -> Result<(Plan, usize), InferError> {
+) -> Result<(Plan, hush_tract_ops::Swapped, usize), InferError> {
     let onnx = |reason: String| InferError::onnx(path, reason);
     let foreign = |reason: String| InferError::foreign(path, reason);
     let (model, names) = read_onnx(path, &format!("`features` [N, {frames}, {bins}]"))?;
@@ -196,13 +203,12 @@ fn load_plan(
             foreign(format!(
                 "input does not take [1, {frames}, {bins}] f32: {e:#}"
             ))
-        })?
-        .into_optimized()
-        .map_err(|e| {
-            foreign(format!(
-                "input [1, {frames}, {bins}] f32 does not fit: {e:#}"
-            ))
         })?;
+    let (model, swapped) = super::optimize_for_device(model).map_err(|e| {
+        foreign(format!(
+            "input [1, {frames}, {bins}] f32 does not fit: {e:#}"
+        ))
+    })?;
     let fact = model
         .output_fact(probs_output)
         .map_err(|e| onnx(format!("{e:#}")))?;
@@ -214,7 +220,7 @@ fn load_plan(
         )));
     }
     let plan = model.into_runnable().map_err(|e| onnx(format!("{e:#}")))?;
-    Ok((plan, probs_output))
+    Ok((plan, swapped, probs_output))
 }
 
 /// Walks `paths` (files, or directories recursively) for WAV/FLAC files, sorted per

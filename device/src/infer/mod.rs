@@ -156,6 +156,19 @@ pub(crate) fn read_onnx(
     Ok((model, names))
 }
 
+/// Optimises a model for this device: tract's declutter pass, then the kernels tract lacks
+/// swapped in (`hush_tract_ops`: depthwise convolutions, max pooling, sums over
+/// trailing axes), then tract's codegen pass.
+/// Returns the model and which of tract's ops it swapped.
+pub(crate) fn optimize_for_device(
+    model: InferenceModel,
+) -> TractResult<(TypedModel, hush_tract_ops::Swapped)> {
+    let mut model = model.into_typed()?.into_decluttered()?;
+    let swapped = hush_tract_ops::swap_in(&mut model)?;
+    model.optimize()?;
+    Ok((model, swapped))
+}
+
 /// Runs `plan` on one input of `frames × bins` features (`[1, frames, bins]`) and returns
 /// its output number `output`, flattened; errors name `origin`.
 pub(crate) fn run_plan(

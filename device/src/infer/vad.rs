@@ -74,7 +74,7 @@ impl SileroVad {
             .with_input_fact(0, f32::fact([1, CONTEXT + VAD_FRAME]).into())
             .and_then(|m| m.with_input_fact(1, f32::fact([1, 1, STATE]).into()))
             .and_then(|m| m.with_input_fact(2, f32::fact([1, 1, STATE]).into()))
-            .and_then(|m| m.into_optimized())
+            .and_then(|m| super::optimize_for_device(m).map(|(m, _)| m))
             .map_err(fits)?
             .into_runnable()
             .map_err(onnx)?;

@@ -1,0 +1,75 @@
+//! Kernels tract 0.23 lacks or runs slowly, written as tract ops and swapped into a model's
+//! graph before tract's codegen pass ([`swap_in`]): hush's keyword spotters spend most of
+//! their time in these ops, and tract's generic code for them is several times slower than
+//! it needs to be (BENCHMARKS.md, "KWS inference latency").
+//!
+//! - [`depthwise`]: the depthwise 2-D convolution over NCHW data. tract walks it with a
+//!   per-zone loop that does not vectorise; on x86-64 it has no vectorised depthwise kernel
+//!   at all (its channels-last kernel is aarch64 and wasm only).
+//! - [`maxpool`]: 2-D max pooling over NCHW data.
+//! - [`sum`]: a sum over the trailing axes (a mean over frequency, a global average pool).
+//!
+//! [`window`] holds what the first two share: the window's shape and the padded plane.
+//! Each op keeps tract's inputs, shapes and semantics, so a model with the ops swapped in
+//! computes what tract's own ops compute, within float rounding (the tests compare them on
+//! the same graphs).
+
+pub mod depthwise;
+pub mod maxpool;
+pub mod sum;
+pub mod window;
+
+use tract_core::internal::*;
+use tract_core::ops::cnn::conv::Conv;
+use tract_core::ops::cnn::MaxPool;
+use tract_core::ops::nn::Reduce;
+
+pub use depthwise::DepthwiseNchw;
+pub use maxpool::MaxPoolNchw;
+pub use sum::SumTrailing;
+pub use window::Window2d;
+
+/// How many of each of tract's ops [`swap_in`] replaced.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Swapped {
+    /// Depthwise convolutions.
+    pub depthwise: usize,
+    /// Max poolings.
+    pub max_pool: usize,
+    /// Sums over trailing axes.
+    pub sum: usize,
+}
+
+/// Replaces, in a decluttered `model`, each op this crate runs faster by its own: tract's
+/// depthwise `Conv`s by [`DepthwiseNchw`], `MaxPool`s by [`MaxPoolNchw`], `Reduce<Sum>`s over
+/// trailing axes by [`SumTrailing`], where the data is f32 of a known shape (the others stay
+/// tract's). Run it after `declutter` and before `optimize`, which would otherwise lower
+/// them to tract's own kernels.
+pub fn swap_in(model: &mut TypedModel) -> TractResult<Swapped> {
+    let mut swapped = Swapped::default();
+    for id in model.eval_order()? {
+        let node = model.node(id);
+        let op: Option<Box<dyn TypedOp>> = if let Some(conv) = node.op_as::<Conv>() {
+            DepthwiseNchw::for_conv(model, node, conv).map(|op| {
+                swapped.depthwise += 1;
+                Box::new(op) as _
+            })
+        } else if let Some(pool) = node.op_as::<MaxPool>() {
+            MaxPoolNchw::for_max_pool(model, node, pool).map(|op| {
+                swapped.max_pool += 1;
+                Box::new(op) as _
+            })
+        } else if let Some(reduce) = node.op_as::<Reduce>() {
+            SumTrailing::for_reduce(model, node, reduce).map(|op| {
+                swapped.sum += 1;
+                Box::new(op) as _
+            })
+        } else {
+            None
+        };
+        if let Some(op) = op {
+            TypedModelPatch::replace_single_op(model, node, &node.inputs, op)?.apply(model)?;
+        }
+    }
+    Ok(swapped)
+}

@@ -1,0 +1,113 @@
+//! 2-D max pooling over NCHW f32 data, as a tract op ([`MaxPoolNchw`]) that replaces
+//! tract's `MaxPool` (without index outputs). Each plane is copied into a plane padded with
+//! −∞ ([`Window2d::pad_into`]), so an output is the maximum of its taps with no bounds to
+//! check; padding never wins, as ONNX's MaxPool requires.
+
+use tract_core::internal::*;
+use tract_core::ops::cnn::MaxPool;
+
+use crate::window::Window2d;
+
+/// tract's `MaxPool` over NCHW (or CHW) f32 data, without index outputs.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct MaxPoolNchw {
+    /// The pooling's shape.
+    pub window: Window2d,
+}
+
+impl MaxPoolNchw {
+    /// The op for `pool` at `node`, when this op runs it: f32 NCHW or CHW images of a
+    /// known shape, a 2-D window, no index outputs.
+    pub fn for_max_pool(model: &TypedModel, node: &TypedNode, pool: &MaxPool) -> Option<Self> {
+        let images = model.outlet_fact(*node.inputs.first()?).ok()?;
+        let window = Window2d::from_pool_spec(&pool.pool_spec, &images.shape)?;
+        (pool.with_index_outputs.is_none()
+            && node.inputs.len() == 1
+            && images.datum_type == f32::datum_type())
+        .then_some(MaxPoolNchw { window })
+    }
+
+    /// Pools `images` into `out`: per output row, the maximum down the window's rows
+    /// first (contiguous, so it vectorises), then along the window's columns.
+    pub fn run(&self, images: &[f32], out: &mut [f32]) -> TractResult<()> {
+        let w = &self.window;
+        w.images(images, out)?;
+        let mut padded = w.padded_plane(f32::NEG_INFINITY);
+        let width = w.padded_width();
+        let [kh, kw] = w.kernel;
+        let [sh, sw] = w.strides;
+        let [dh, dw] = w.dilations;
+        let ow = w.output[1];
+        // The columns an output row reads.
+        let used = (ow - 1) * sw + (kw - 1) * dw + 1;
+        let mut down = vec![f32::NEG_INFINITY; used];
+        let planes = images
+            .chunks_exact(w.plane_len())
+            .zip(out.chunks_exact_mut(w.output_plane_len()));
+        for (input, output) in planes {
+            w.pad_into(input, &mut padded);
+            for (oy, row) in output.chunks_exact_mut(ow).enumerate() {
+                down.fill(f32::NEG_INFINITY);
+                for ky in 0..kh {
+                    let src = &padded[(oy * sh + ky * dh) * width..][..used];
+                    for (d, &x) in down.iter_mut().zip(src) {
+                        *d = greater(x, *d);
+                    }
+                }
+                // From f32::MIN, as tract's loop: a window over padding alone gives it.
+                for (ox, o) in row.iter_mut().enumerate() {
+                    *o = (0..kw).fold(f32::MIN, |m, kx| greater(down[ox * sw + kx * dw], m));
+                }
+            }
+        }
+        Ok(())
+    }
+}
+
+/// `x` if it is greater than `m`, else `m`: one `max` instruction, where `f32::max`'s NaN
+/// rule takes four (a NaN tap gives the running maximum, as in tract's own loop).
+#[inline(always)]
+fn greater(x: f32, m: f32) -> f32 {
+    if x > m {
+        x
+    } else {
+        m
+    }
+}
+
+impl Op for MaxPoolNchw {
+    fn name(&self) -> StaticName {
+        "HushMaxPoolNchw".into()
+    }
+
+    fn info(&self) -> TractResult<Vec<String>> {
+        Ok(vec![format!("{:?}", self.window)])
+    }
+
+    op_as_typed_op!();
+}
+
+impl EvalOp for MaxPoolNchw {
+    op_out_of_plan!();
+
+    fn eval(&self, _ctx: &EvalContext, inputs: TVec<TValue>) -> TractResult<TVec<TValue>> {
+        let images = args_1!(inputs);
+        let w = &self.window;
+        let n = if w.batch { images.shape()[0] } else { 1 };
+        let mut out = vec![0f32; n * w.channels * w.output_plane_len()];
+        self.run(images.try_as_plain_ram()?.as_slice::<f32>()?, &mut out)?;
+        let out = tract_ndarray::ArrayD::from_shape_vec(&*w.output_shape(n), out)?;
+        Ok(tvec!(out.into_tensor().into_tvalue()))
+    }
+}
+
+impl TypedOp for MaxPoolNchw {
+    fn output_facts(&self, inputs: &[&TypedFact]) -> TractResult<TVec<TypedFact>> {
+        ensure!(inputs.len() == 1, "max pooling takes the images only");
+        Ok(tvec!(f32::fact(
+            self.window.output_shape(inputs[0].shape[0].clone())
+        )))
+    }
+
+    as_op!();
+}

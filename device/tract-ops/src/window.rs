@@ -1,0 +1,151 @@
+//! The shape of a 2-D sliding window over planes of f32 data (a depthwise convolution, a
+//! pooling), read from tract's [`PoolSpec`], and the padded scratch plane both ops read
+//! from: each (image, channel) plane is copied into a plane whose border holds the padding
+//! value and whose rows are long enough that every tap of every block of outputs reads in
+//! bounds, so the ops' inner loops have no edge cases.
+
+use tract_core::internal::*;
+use tract_core::ops::cnn::PoolSpec;
+use tract_core::ops::nn::DataFormat;
+
+/// The widest SIMD vector any dispatch target has, in f32 lanes (AVX-512).
+pub const MAX_LANES: usize = 16;
+/// Output rows an op may compute together: the padded plane has rows for them all.
+pub const ROWS: usize = 4;
+
+/// A 2-D window over `channels` planes: every size is per spatial axis, `[height, width]`.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct Window2d {
+    /// Planes per image.
+    pub channels: usize,
+    /// Input height and width.
+    pub input: [usize; 2],
+    /// Window (kernel) height and width.
+    pub kernel: [usize; 2],
+    /// Strides.
+    pub strides: [usize; 2],
+    /// Dilations.
+    pub dilations: [usize; 2],
+    /// Padding rows above and columns left of the input.
+    pub pad_before: [usize; 2],
+    /// Output height and width.
+    pub output: [usize; 2],
+    /// Whether the images have a batch axis (NCHW) or not (tract's CHW, where it has
+    /// dropped a batch of one).
+    pub batch: bool,
+}
+
+impl Window2d {
+    /// The window of `spec` over images of `shape`, when the data is NCHW or CHW, the window
+    /// two-dimensional and the shape known.
+    pub fn from_pool_spec(spec: &PoolSpec, shape: &ShapeFact) -> Option<Window2d> {
+        let batch = match spec.data_format {
+            DataFormat::NCHW => true,
+            DataFormat::CHW => false,
+            _ => return None,
+        };
+        let shape = shape.as_concrete()?;
+        if shape.len() != 3 + batch as usize || spec.kernel_shape.len() != 2 {
+            return None;
+        }
+        let [channels, h, w] = [0, 1, 2].map(|i| shape[i + batch as usize]);
+        let kernel = [spec.kernel_shape[0], spec.kernel_shape[1]];
+        let (strides, dilations) = (spec.strides(), spec.dilations());
+        let strides = [strides[0], strides[1]];
+        let dilations = [dilations[0], dilations[1]];
+        let input = [h, w];
+        let padding = spec.padding.compute(&input, &kernel, &dilations, &strides);
+        let window = Window2d {
+            channels,
+            input,
+            kernel,
+            strides,
+            dilations,
+            pad_before: [padding[0].pad_before, padding[1].pad_before],
+            output: [padding[0].convoluted, padding[1].convoluted],
+            batch,
+        };
+        let taps = kernel[0] * kernel[1];
+        (taps > 0 && window.output[0] > 0 && window.output[1] > 0 && h * w > 0).then_some(window)
+    }
+
+    /// Values in one input plane.
+    pub fn plane_len(&self) -> usize {
+        self.input[0] * self.input[1]
+    }
+
+    /// Values in one output plane.
+    pub fn output_plane_len(&self) -> usize {
+        self.output[0] * self.output[1]
+    }
+
+    /// Images in `input`, checking that `input` and `output` hold whole images.
+    pub fn images(&self, input: &[f32], output: &[f32]) -> TractResult<usize> {
+        let per_image = self.channels * self.plane_len();
+        let n = input.len() / per_image.max(1);
+        ensure!(
+            input.len() == n * per_image
+                && output.len() == n * self.channels * self.output_plane_len(),
+            "buffers of {} and {} values do not fit {self:?}",
+            input.len(),
+            output.len()
+        );
+        Ok(n)
+    }
+
+    /// The output's shape for `n` images.
+    pub fn output_shape<D: DimLike>(&self, n: D) -> TVec<D> {
+        let mut shape: TVec<D> = [self.channels, self.output[0], self.output[1]]
+            .iter()
+            .map(|&d| D::from(d))
+            .collect();
+        if self.batch {
+            shape.insert(0, n);
+        }
+        shape
+    }
+
+    /// Length of a padded row: a vector of up to [`MAX_LANES`] outputs from the last
+    /// output of the row on, taps included, reads inside it.
+    pub fn padded_width(&self) -> usize {
+        (self.output[1] - 1 + MAX_LANES) * self.strides[1]
+            + (self.kernel[1] - 1) * self.dilations[1]
+            + 1
+    }
+
+    /// Rows of the padded plane: the last block of [`ROWS`] output rows reads inside it.
+    pub fn padded_rows(&self) -> usize {
+        (self.output[0].next_multiple_of(ROWS) - 1) * self.strides[0]
+            + (self.kernel[0] - 1) * self.dilations[0]
+            + 1
+    }
+
+    /// A padded plane, every value `fill`.
+    pub fn padded_plane(&self, fill: f32) -> Vec<f32> {
+        vec![fill; self.padded_rows() * self.padded_width()]
+    }
+
+    /// Copies one input plane into `padded` (from [`Window2d::padded_plane`]) at its place;
+    /// the border keeps its fill.
+    pub fn pad_into(&self, plane: &[f32], padded: &mut [f32]) {
+        let [h, w] = self.input;
+        let width = self.padded_width();
+        let [top, left] = self.pad_before;
+        let rows = h.min(self.padded_rows().saturating_sub(top));
+        let cols = w.min(width.saturating_sub(left));
+        for y in 0..rows {
+            let dst = (top + y) * width + left;
+            padded[dst..dst + cols].copy_from_slice(&plane[y * w..y * w + cols]);
+        }
+    }
+
+    /// Each tap's offset in the padded plane from the top-left value its output reads.
+    pub fn tap_offsets(&self) -> Vec<usize> {
+        let [kh, kw] = self.kernel;
+        let [dh, dw] = self.dilations;
+        let width = self.padded_width();
+        (0..kh * kw)
+            .map(|t| (t / kw) * dh * width + (t % kw) * dw)
+            .collect()
+    }
+}

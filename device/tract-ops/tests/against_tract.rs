@@ -1,0 +1,247 @@
+//! Each op of hush-tract-ops against the tract op it replaces, on the same graph: a model
+//! with one depthwise `Conv`, `MaxPool` or `Reduce<Sum>` is run as tract optimises it and
+//! again with `swap_in` applied before tract's codegen; the outputs must agree within float
+//! rounding, over random shapes, paddings, strides and dilations (proptest).
+
+#![allow(clippy::unwrap_used)]
+
+use hush_tract_ops::{swap_in, Swapped};
+use proptest::prelude::*;
+use tract_core::internal::*;
+use tract_core::ops::cnn::conv::{Conv, KernelFormat};
+use tract_core::ops::cnn::{MaxPool, PaddingSpec, PoolSpec};
+use tract_core::ops::nn::{DataFormat, Reduce, Reducer};
+
+/// Deterministic values in [-1, 1).
+fn values(n: usize, seed: u64) -> Vec<f32> {
+    let mut s = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
+    (0..n)
+        .map(|_| {
+            s ^= s << 13;
+            s ^= s >> 7;
+            s ^= s << 17;
+            (s >> 40) as f32 / (1u64 << 23) as f32 - 1.0
+        })
+        .collect()
+}
+
+/// The window of one case: spatial sizes, kernel, strides, dilations, paddings.
+#[derive(Debug, Clone)]
+struct Case {
+    batch: Option<usize>,
+    channels: usize,
+    input: [usize; 2],
+    kernel: [usize; 2],
+    strides: [usize; 2],
+    dilations: [usize; 2],
+    before: [usize; 2],
+    after: [usize; 2],
+    seed: u64,
+}
+
+impl Case {
+    fn shape(&self) -> TVec<usize> {
+        let mut shape = tvec![self.channels, self.input[0], self.input[1]];
+        if let Some(n) = self.batch {
+            shape.insert(0, n);
+        }
+        shape
+    }
+
+    fn pool_spec(&self, output_channels: usize) -> PoolSpec {
+        PoolSpec {
+            data_format: if self.batch.is_some() {
+                DataFormat::NCHW
+            } else {
+                DataFormat::CHW
+            },
+            kernel_shape: self.kernel.iter().copied().collect(),
+            padding: PaddingSpec::Explicit(
+                self.before.iter().copied().collect(),
+                self.after.iter().copied().collect(),
+            ),
+            dilations: Some(self.dilations.iter().copied().collect()),
+            strides: Some(self.strides.iter().copied().collect()),
+            input_channels: self.channels,
+            output_channels,
+        }
+    }
+
+    /// Whether every output has at least one input under its window.
+    fn has_output(&self) -> bool {
+        (0..2).all(|a| {
+            let span = (self.kernel[a] - 1) * self.dilations[a] + 1;
+            self.input[a] + self.before[a] + self.after[a] >= span
+                && self.before[a] < span
+                && self.after[a] < span
+        })
+    }
+}
+
+fn cases() -> impl Strategy<Value = Case> {
+    (
+        prop_oneof![Just(None), Just(Some(1)), Just(Some(2))],
+        1usize..5,
+        (1usize..10, 1usize..24),
+        (1usize..4, 1usize..4),
+        (1usize..3, 1usize..3),
+        (1usize..3, 1usize..3),
+        (0usize..3, 0usize..3, 0usize..3, 0usize..3),
+        any::<u64>(),
+    )
+        .prop_map(
+            |(batch, channels, input, kernel, strides, dilations, pads, seed)| Case {
+                batch,
+                channels,
+                input: [input.0, input.1],
+                kernel: [kernel.0, kernel.1],
+                strides: [strides.0, strides.1],
+                dilations: [dilations.0, dilations.1],
+                before: [pads.0, pads.1],
+                after: [pads.2, pads.3],
+                seed,
+            },
+        )
+        .prop_filter("an empty output", Case::has_output)
+}
+
+/// The model's output as tract optimises it, and with `swap_in` applied, and what it
+/// swapped.
+fn run_both(model: TypedModel, input: Tensor) -> (Tensor, Tensor, Swapped) {
+    let run = |m: TypedModel| {
+        let out = m
+            .into_runnable()
+            .unwrap()
+            .run(tvec![input.clone().into()])
+            .unwrap();
+        out[0].clone().into_tensor()
+    };
+    let tract = run(model.clone().into_optimized().unwrap());
+    let mut hush = model.into_decluttered().unwrap();
+    let swapped = swap_in(&mut hush).unwrap();
+    hush.optimize().unwrap();
+    (tract, run(hush), swapped)
+}
+
+fn assert_close(tract: &Tensor, hush: &Tensor, case: &Case) {
+    assert_eq!(tract.shape(), hush.shape(), "{case:?}");
+    let t = tract.to_plain_array_view::<f32>().unwrap();
+    let h = hush.to_plain_array_view::<f32>().unwrap();
+    for (a, b) in t.iter().zip(h.iter()) {
+        assert!(
+            (a - b).abs() <= 1e-5 * (1.0 + a.abs()),
+            "tract {a} against hush {b} in {case:?}"
+        );
+    }
+}
+
+fn input(case: &Case) -> (TypedModel, OutletId, Tensor) {
+    let mut model = TypedModel::default();
+    let shape = case.shape();
+    let x = model.add_source("x", f32::fact(&shape)).unwrap();
+    let data = values(shape.iter().product(), case.seed);
+    (model, x, Tensor::from_shape(&shape, &data).unwrap())
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(64))]
+
+    #[test]
+    fn depthwise_matches_tract(case in cases(), per_channel_bias in any::<bool>()) {
+        // One channel under a 1×1 kernel is a product, which tract's declutter pass turns
+        // into an einsum before any depthwise op sees it.
+        prop_assume!(case.channels > 1 || case.kernel != [1, 1]);
+        let (mut model, x, data) = input(&case);
+        let c = case.channels;
+        let taps = case.kernel[0] * case.kernel[1];
+        let k = Tensor::from_shape(
+            &[c, 1, case.kernel[0], case.kernel[1]],
+            &values(c * taps, case.seed ^ 1),
+        )
+        .unwrap();
+        let b = if per_channel_bias {
+            Tensor::from_shape(&[c], &values(c, case.seed ^ 2)).unwrap()
+        } else {
+            tensor0(0.25f32)
+        };
+        let k = model.add_const("k", k).unwrap();
+        let b = model.add_const("b", b).unwrap();
+        let conv = Conv {
+            pool_spec: case.pool_spec(c),
+            kernel_fmt: KernelFormat::OIHW,
+            group: c,
+            q_params: None,
+        };
+        let out = model.wire_node("dw", conv, &[x, k, b]).unwrap();
+        model.select_output_outlets(&out).unwrap();
+        let (tract, hush, swapped) = run_both(model, data);
+        prop_assert_eq!(swapped, Swapped { depthwise: 1, ..Swapped::default() });
+        assert_close(&tract, &hush, &case);
+    }
+
+    #[test]
+    fn max_pool_matches_tract(case in cases()) {
+        let (mut model, x, data) = input(&case);
+        let pool = MaxPool { pool_spec: case.pool_spec(case.channels), with_index_outputs: None };
+        let out = model.wire_node("pool", pool, &[x]).unwrap();
+        model.select_output_outlets(&out).unwrap();
+        let (tract, hush, swapped) = run_both(model, data);
+        prop_assert_eq!(swapped, Swapped { max_pool: 1, ..Swapped::default() });
+        assert_close(&tract, &hush, &case);
+    }
+
+    #[test]
+    fn trailing_sum_matches_tract(case in cases(), first in 0usize..3) {
+        let (mut model, x, data) = input(&case);
+        let rank = case.shape().len();
+        let first = first.min(rank - 1);
+        let reduce = Reduce::new((first..rank).collect(), Reducer::Sum);
+        let out = model.wire_node("sum", reduce, &[x]).unwrap();
+        model.select_output_outlets(&out).unwrap();
+        let (tract, hush, swapped) = run_both(model, data);
+        prop_assert_eq!(swapped, Swapped { sum: 1, ..Swapped::default() });
+        assert_close(&tract, &hush, &case);
+    }
+}
+
+/// What the ops do not take stays tract's: a grouped (not depthwise) convolution, a sum
+/// over a leading axis, a max.
+#[test]
+fn other_ops_stay_tract() {
+    let case = Case {
+        batch: Some(1),
+        channels: 4,
+        input: [6, 5],
+        kernel: [3, 3],
+        strides: [1, 1],
+        dilations: [1, 1],
+        before: [1, 1],
+        after: [1, 1],
+        seed: 3,
+    };
+    let (mut model, x, data) = input(&case);
+    let k = model
+        .add_const(
+            "k",
+            Tensor::from_shape(&[4, 2, 3, 3], &values(72, 4)).unwrap(),
+        )
+        .unwrap();
+    let b = model.add_const("b", tensor0(0f32)).unwrap();
+    let conv = Conv {
+        pool_spec: case.pool_spec(4),
+        kernel_fmt: KernelFormat::OIHW,
+        group: 2,
+        q_params: None,
+    };
+    let y = model.wire_node("grouped", conv, &[x, k, b]).unwrap();
+    let y = model
+        .wire_node("lead", Reduce::new(tvec![1], Reducer::Sum), &y)
+        .unwrap();
+    let y = model
+        .wire_node("max", Reduce::new(tvec![3], Reducer::Max), &y)
+        .unwrap();
+    model.select_output_outlets(&y).unwrap();
+    let (tract, hush, swapped) = run_both(model, data);
+    assert_eq!(swapped, Swapped::default());
+    assert_close(&tract, &hush, &case);
+}

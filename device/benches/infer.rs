@@ -3,7 +3,8 @@
 //! window (`[1, 98, 40]`) with tract as it ships (its own optimisation of `model.onnx`) and
 //! as hush runs it (`KwsClassifier::probs`: hush-tract-ops' kernels swapped in), and of one
 //! streaming step (`KwsStream::push` of 100 ms of audio at hop 10: 10 new fbank frames, then
-//! the model on the last 98), each the median of `HUSH_BENCH_REPS` runs (default 200) after
+//! the model on the last 98 — or, for `ds-cnn-s+streaming`, DS-CNN-S with valid time padding,
+//! its streaming form over the 5 output frames the hop adds), each the median of `HUSH_BENCH_REPS` runs (default 200) after
 //! warm-up. Each run is timed twice: wall clock, and the thread's CPU time
 //! (`CLOCK_THREAD_CPUTIME_ID`; both runtimes compute on the calling thread), which the
 //! machine's other load does not inflate: on a shared machine a run longer than a scheduler
@@ -36,7 +37,7 @@ use std::time::Instant;
 use burn::tensor::Device;
 use hush_device::features::{FeatureConfig, FeatureKind};
 use hush_device::infer::{KwsClassifier, KwsStream};
-use hush_models::arch::{ArchConfig, IoShape, ARCH_NAMES};
+use hush_models::arch::{ArchConfig, IoShape, TimePadding, ARCH_NAMES};
 use hush_models::package::{write_package, ModelCard};
 
 const IO: IoShape = IoShape {
@@ -107,11 +108,19 @@ struct Timing {
     cpu: f64,
 }
 
-/// Writes a package of `arch` (default size, initial weights) into `dir`.
+/// The streaming form's row: DS-CNN-S with valid time padding, whose stream steps run its
+/// streaming form (each hop computes its 5 new output frames).
+const STREAMING: &str = "ds-cnn-s+streaming";
+
+/// Writes a package of `arch` (default size, initial weights; [`STREAMING`] for DS-CNN-S's
+/// streaming form) into `dir`.
 fn package(arch: &str, dir: &Path) -> usize {
     let mut features = FeatureConfig::kaldi(FeatureKind::Fbank);
     features.mel.num_bins = IO.bins;
-    let cfg = ArchConfig::default_for(arch, IO).unwrap();
+    let mut cfg = ArchConfig::default_for(arch.trim_end_matches("+streaming"), IO).unwrap();
+    if let (STREAMING, ArchConfig::DsCnnS(c)) = (arch, &mut cfg) {
+        c.time_padding = TimePadding::Valid;
+    }
     let device = Device::flex();
     device.seed(1);
     let model = cfg.init(&device).unwrap();
@@ -166,6 +175,7 @@ fn tract(dir: &Path) -> (Timing, Timing) {
     let step = HOP * RATE / 100;
     let audio = noise(RATE + (reps() + 5) * step, 5);
     let mut stream = KwsStream::new(&clf, HOP).unwrap();
+    assert_eq!(stream.is_incremental(), clf.stream_form().is_some());
     let mut out = Vec::new();
     stream.push(&audio[..RATE], &mut out).unwrap();
     let mut times = Vec::with_capacity(reps());
@@ -221,7 +231,8 @@ fn onnxruntime(python: &str, models: &[(String, PathBuf)]) -> Option<serde_json:
 
 fn main() {
     let root = tempfile::tempdir().unwrap();
-    let archs = std::env::var("HUSH_BENCH_ARCHS").unwrap_or_else(|_| ARCH_NAMES.join(","));
+    let archs = std::env::var("HUSH_BENCH_ARCHS")
+        .unwrap_or_else(|_| format!("{},{STREAMING}", ARCH_NAMES.join(",")));
     let mut rows = Vec::new();
     for arch in archs.split(',') {
         let dir = root.path().join(arch);

@@ -124,7 +124,7 @@ impl AsrRecognizer {
                 self.bins
             )));
         }
-        run_plan(&self.plan, features, (frames, self.bins), 0, origin)
+        run_plan(&self.plan, features, &[1, frames, self.bins], 0, origin)
     }
 
     /// Transcribes decoded audio (`origin` names it in errors and in the result).

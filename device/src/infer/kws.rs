@@ -15,6 +15,7 @@ use serde::Serialize;
 use tract_onnx::prelude::*;
 
 use super::clip::clip_features;
+use super::frames::StreamForm;
 use super::{read_onnx, run_plan, InferError, Plan};
 use crate::audio::{read_audio, Audio};
 use crate::features::FeatureConfig;
@@ -39,6 +40,7 @@ pub struct KwsClassifier {
     features: FeatureConfig,
     plan: Plan,
     swapped: hush_tract_ops::Swapped,
+    stream: Option<StreamForm>,
     probs_output: usize,
     frames: usize,
     bins: usize,
@@ -52,11 +54,13 @@ impl KwsClassifier {
         let io = card.arch.io();
         let onnx_path = dir.join(ONNX);
         let (plan, swapped, probs_output) = load_plan(&onnx_path, io.frames, io.bins, io.classes)?;
+        let stream = StreamForm::load(dir, &card)?;
         Ok(Self {
             card,
             features,
             plan,
             swapped,
+            stream,
             probs_output,
             frames: io.frames,
             bins: io.bins,
@@ -73,6 +77,11 @@ impl KwsClassifier {
         &self.features
     }
 
+    /// The package's streaming form (`frames.onnx` and `head.onnx`), when it has one.
+    pub fn stream_form(&self) -> Option<&StreamForm> {
+        self.stream.as_ref()
+    }
+
     /// Which of tract's ops this model runs with hush's own kernels (`hush_tract_ops`).
     pub fn hush_kernels(&self) -> hush_tract_ops::Swapped {
         self.swapped
@@ -83,7 +92,7 @@ impl KwsClassifier {
         run_plan(
             &self.plan,
             features,
-            (self.frames, self.bins),
+            &[1, self.frames, self.bins],
             self.probs_output,
             origin,
         )

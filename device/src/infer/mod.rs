@@ -3,7 +3,8 @@
 //! computes its features — the one definition the host trainer uses too, so training
 //! and inference see the same numbers. [`kws`] loads and runs keyword spotters;
 //! [`stream`] runs one over a stream of audio, window by window, and [`detect`] turns its
-//! windows into keyword detections; [`spotter`] puts the two together, the streaming loop
+//! windows into keyword detections, running a model's streaming form ([`frames`]) where the
+//! package has one; [`spotter`] puts the two together, the streaming loop
 //! `hush-device listen` and the C API (`device/capi`) both run; [`vad`] gates it on speech
 //! (Silero VAD); [`asr`] loads and runs
 //! CTC speech recognisers over whole utterances.
@@ -14,6 +15,7 @@
 pub mod asr;
 pub mod clip;
 pub mod detect;
+pub mod frames;
 pub mod kws;
 pub mod spotter;
 pub mod stream;
@@ -31,6 +33,7 @@ pub(crate) type Plan = Arc<TypedRunnableModel>;
 pub use asr::{utterance_features, AsrRecognizer, Decoder, Transcription};
 pub use clip::{clip_features, clip_samples, fit_clip};
 pub use detect::{Detection, DetectorOptions, KeywordDetector};
+pub use frames::StreamForm;
 pub use kws::{card_features, Classification, KwsClassifier};
 pub use spotter::{KeywordSpotter, SpotterOptions};
 pub use stream::{KwsStream, WindowVerdict};
@@ -169,12 +172,12 @@ pub(crate) fn optimize_for_device(
     Ok((model, swapped))
 }
 
-/// Runs `plan` on one input of `frames × bins` features (`[1, frames, bins]`) and returns
-/// its output number `output`, flattened; errors name `origin`.
+/// Runs `plan` on one input of `shape` (e.g. `[1, frames, bins]` features) and returns its
+/// output number `output`, flattened; errors name `origin`.
 pub(crate) fn run_plan(
     plan: &Plan,
-    features: &[f32],
-    (frames, bins): (usize, usize),
+    values: &[f32],
+    shape: &[usize],
     output: usize,
     origin: &Path,
 ) -> Result<Vec<f32>, InferError> {
@@ -182,7 +185,7 @@ pub(crate) fn run_plan(
         path: origin.to_path_buf(),
         reason,
     };
-    let input = tract_ndarray::Array3::from_shape_vec((1, frames, bins), features.to_vec())
+    let input = tract_ndarray::ArrayD::from_shape_vec(shape, values.to_vec())
         .map_err(|e| run(e.to_string()))?
         .into_tensor();
     let out = plan

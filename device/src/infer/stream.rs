@@ -8,6 +8,13 @@
 //! [`clip_features`](super::clip_features) computes for the same samples. Memory is
 //! bounded by the model's window, whatever the stream's length.
 //!
+//! When the package has a streaming form ([`StreamForm`]), the features are not normalised
+//! per window, and the hop is a multiple of the form's stride, the stream runs it
+//! incrementally: it keeps the output frames of the last window it scored, computes only
+//! those the new window adds (all of them after windows a gate skipped), and scores their
+//! mean with the head. That equals the whole-window model on the same window (a golden
+//! test holds them within 1e-4); [`KwsStream::whole_window`] runs the latter always.
+//!
 //! ```no_run
 //! use hush_device::infer::{KwsClassifier, KwsStream};
 //! let clf = KwsClassifier::load(std::path::Path::new("out/demo/model"))?;
@@ -24,7 +31,7 @@ use std::path::{Path, PathBuf};
 
 use serde::Serialize;
 
-use super::{InferError, KwsClassifier};
+use super::{InferError, KwsClassifier, Plan, StreamForm};
 use crate::features::cmvn::{utterance_cmvn, SlidingCmvn};
 use crate::features::{CmvnOptions, FeatureStream};
 
@@ -64,6 +71,8 @@ pub struct KwsStream {
     /// Frames out of the front-end in one push (kept to reuse its allocation).
     new: Vec<f32>,
     origin: PathBuf,
+    /// The streaming form's state, when the stream runs it.
+    incremental: Option<Incremental>,
 }
 
 impl KwsStream {
@@ -89,7 +98,27 @@ impl KwsStream {
             since: 0,
             new: Vec::new(),
             origin,
+            incremental: clf
+                .stream_form()
+                .filter(|form| {
+                    matches!(cmvn, CmvnOptions::None)
+                        && hop.max(1).is_multiple_of(form.geometry().stride)
+                })
+                .map(Incremental::new),
         })
+    }
+
+    /// A stream that runs the whole-window model (`model.onnx`) on every window, even when
+    /// the package has a streaming form.
+    pub fn whole_window(clf: &KwsClassifier, hop: usize) -> Result<Self, InferError> {
+        let mut stream = Self::new(clf, hop)?;
+        stream.incremental = None;
+        Ok(stream)
+    }
+
+    /// Whether the stream runs the package's streaming form.
+    pub fn is_incremental(&self) -> bool {
+        self.incremental.is_some()
     }
 
     /// Pushes samples (in [-1, 1], at the model's rate) and appends a verdict to `out`
@@ -142,7 +171,8 @@ impl KwsStream {
                     skipped += 1;
                     continue;
                 }
-                let probs = match self.window_probs() {
+                let start = done_before + k as u64 + 1 - self.frames as u64;
+                let probs = match self.window_probs(start) {
                     Ok(p) => p,
                     Err(e) => {
                         self.new = new;
@@ -161,7 +191,14 @@ impl KwsStream {
         &self.clf
     }
 
-    fn window_probs(&mut self) -> Result<Vec<f32>, InferError> {
+    /// The probabilities of the window in `recent`, which starts at frame `start` of the
+    /// stream.
+    fn window_probs(&mut self, start: u64) -> Result<Vec<f32>, InferError> {
+        if let Some(inc) = &mut self.incremental {
+            if start.is_multiple_of(inc.form.geometry().stride as u64) {
+                return inc.probs(&self.recent, start, self.dim);
+            }
+        }
         self.window.clear();
         self.window.extend_from_slice(&self.recent);
         match self.cmvn {
@@ -193,5 +230,80 @@ impl KwsStream {
             score,
             probs,
         }
+    }
+}
+
+/// What an incremental stream keeps between windows: the output frames of the last window
+/// it scored, and the trunk's plans by chunk length (a hop's, a whole window's).
+#[derive(Debug)]
+struct Incremental {
+    form: StreamForm,
+    plans: Vec<(usize, Plan)>,
+    /// Output frames `first ..` (`channels` values each), oldest first.
+    vectors: Vec<f32>,
+    first: u64,
+    /// The mean of a window's output frames, handed to the head.
+    pooled: Vec<f32>,
+}
+
+impl Incremental {
+    fn new(form: &StreamForm) -> Self {
+        Self {
+            form: form.clone(),
+            plans: Vec::new(),
+            vectors: Vec::new(),
+            first: 0,
+            pooled: Vec::new(),
+        }
+    }
+
+    /// The probabilities of `window` (`frames × dim` features) starting at input frame
+    /// `start` of the stream, a multiple of the stride: the output frames it shares with
+    /// the last window scored are reused, the others computed.
+    fn probs(&mut self, window: &[f32], start: u64, dim: usize) -> Result<Vec<f32>, InferError> {
+        let g = self.form.geometry();
+        let c = self.form.channels();
+        let stride = g.stride as u64;
+        let first = start / stride;
+        let end = first + g.window_vectors as u64;
+        let have_end = self.first + (self.vectors.len() / c) as u64;
+        if have_end <= first || self.first > first {
+            // Nothing to share: the first window, or windows skipped since.
+            self.vectors.clear();
+        } else {
+            self.vectors.drain(..(first - self.first) as usize * c);
+        }
+        self.first = first;
+        let have_end = first + (self.vectors.len() / c) as u64;
+        if have_end < end {
+            let missing = (end - have_end) as usize;
+            // The input frames of the missing outputs, from the window's first frame.
+            let from = (have_end * stride - start) as usize;
+            let frames = (missing - 1) * g.stride + g.receptive_field;
+            let plan = self.plan(frames)?;
+            let chunk = &window[from * dim..(from + frames) * dim];
+            self.form
+                .frame_vectors(&plan, chunk, frames, &mut self.vectors)?;
+        }
+        self.pooled.clear();
+        self.pooled.resize(c, 0.0);
+        for v in self.vectors.chunks_exact(c) {
+            for (p, x) in self.pooled.iter_mut().zip(v) {
+                *p += x;
+            }
+        }
+        let n = g.window_vectors as f32;
+        self.pooled.iter_mut().for_each(|p| *p /= n);
+        self.form.probs(&self.pooled)
+    }
+
+    /// The trunk's plan for chunks of `frames` input frames, built once.
+    fn plan(&mut self, frames: usize) -> Result<Plan, InferError> {
+        if let Some((_, plan)) = self.plans.iter().find(|(f, _)| *f == frames) {
+            return Ok(plan.clone());
+        }
+        let plan = self.form.trunk_plan(frames)?;
+        self.plans.push((frames, plan.clone()));
+        Ok(plan)
     }
 }

@@ -35,6 +35,11 @@ pub const MODEL_JSON: &str = "model.json";
 pub const WEIGHTS: &str = "weights.safetensors";
 /// ONNX file.
 pub const ONNX: &str = "model.onnx";
+/// File name of a streaming model's per-frame trunk (when its architecture has a streaming
+/// form: [`ArchConfig::stream_geometry`]).
+pub const STREAM_FRAMES: &str = "frames.onnx";
+/// File name of a streaming model's head, over the mean of a window's frames.
+pub const STREAM_HEAD: &str = "head.onnx";
 
 /// What the model does.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -320,7 +325,8 @@ impl ModelCard {
 }
 
 /// Writes a whole package: `weights.safetensors`, `model.onnx` (from `model` in
-/// inference mode) and `model.json`. Creates `dir` if needed.
+/// inference mode), the streaming form (`frames.onnx`, `head.onnx`) when the architecture
+/// has one, and `model.json`. Creates `dir` if needed.
 pub fn write_package(dir: &Path, card: &ModelCard, model: &KwsModel) -> Result<(), ModelError> {
     std::fs::create_dir_all(dir).map_err(ModelError::io(dir))?;
     let tensors = model.named_tensors()?;
@@ -328,6 +334,19 @@ pub fn write_package(dir: &Path, card: &ModelCard, model: &KwsModel) -> Result<(
     let onnx = model.to_onnx(&card.arch)?;
     let p = dir.join(ONNX);
     std::fs::write(&p, onnx).map_err(ModelError::io(&p))?;
+    // The streaming form, or none: a package rewritten without one keeps no stale files.
+    let stream = model.to_onnx_stream(&card.arch)?;
+    for (name, bytes) in [STREAM_FRAMES, STREAM_HEAD].into_iter().zip([
+        stream.as_ref().map(|s| &s.frames),
+        stream.as_ref().map(|s| &s.head),
+    ]) {
+        let p = dir.join(name);
+        match bytes {
+            Some(b) => std::fs::write(&p, b).map_err(ModelError::io(&p))?,
+            None if p.exists() => std::fs::remove_file(&p).map_err(ModelError::io(&p))?,
+            None => {}
+        }
+    }
     card.write(dir)
 }
 

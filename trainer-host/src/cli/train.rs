@@ -26,6 +26,11 @@ pub struct ModelArgs {
     /// ctc-gru-s2 (one step per 20 ms instead of 40) or ctc-gru-small for asr.
     #[arg(long)]
     pub arch: Option<String>,
+    /// KWS: train the architecture's streaming form (ds-cnn-s with no padding in time), so
+    /// that the package also carries frames.onnx and head.onnx and `hush-device listen` runs
+    /// it incrementally, each hop computing only its new frames.
+    #[arg(long)]
+    pub streaming: bool,
     /// Keywords, comma-separated (default: yes,no,up,down,left,right,on,off,stop,go);
     /// `_silence_` and `_unknown_` are added.
     #[arg(long, value_delimiter = ',')]
@@ -189,6 +194,7 @@ impl ModelArgs {
         };
         cfg.augment.fit_masks(cfg.frames, cfg.features.dim());
         cfg.init_from = self.init_from.clone();
+        cfg.streaming = self.streaming;
         Ok(cfg)
     }
 
@@ -198,6 +204,9 @@ impl ModelArgs {
         data: &std::path::Path,
         beam: usize,
     ) -> anyhow::Result<AsrTrainConfig> {
+        if self.streaming {
+            anyhow::bail!("--streaming applies to --task kws only");
+        }
         if !self.keywords.is_empty() {
             anyhow::bail!("--keywords applies to --task kws only");
         }

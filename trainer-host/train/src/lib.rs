@@ -36,7 +36,7 @@ use burn::tensor::Device;
 use hush_device::dataset::KwsLabels;
 use hush_device::features::{FeatureConfig, FeatureKind};
 use hush_device::infer::{clip_features, clip_samples};
-use hush_models::arch::{ArchConfig, IoShape, KwsModel};
+use hush_models::arch::{ArchConfig, IoShape, KwsModel, TimePadding};
 use hush_models::checkpoint::{NamedTensor, TensorSource};
 use hush_models::compute::{self, ComputeKind};
 use hush_models::package::{write_package, Metrics, ModelCard, Provenance, SplitMetrics};
@@ -171,6 +171,11 @@ pub struct KwsTrainConfig {
     /// ended.
     #[serde(default)]
     pub keep_last_epoch: bool,
+    /// Build the architecture's streaming form (DS-CNN-S with valid time padding, whose
+    /// package carries `frames.onnx` and `head.onnx` for incremental inference); an
+    /// architecture without one is refused.
+    #[serde(default)]
+    pub streaming: bool,
 }
 
 fn default_swa_lr_ratio() -> f64 {
@@ -209,6 +214,7 @@ impl KwsTrainConfig {
             swa_epochs: 0,
             swa_lr_ratio: default_swa_lr_ratio(),
             keep_last_epoch: false,
+            streaming: false,
         }
     }
 
@@ -241,8 +247,24 @@ impl KwsTrainConfig {
                 })
             }
             Some(a) => a.clone(),
-            None => ArchConfig::default_for(&self.arch_name, io)?,
+            None => {
+                let mut arch = ArchConfig::default_for(&self.arch_name, io)?;
+                if let (true, ArchConfig::DsCnnS(c)) = (self.streaming, &mut arch) {
+                    c.time_padding = TimePadding::Valid;
+                }
+                arch
+            }
         };
+        if self.streaming && arch.stream_geometry().is_none() {
+            return Err(TrainError::Option {
+                option: "streaming",
+                reason: format!(
+                    "{} as configured ({} frames) has no streaming form; ds-cnn-s has one",
+                    arch.name(),
+                    io.frames
+                ),
+            });
+        }
         Ok((labels, io, arch))
     }
 
@@ -758,5 +780,29 @@ mod tests {
         assert!((6.0 * w[0] - 2.0 * w[1]).abs() < 1e-6);
         let mean: f32 = classes.iter().map(|&c| w[c]).sum::<f32>() / classes.len() as f32;
         assert!((mean - 1.0).abs() < 1e-6);
+    }
+
+    #[test]
+    fn streaming_asks_for_the_streaming_form_or_is_refused() {
+        let mut cfg = KwsTrainConfig::new(Path::new("corpus"), "ds-cnn-s");
+        cfg.streaming = true;
+        let (_, _, arch) = cfg.resolve_arch().unwrap();
+        let ArchConfig::DsCnnS(ds) = &arch else {
+            panic!("{arch:?}")
+        };
+        assert_eq!(ds.time_padding, TimePadding::Valid);
+        assert!(arch.stream_geometry().is_some());
+        cfg.arch_name = "bc-resnet".into();
+        let err = cfg.resolve_arch().unwrap_err().to_string();
+        assert!(
+            err.contains("streaming") && err.contains("bc-resnet"),
+            "{err}"
+        );
+        cfg.arch_name = "ds-cnn-s".into();
+        cfg.frames = 20;
+        assert!(
+            cfg.resolve_arch().is_err(),
+            "a window too short for the stack"
+        );
     }
 }

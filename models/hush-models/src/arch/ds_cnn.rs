@@ -8,6 +8,12 @@
 //! plus activations), not a parameter count.
 //!
 //! Layout (time on the H axis, bins on W): input `[B, T, F]` → `[B, 1, T, F]`.
+//!
+//! With `time_padding: valid` no convolution pads the time axis, so an output frame of the
+//! conv stack depends only on the input frames under it, and the global average pool is a
+//! mean over those frames: the model can then run incrementally over a stream, each hop
+//! computing only its new frames ([`DsCnnConfig::stream_geometry`], the `frames.onnx` and
+//! `head.onnx` a package carries beside `model.onnx`).
 //! Tensor names: `input_norm.*`, `conv1.weight`, `bn1.*`, `blocks.{i}.dw.weight`,
 //! `blocks.{i}.dw_bn.*`, `blocks.{i}.pw.weight`, `blocks.{i}.pw_bn.*`, `fc.weight`
 //! `[C, classes]`, `fc.bias`.
@@ -26,7 +32,7 @@ use super::layers::{
     OwnWeights, TensorVisitor,
 };
 use super::onnx::OnnxGraph;
-use super::IoShape;
+use super::{IoShape, StreamGeometry};
 use crate::checkpoint::TensorSource;
 use crate::ModelError;
 
@@ -45,6 +51,29 @@ pub struct DsCnnConfig {
     pub first_stride: [usize; 2],
     /// Dropout before the classifier (training only).
     pub dropout: f64,
+    /// How the convolutions pad the time axis ("same" when absent).
+    #[serde(default, skip_serializing_if = "TimePadding::is_same")]
+    pub time_padding: TimePadding,
+}
+
+/// How a keyword spotter's convolutions pad the time axis.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum TimePadding {
+    /// Zero padding on both sides, (k − 1) / 2 frames: each convolution keeps the frame
+    /// count (up to its stride); the edges of a window see zeros.
+    #[default]
+    Same,
+    /// No padding: each output frame depends only on the input frames under its kernel, so
+    /// the model runs incrementally over a stream (see [`DsCnnConfig::stream_geometry`]).
+    Valid,
+}
+
+impl TimePadding {
+    /// Whether this is [`TimePadding::Same`], the default.
+    pub fn is_same(&self) -> bool {
+        *self == TimePadding::Same
+    }
 }
 
 impl DsCnnConfig {
@@ -57,7 +86,28 @@ impl DsCnnConfig {
             first_kernel: [10, 4],
             first_stride: [2, 2],
             dropout: 0.2,
+            time_padding: TimePadding::Same,
         }
+    }
+
+    /// The time axis of the streaming form, when `time_padding` is valid: the conv stack's
+    /// output frame `j` reads input frames `[j·stride, j·stride + receptive_field)`, and a
+    /// window of `io.frames` frames pools `window_vectors` of them. `None` for "same"
+    /// padding, or a window too short for the stack.
+    pub fn stream_geometry(&self) -> Option<StreamGeometry> {
+        let [kt, _] = self.first_kernel;
+        let [st, _] = self.first_stride;
+        // Each 3×3 depthwise conv reads one more conv1 frame on either side.
+        let depthwise_reach = 2 * self.blocks;
+        let conv1_frames = self.io.frames.checked_sub(kt)? / st.max(1) + 1;
+        let window_vectors = conv1_frames.checked_sub(depthwise_reach)?;
+        (self.time_padding == TimePadding::Valid && st > 0 && window_vectors > 0).then_some(
+            StreamGeometry {
+                receptive_field: kt + depthwise_reach * st,
+                stride: st,
+                window_vectors,
+            },
+        )
     }
 
     /// Builds the model with fresh weights.
@@ -77,9 +127,21 @@ impl DsCnnConfig {
                 "must be in [0, 1)",
             ));
         }
+        let valid = self.time_padding == TimePadding::Valid;
+        if valid && self.stream_geometry().is_none() {
+            return Err(ModelError::config(
+                "ds-cnn-s",
+                "time_padding",
+                format!(
+                    "valid time padding leaves no output frame of a {}-frame window",
+                    self.io.frames
+                ),
+            ));
+        }
         let [kt, kf] = self.first_kernel;
-        // "Same"-like symmetric padding: (k - 1) / 2 on each side.
-        let (pt, pf) = ((kt - 1) / 2, (kf - 1) / 2);
+        // "Same"-like symmetric padding: (k - 1) / 2 on each side (none in time when valid).
+        let (pt, pf) = (if valid { 0 } else { (kt - 1) / 2 }, (kf - 1) / 2);
+        let dt = usize::from(!valid);
         let conv1 = Conv2dConfig::new([1, c], self.first_kernel)
             .with_stride(self.first_stride)
             .with_padding(PaddingConfig2d::Explicit(pt, pf, pt, pf))
@@ -89,7 +151,7 @@ impl DsCnnConfig {
             .map(|_| DsBlock {
                 dw: Conv2dConfig::new([c, c], [3, 3])
                     .with_groups(c)
-                    .with_padding(PaddingConfig2d::Explicit(1, 1, 1, 1))
+                    .with_padding(PaddingConfig2d::Explicit(dt, 1, dt, 1))
                     .with_bias(false)
                     .init(device),
                 dw_bn: BatchNormConfig::new(c).init(device),
@@ -192,6 +254,35 @@ impl DsCnn {
     }
 
     pub(crate) fn write_onnx(&self, g: &mut OnnxGraph, input: &str) -> Result<String, ModelError> {
+        let x = self.write_onnx_convs(g, input)?;
+        let x = g.global_avg_pool_flat(&x);
+        g.linear("fc", &x, &self.fc)
+    }
+
+    /// The streaming trunk: `[1, T, F]` → `[1, T', C]`, each output frame's channels
+    /// averaged over frequency (with valid time padding, frame `j` reads only its own
+    /// input frames).
+    pub(crate) fn write_onnx_frames(
+        &self,
+        g: &mut OnnxGraph,
+        input: &str,
+    ) -> Result<String, ModelError> {
+        let x = self.write_onnx_convs(g, input)?;
+        let x = g.reduce_mean(&x, &[3], false);
+        Ok(g.transpose(&x, &[0, 2, 1]))
+    }
+
+    /// The streaming head: the frames' mean `[N, C]` → logits.
+    pub(crate) fn write_onnx_head(
+        &self,
+        g: &mut OnnxGraph,
+        pooled: &str,
+    ) -> Result<String, ModelError> {
+        g.linear("fc", pooled, &self.fc)
+    }
+
+    /// Input normalisation and the conv stack: `[N, T, F]` → `[N, C, T', F']`.
+    fn write_onnx_convs(&self, g: &mut OnnxGraph, input: &str) -> Result<String, ModelError> {
         let x = input_norm_onnx(g, &self.input_norm, input)?;
         let x = g.unsqueeze(&x, &[1]);
         let x = g.conv("conv1", &x, &self.conv1)?;
@@ -205,8 +296,7 @@ impl DsCnn {
             x = g.batch_norm(&format!("blocks.{i}.pw_bn"), &x, &blk.pw_bn)?;
             x = g.relu(&x);
         }
-        let x = g.global_avg_pool_flat(&x);
-        g.linear("fc", &x, &self.fc)
+        Ok(x)
     }
 }
 
@@ -229,4 +319,50 @@ pub(crate) fn input_norm_onnx(
     let s = g.initializer(scale);
     let x = g.sub(x, &m);
     Ok(g.mul(&x, &s))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const IO: IoShape = IoShape {
+        frames: 98,
+        bins: 40,
+        classes: 12,
+    };
+
+    #[test]
+    fn valid_time_padding_has_a_streaming_geometry_and_same_has_none() {
+        let mut cfg = DsCnnConfig::small(IO);
+        assert_eq!(cfg.stream_geometry(), None);
+        cfg.time_padding = TimePadding::Valid;
+        // conv1 (10 frames, stride 2) gives 45 frames; four 3-tap depthwise convs take 8.
+        let want = StreamGeometry {
+            receptive_field: 26,
+            stride: 2,
+            window_vectors: 37,
+        };
+        assert_eq!(cfg.stream_geometry(), Some(want));
+        cfg.io.frames = 25;
+        assert_eq!(cfg.stream_geometry(), None);
+        let err = cfg.init(&Device::flex()).unwrap_err().to_string();
+        assert!(err.contains("time_padding"), "{err}");
+    }
+
+    #[test]
+    fn model_json_without_time_padding_reads_same_and_valid_round_trips() {
+        let same = serde_json::to_value(DsCnnConfig::small(IO)).unwrap();
+        assert!(same.get("time_padding").is_none(), "{same}");
+        let mut valid = DsCnnConfig::small(IO);
+        valid.time_padding = TimePadding::Valid;
+        let json = serde_json::to_value(&valid).unwrap();
+        assert_eq!(json["time_padding"], "valid");
+        assert_eq!(serde_json::from_value::<DsCnnConfig>(json).unwrap(), valid);
+        assert_eq!(
+            serde_json::from_value::<DsCnnConfig>(same)
+                .unwrap()
+                .time_padding,
+            TimePadding::Same
+        );
+    }
 }

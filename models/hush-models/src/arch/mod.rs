@@ -34,10 +34,10 @@ use crate::ModelError;
 use layers::{
     read_grads, read_values, write_grads, LayerRunner, NamedModule, OwnWeights, TensorVisitor,
 };
-use onnx::{OnnxGraph, INPUT};
+use onnx::{OnnxGraph, INPUT, POOLED};
 
 pub use bc_resnet::{BcResNet, BcResNetConfig};
-pub use ds_cnn::{DsCnn, DsCnnConfig};
+pub use ds_cnn::{DsCnn, DsCnnConfig, TimePadding};
 pub use leak_cnn::{LeakCnn, LeakCnnConfig};
 
 /// What goes in and out of a keyword spotter.
@@ -65,6 +65,30 @@ impl IoShape {
         }
         Ok(())
     }
+}
+
+/// The time axis of a keyword spotter's streaming form: the per-frame trunk's output frame
+/// `j` depends only on input frames `[j·stride, j·stride + receptive_field)`, and the
+/// classifier reads the mean of the last `window_vectors` of them (the window's). A window
+/// starting at input frame `s` pools output frames `s / stride ..`, so a stream's windows
+/// share frames exactly when their starts differ by a multiple of `stride`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct StreamGeometry {
+    /// Input frames one output frame reads.
+    pub receptive_field: usize,
+    /// Input frames from one output frame to the next.
+    pub stride: usize,
+    /// Output frames of one window, pooled by the head.
+    pub window_vectors: usize,
+}
+
+/// A keyword spotter's streaming form as encoded ONNX graphs ([`KwsModel::to_onnx_stream`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct StreamOnnx {
+    /// The per-frame trunk (`frames.onnx`).
+    pub frames: Vec<u8>,
+    /// The head over a window's mean frame (`head.onnx`).
+    pub head: Vec<u8>,
 }
 
 /// An architecture and its configuration, as stored in `model.json`
@@ -117,6 +141,15 @@ impl ArchConfig {
             Self::DsCnnS(c) => c.io,
             Self::BcResNet(c) => c.io,
             Self::LeakCnn(c) => c.io,
+        }
+    }
+
+    /// The streaming form's time axis, when the architecture and its configuration have
+    /// one (DS-CNN-S with valid time padding).
+    pub fn stream_geometry(&self) -> Option<StreamGeometry> {
+        match self {
+            Self::DsCnnS(c) => c.stream_geometry(),
+            Self::BcResNet(_) | Self::LeakCnn(_) => None,
         }
     }
 
@@ -326,5 +359,27 @@ impl KwsModel {
         };
         let io = cfg.io();
         Ok(g.finish(&logits, io.frames, io.bins, io.classes, cfg.name()))
+    }
+
+    /// The streaming form, when `cfg` has one ([`ArchConfig::stream_geometry`]): the
+    /// per-frame trunk (`features` `[1, T, bins]`, T symbolic → `frames` `[1, T', C]`) and
+    /// the head (`pooled` `[N, C]`, the mean of a window's frames → `logits`, `probs`), as
+    /// encoded ONNX graphs.
+    pub fn to_onnx_stream(&self, cfg: &ArchConfig) -> Result<Option<StreamOnnx>, ModelError> {
+        let (Self::DsCnn(m), Some(_)) = (self, cfg.stream_geometry()) else {
+            return Ok(None);
+        };
+        let io = cfg.io();
+        let channels = m.fc.weight.val().dims()[0];
+        let mut g = OnnxGraph::new();
+        let frames = m.write_onnx_frames(&mut g, INPUT)?;
+        let trunk = g.finish_frames(&frames, io.bins, channels, cfg.name());
+        let mut g = OnnxGraph::new();
+        let logits = m.write_onnx_head(&mut g, POOLED)?;
+        let head = g.finish_head(&logits, channels, io.classes, cfg.name());
+        Ok(Some(StreamOnnx {
+            frames: trunk,
+            head,
+        }))
     }
 }

@@ -32,6 +32,10 @@ pub const INPUT: &str = "features";
 pub const LOGITS: &str = "logits";
 /// Name of the probabilities output.
 pub const PROBS: &str = "probs";
+/// Name of a streaming trunk's per-frame output.
+pub const FRAMES: &str = "frames";
+/// Name of a streaming head's input: the mean of a window's frames.
+pub const POOLED: &str = "pooled";
 /// Name of the per-step log-probabilities output of a CTC model.
 pub const LOG_PROBS: &str = "log_probs";
 /// `producer_name` of every file hush writes.
@@ -287,16 +291,50 @@ impl OnnxGraph {
     /// Finishes the graph: `logits` → `Identity` named `logits` and `Softmax` named
     /// `probs`; returns the encoded `ModelProto`.
     pub fn finish(
-        mut self,
+        self,
         logits: &str,
         frames: usize,
         bins: usize,
         classes: usize,
         arch: &str,
     ) -> Vec<u8> {
+        let input = value_info(INPUT, &[None, Some(frames), Some(bins)]);
+        self.finish_classifier(logits, input, classes, arch)
+    }
+
+    /// Finishes a streaming trunk: `frames` `[1, T', channels]` named `frames`; the input
+    /// `features` is `[1, T, bins]` with `T` symbolic.
+    pub fn finish_frames(
+        mut self,
+        frames: &str,
+        bins: usize,
+        channels: usize,
+        arch: &str,
+    ) -> Vec<u8> {
+        self.node_named("Identity", &[frames], vec![], FRAMES);
+        let input = value_info_sym(INPUT, &[Ok(1), Err("frames"), Ok(bins)]);
+        let outputs = vec![value_info_sym(FRAMES, &[Ok(1), Err("steps"), Ok(channels)])];
+        self.encode(input, outputs, arch)
+    }
+
+    /// Finishes a streaming head: input `pooled` `[N, channels]`; `logits` → `Identity`
+    /// named `logits` and `Softmax` named `probs`.
+    pub fn finish_head(self, logits: &str, channels: usize, classes: usize, arch: &str) -> Vec<u8> {
+        let input = value_info(POOLED, &[None, Some(channels)]);
+        self.finish_classifier(logits, input, classes, arch)
+    }
+
+    /// `logits` `[N, classes]` → `Identity` named `logits` and `Softmax` named `probs`, the
+    /// graph's outputs over `input`.
+    fn finish_classifier(
+        mut self,
+        logits: &str,
+        input: pb::ValueInfoProto,
+        classes: usize,
+        arch: &str,
+    ) -> Vec<u8> {
         self.node_named("Identity", &[logits], vec![], LOGITS);
         self.node_named("Softmax", &[LOGITS], vec![attr_int("axis", -1)], PROBS);
-        let input = value_info(INPUT, &[None, Some(frames), Some(bins)]);
         let outputs = vec![
             value_info(LOGITS, &[None, Some(classes)]),
             value_info(PROBS, &[None, Some(classes)]),

@@ -1,0 +1,197 @@
+//! A keyword spotter's streaming form: the per-frame trunk (`frames.onnx`) and the head
+//! (`head.onnx`) a package carries beside `model.onnx` when its architecture can run
+//! incrementally (hush-models' `ArchConfig::stream_geometry`: DS-CNN-S with valid time
+//! padding). The trunk's output frame `j` depends only on input frames
+//! `[j·stride, j·stride + receptive_field)`, and the whole-window model is the head over the
+//! mean of a window's output frames, so a stream computes each output frame once and a
+//! window costs the frames it adds ([`KwsStream`](super::KwsStream) does the bookkeeping).
+//!
+//! The trunk's frame count is symbolic in the file; it is fixed per chunk length when a
+//! length is first asked for ([`StreamForm::trunk_plan`]), so that tract and hush's kernels
+//! see concrete shapes.
+
+use std::path::{Path, PathBuf};
+
+use hush_models::arch::StreamGeometry;
+use hush_models::export::onnx::{FRAMES, POOLED, PROBS};
+use hush_models::package::{ModelCard, STREAM_FRAMES, STREAM_HEAD};
+use tract_onnx::prelude::*;
+
+use super::{optimize_for_device, read_onnx, run_plan, InferError, Plan};
+
+/// The streaming form of a keyword spotter, loaded and checked.
+#[derive(Debug, Clone)]
+pub struct StreamForm {
+    /// `frames.onnx` as read, its frame count still symbolic.
+    trunk: Arc<InferenceModel>,
+    trunk_path: PathBuf,
+    head: Plan,
+    head_path: PathBuf,
+    geometry: StreamGeometry,
+    channels: usize,
+    bins: usize,
+}
+
+impl StreamForm {
+    /// The streaming form in package `dir` with `card`, if it has one: `None` when neither
+    /// `frames.onnx` nor `head.onnx` is there; an error when only one is, when the card's
+    /// architecture has no streaming form, or when a file breaks its contract.
+    pub fn load(dir: &Path, card: &ModelCard) -> Result<Option<Self>, InferError> {
+        let (trunk_path, head_path) = (dir.join(STREAM_FRAMES), dir.join(STREAM_HEAD));
+        match (trunk_path.is_file(), head_path.is_file()) {
+            (false, false) => return Ok(None),
+            (true, false) => return Err(InferError::onnx(&head_path, "missing file".into())),
+            (false, true) => return Err(InferError::onnx(&trunk_path, "missing file".into())),
+            (true, true) => {}
+        }
+        let geometry = card.arch.stream_geometry().ok_or_else(|| {
+            InferError::foreign(
+                &trunk_path,
+                format!(
+                    "the package's architecture ({} as model.json configures it) has no \
+                     streaming form",
+                    card.arch.name()
+                ),
+            )
+        })?;
+        let io = card.arch.io();
+        let (trunk, names) =
+            read_onnx(&trunk_path, &format!("`features` [1, frames, {}]", io.bins))?;
+        if names != [FRAMES] {
+            return Err(InferError::foreign(
+                &trunk_path,
+                format!("outputs are {names:?}; expected one output named `{FRAMES}`"),
+            ));
+        }
+        // A whole window's frames: the shape every later chunk follows.
+        let plan = trunk_plan(&trunk, &trunk_path, io.frames, io.bins)?;
+        let shape: Vec<usize> = plan
+            .model()
+            .output_fact(0)
+            .map_err(|e| InferError::onnx(&trunk_path, format!("{e:#}")))?
+            .shape
+            .as_concrete()
+            .map(|s| s.to_vec())
+            .unwrap_or_default();
+        let channels = match shape[..] {
+            [1, vectors, channels] if vectors == geometry.window_vectors => channels,
+            _ => {
+                return Err(InferError::foreign(
+                    &trunk_path,
+                    format!(
+                        "a {}-frame window gives frames {shape:?}; model.json's architecture \
+                         says [1, {}, channels]",
+                        io.frames, geometry.window_vectors
+                    ),
+                ))
+            }
+        };
+        let head = load_head(&head_path, channels, io.classes)?;
+        let form = Self {
+            trunk: Arc::new(trunk),
+            trunk_path,
+            head,
+            head_path,
+            geometry,
+            channels,
+            bins: io.bins,
+        };
+        Ok(Some(form))
+    }
+
+    /// The time axis: receptive field, stride, frames per window.
+    pub fn geometry(&self) -> StreamGeometry {
+        self.geometry
+    }
+
+    /// Values in one output frame (the trunk's channels).
+    pub fn channels(&self) -> usize {
+        self.channels
+    }
+
+    /// Output frames of a chunk of `frames` input frames (0 when it is shorter than the
+    /// receptive field).
+    pub fn outputs_of(&self, frames: usize) -> usize {
+        let g = self.geometry;
+        frames
+            .checked_sub(g.receptive_field)
+            .map_or(0, |rest| rest / g.stride + 1)
+    }
+
+    /// The trunk, optimised for chunks of `frames` input frames.
+    pub fn trunk_plan(&self, frames: usize) -> Result<Plan, InferError> {
+        trunk_plan(&self.trunk, &self.trunk_path, frames, self.bins)
+    }
+
+    /// Runs `plan` (from [`StreamForm::trunk_plan`] for `frames`) over `features`
+    /// (`frames × bins`) and appends its output frames (`channels` values each) to `out`.
+    pub fn frame_vectors(
+        &self,
+        plan: &Plan,
+        features: &[f32],
+        frames: usize,
+        out: &mut Vec<f32>,
+    ) -> Result<(), InferError> {
+        let v = run_plan(plan, features, &[1, frames, self.bins], 0, &self.trunk_path)?;
+        out.extend_from_slice(&v);
+        Ok(())
+    }
+
+    /// Class probabilities from the mean of a window's output frames (`channels` values).
+    pub fn probs(&self, pooled: &[f32]) -> Result<Vec<f32>, InferError> {
+        run_plan(&self.head, pooled, &[1, self.channels], 1, &self.head_path)
+    }
+}
+
+/// `trunk` (`frames.onnx`, read from `path`) optimised for chunks of `frames` input frames.
+fn trunk_plan(
+    trunk: &InferenceModel,
+    path: &Path,
+    frames: usize,
+    bins: usize,
+) -> Result<Plan, InferError> {
+    let model = trunk
+        .clone()
+        .with_input_fact(0, f32::fact([1, frames, bins]).into())
+        .map_err(|e| {
+            InferError::foreign(path, format!("input [1, {frames}, {bins}] f32: {e:#}"))
+        })?;
+    let (model, _) = optimize_for_device(model)
+        .map_err(|e| InferError::foreign(path, format!("a {frames}-frame chunk: {e:#}")))?;
+    model
+        .into_runnable()
+        .map_err(|e| InferError::onnx(path, format!("{e:#}")))
+}
+
+/// `head.onnx`, checked: input `pooled` `[1, channels]` (the trunk's), outputs `logits` and
+/// `probs` `[1, classes]`.
+fn load_head(path: &Path, channels: usize, classes: usize) -> Result<Plan, InferError> {
+    let foreign = |reason: String| InferError::foreign(path, reason);
+    let (model, names) = read_onnx(path, &format!("`{POOLED}` [N, {channels}]"))?;
+    if names.iter().position(|n| n == PROBS) != Some(1) {
+        return Err(foreign(format!(
+            "outputs are {names:?}; expected `logits` and `{PROBS}` [N, {classes}]"
+        )));
+    }
+    let model = model
+        .with_input_fact(0, f32::fact([1, channels]).into())
+        .map_err(|e| foreign(format!("input [1, {channels}] f32: {e:#}")))?;
+    let (model, _) =
+        optimize_for_device(model).map_err(|e| foreign(format!("input [1, {channels}]: {e:#}")))?;
+    let shape: Vec<String> = model
+        .output_fact(1)
+        .map_err(|e| InferError::onnx(path, format!("{e:#}")))?
+        .shape
+        .iter()
+        .map(|d| d.to_string())
+        .collect();
+    if shape != [1.to_string(), classes.to_string()] {
+        return Err(foreign(format!(
+            "`{PROBS}` has shape [{}] for one window; model.json has {classes} labels",
+            shape.join(", ")
+        )));
+    }
+    model
+        .into_runnable()
+        .map_err(|e| InferError::onnx(path, format!("{e:#}")))
+}

@@ -1,0 +1,244 @@
+//! The streaming form of a keyword spotter (`frames.onnx` + `head.onnx`, written for
+//! DS-CNN-S with valid time padding): a stream that runs it incrementally gives the
+//! whole-window model's probabilities at every hop, within 1e-4, also when a gate skips
+//! windows; a hop off the form's stride, or a package without the form, runs the whole
+//! window; a package with half the form is refused.
+
+// Test helpers panic on failure, like the tests that call them.
+#![allow(clippy::unwrap_used)]
+
+use std::path::Path;
+
+use burn::module::Module;
+use burn::tensor::Device;
+use hush_device::features::{FeatureConfig, FeatureKind};
+use hush_device::infer::{KwsClassifier, KwsStream, WindowVerdict};
+use hush_models::arch::{ArchConfig, DsCnnConfig, IoShape, KwsModel, TimePadding};
+use hush_models::package::{write_package, ModelCard, STREAM_FRAMES, STREAM_HEAD};
+
+const RATE: usize = 16_000;
+
+/// A DS-CNN-S package over windows of `frames` frames (40 fbank bins, 10 ms apart).
+fn package(dir: &Path, time_padding: TimePadding, frames: usize) -> KwsModel {
+    let io = IoShape {
+        frames,
+        bins: 40,
+        classes: 5,
+    };
+    let arch = ArchConfig::DsCnnS(DsCnnConfig {
+        time_padding,
+        ..DsCnnConfig::small(io)
+    });
+    let device = Device::flex();
+    device.seed(11);
+    let mut model = arch.init(&device).unwrap().valid();
+    // A sharper classifier than a fresh one, whose probabilities hardly depend on the
+    // input: a window scored from the wrong frames must score visibly differently.
+    if let KwsModel::DsCnn(m) = &mut model {
+        m.fc.weight = m.fc.weight.clone().map(|w| w.mul_scalar(200.0));
+    }
+    let mut features = FeatureConfig::kaldi(FeatureKind::Fbank);
+    features.mel.num_bins = 40;
+    let labels = ["yes", "no", "up", "_silence_", "_unknown_"]
+        .iter()
+        .map(|s| s.to_string())
+        .collect();
+    let card = ModelCard::new(
+        arch,
+        serde_json::to_value(features).unwrap(),
+        labels,
+        &model,
+    )
+    .unwrap();
+    write_package(dir, &card, &model).unwrap();
+    model
+}
+
+/// Deterministic values in [-0.5, 0.5).
+fn noise(n: usize, seed: u64) -> Vec<f32> {
+    let mut s = seed;
+    (0..n)
+        .map(|_| {
+            s = s
+                .wrapping_mul(6364136223846793005)
+                .wrapping_add(1442695040888963407);
+            (s >> 40) as f32 / (1u64 << 24) as f32 - 0.5
+        })
+        .collect()
+}
+
+/// A few seconds of noise whose level jumps every 10 ms (one frame shift), over six orders
+/// of magnitude: every frame differs from its neighbours, so a window scored from the
+/// wrong frames scores differently.
+fn audio(seconds: usize) -> Vec<f32> {
+    let levels = noise(seconds * 100, 3);
+    noise(seconds * RATE, 7)
+        .iter()
+        .enumerate()
+        .map(|(i, x)| x * 10f32.powf(-6.0 * (levels[i / 160] + 0.5)))
+        .collect()
+}
+
+/// Every verdict of `stream` over `samples` pushed 100 ms at a time, scoring only the
+/// windows `gate` lets through.
+fn verdicts(
+    stream: &mut KwsStream,
+    samples: &[f32],
+    gate: impl Fn(u64) -> bool,
+) -> Vec<WindowVerdict> {
+    let mut out = Vec::new();
+    for chunk in samples.chunks(RATE / 10) {
+        stream.push_gated(chunk, &mut out, &gate).unwrap();
+    }
+    out
+}
+
+fn assert_same(incremental: &[WindowVerdict], whole: &[WindowVerdict]) {
+    assert_eq!(incremental.len(), whole.len());
+    for (a, b) in incremental.iter().zip(whole) {
+        assert_eq!(a.end_s, b.end_s);
+        for (p, q) in a.probs.iter().zip(&b.probs) {
+            assert!(
+                (p - q).abs() <= 1e-4,
+                "at {} s: {:?} against {:?}",
+                a.end_s,
+                a.probs,
+                b.probs
+            );
+        }
+    }
+}
+
+#[test]
+fn the_streaming_form_equals_the_whole_window_model_at_every_hop() {
+    let tmp = tempfile::tempdir().unwrap();
+    package(tmp.path(), TimePadding::Valid, 40);
+    let clf = KwsClassifier::load(tmp.path()).unwrap();
+    let form = clf
+        .stream_form()
+        .expect("a valid-padded DS-CNN-S package has a streaming form");
+    let g = form.geometry();
+    assert_eq!((g.receptive_field, g.stride, g.window_vectors), (26, 2, 8));
+    let samples = audio(4);
+    for hop in [2, 10, 40] {
+        let mut incremental = KwsStream::new(&clf, hop).unwrap();
+        let mut whole = KwsStream::whole_window(&clf, hop).unwrap();
+        assert!(incremental.is_incremental() && !whole.is_incremental());
+        let a = verdicts(&mut incremental, &samples, |_| true);
+        let b = verdicts(&mut whole, &samples, |_| true);
+        assert!(a.len() >= 350 / hop, "hop {hop}: {} windows", a.len());
+        assert_same(&a, &b);
+        // The windows differ: scores from the wrong frames would be told apart.
+        let spread = b
+            .iter()
+            .map(|v| (v.probs[0] - b[0].probs[0]).abs())
+            .fold(0f32, f32::max);
+        assert!(
+            spread > 1e-2,
+            "hop {hop}: the probabilities hardly move ({spread})"
+        );
+    }
+}
+
+/// The trunk's output frame `j` reads only input frames `[2j, 2j + 26)`: a chunk of those
+/// frames gives the same channel values as the whole window (DS-CNN-S's full size, 98
+/// frames), and the head over their mean gives the whole-window model's probabilities,
+/// which are burn's.
+#[test]
+fn each_output_frame_reads_only_its_own_input_frames() {
+    let tmp = tempfile::tempdir().unwrap();
+    let model = package(tmp.path(), TimePadding::Valid, 98);
+    let clf = KwsClassifier::load(tmp.path()).unwrap();
+    let form = clf.stream_form().unwrap();
+    let (g, c, bins) = (form.geometry(), form.channels(), 40);
+    assert_eq!((g.receptive_field, g.stride, g.window_vectors), (26, 2, 37));
+    let features: Vec<f32> = noise(98 * bins, 5).iter().map(|x| 8.0 * x).collect();
+    let mut whole = Vec::new();
+    form.frame_vectors(&form.trunk_plan(98).unwrap(), &features, 98, &mut whole)
+        .unwrap();
+    assert_eq!(whole.len(), 37 * c);
+    for (first, count) in [(0, 1), (5, 3), (36, 1), (10, 27)] {
+        let frames = (count - 1) * g.stride + g.receptive_field;
+        let chunk = &features[first * g.stride * bins..(first * g.stride + frames) * bins];
+        let mut part = Vec::new();
+        form.frame_vectors(&form.trunk_plan(frames).unwrap(), chunk, frames, &mut part)
+            .unwrap();
+        for (a, b) in part.iter().zip(&whole[first * c..(first + count) * c]) {
+            assert!(
+                (a - b).abs() <= 1e-4 * (1.0 + b.abs()),
+                "frames {first}+{count}: {a} against {b}"
+            );
+        }
+    }
+    let mut pooled = vec![0f32; c];
+    for v in whole.chunks_exact(c) {
+        pooled.iter_mut().zip(v).for_each(|(p, x)| *p += x / 37.0);
+    }
+    let streamed = form.probs(&pooled).unwrap();
+    let window = clf.probs(&features, Path::new("window")).unwrap();
+    // burn's forward of the same weights (valid padding in time, in both)
+    let x = burn::tensor::Tensor::<3>::from_data(
+        burn::tensor::TensorData::new(features.clone(), [1, 98, bins]),
+        &Device::flex(),
+    );
+    let logits = hush_models::step::logits(&model, x).unwrap().concat();
+    let top = logits.iter().copied().fold(f32::NEG_INFINITY, f32::max);
+    let e: Vec<f32> = logits.iter().map(|v| (v - top).exp()).collect();
+    let burn: Vec<f32> = e.iter().map(|v| v / e.iter().sum::<f32>()).collect();
+    for ((a, b), c) in streamed.iter().zip(&window).zip(&burn) {
+        assert!(
+            (a - b).abs() <= 1e-5 && (b - c).abs() <= 1e-4,
+            "streamed {streamed:?}, window {window:?}, burn {burn:?}"
+        );
+    }
+}
+
+#[test]
+fn windows_a_gate_skipped_are_computed_again() {
+    let tmp = tempfile::tempdir().unwrap();
+    package(tmp.path(), TimePadding::Valid, 40);
+    let clf = KwsClassifier::load(tmp.path()).unwrap();
+    let samples = audio(5);
+    // Runs of scored and skipped windows of several lengths.
+    let gate = |end: u64| !matches!((end / 1600) % 7, 2 | 4 | 5);
+    let a = verdicts(&mut KwsStream::new(&clf, 10).unwrap(), &samples, gate);
+    let b = verdicts(
+        &mut KwsStream::whole_window(&clf, 10).unwrap(),
+        &samples,
+        gate,
+    );
+    assert!(a.len() > 10);
+    assert_same(&a, &b);
+}
+
+#[test]
+fn a_hop_off_the_stride_runs_the_whole_window() {
+    let tmp = tempfile::tempdir().unwrap();
+    package(tmp.path(), TimePadding::Valid, 40);
+    let clf = KwsClassifier::load(tmp.path()).unwrap();
+    assert!(!KwsStream::new(&clf, 5).unwrap().is_incremental());
+}
+
+#[test]
+fn a_same_padded_package_has_no_streaming_form() {
+    let tmp = tempfile::tempdir().unwrap();
+    package(tmp.path(), TimePadding::Valid, 40);
+    // Rewriting the package without the form leaves no stale files behind.
+    package(tmp.path(), TimePadding::Same, 40);
+    assert!(!tmp.path().join(STREAM_FRAMES).exists() && !tmp.path().join(STREAM_HEAD).exists());
+    let clf = KwsClassifier::load(tmp.path()).unwrap();
+    assert!(clf.stream_form().is_none());
+    assert!(!KwsStream::new(&clf, 10).unwrap().is_incremental());
+}
+
+#[test]
+fn half_a_streaming_form_is_refused() {
+    let tmp = tempfile::tempdir().unwrap();
+    package(tmp.path(), TimePadding::Valid, 40);
+    std::fs::remove_file(tmp.path().join(STREAM_HEAD)).unwrap();
+    let err = KwsClassifier::load(tmp.path()).unwrap_err().to_string();
+    assert!(
+        err.contains(STREAM_HEAD) && err.contains("missing"),
+        "{err}"
+    );
+}

@@ -1,7 +1,7 @@
 //! The streaming form of a keyword spotter (`frames.onnx` + `head.onnx`, written for
 //! DS-CNN-S with valid time padding): a stream that runs it incrementally gives the
-//! whole-window model's probabilities at every hop, within 1e-4, also when a gate skips
-//! windows; a hop off the form's stride, or a package without the form, runs the whole
+//! whole-window model's probabilities at every hop, within 1e-4, for hops on and off the
+//! form's stride, also when a gate skips windows; a package without the form runs the whole
 //! window; a package with half the form is refused.
 
 // Test helpers panic on failure, like the tests that call them.
@@ -211,12 +211,26 @@ fn windows_a_gate_skipped_are_computed_again() {
     assert_same(&a, &b);
 }
 
+/// A hop that is not a multiple of the stride (listen's 100 ms at a 20 ms shift is 5
+/// frames) alternates between the two phases of the stride, each keeping its own frames.
 #[test]
-fn a_hop_off_the_stride_runs_the_whole_window() {
+fn a_hop_off_the_stride_runs_incrementally_on_both_phases() {
     let tmp = tempfile::tempdir().unwrap();
     package(tmp.path(), TimePadding::Valid, 40);
     let clf = KwsClassifier::load(tmp.path()).unwrap();
-    assert!(!KwsStream::new(&clf, 5).unwrap().is_incremental());
+    let samples = audio(4);
+    for hop in [1, 5, 7] {
+        let mut incremental = KwsStream::new(&clf, hop).unwrap();
+        assert!(incremental.is_incremental());
+        let a = verdicts(&mut incremental, &samples, |_| true);
+        let b = verdicts(
+            &mut KwsStream::whole_window(&clf, hop).unwrap(),
+            &samples,
+            |_| true,
+        );
+        assert!(a.len() >= 350 / hop, "hop {hop}: {} windows", a.len());
+        assert_same(&a, &b);
+    }
 }
 
 #[test]

@@ -8,11 +8,11 @@
 //! [`clip_features`](super::clip_features) computes for the same samples. Memory is
 //! bounded by the model's window, whatever the stream's length.
 //!
-//! When the package has a streaming form ([`StreamForm`]), the features are not normalised
-//! per window, and the hop is a multiple of the form's stride, the stream runs it
-//! incrementally: it keeps the output frames of the last window it scored, computes only
-//! those the new window adds (all of them after windows a gate skipped), and scores their
-//! mean with the head. That equals the whole-window model on the same window (a golden
+//! When the package has a streaming form ([`StreamForm`]) and the features are not
+//! normalised per window, the stream runs it incrementally: it keeps the output frames of
+//! the last window it scored (one set per phase of the window's start against the form's
+//! stride, when the hop is not a multiple of it), computes only those the new window adds
+//! (all of them after windows a gate skipped), and scores their mean with the head. That equals the whole-window model on the same window (a golden
 //! test holds them within 1e-4); [`KwsStream::whole_window`] runs the latter always.
 //!
 //! ```no_run
@@ -100,10 +100,7 @@ impl KwsStream {
             origin,
             incremental: clf
                 .stream_form()
-                .filter(|form| {
-                    matches!(cmvn, CmvnOptions::None)
-                        && hop.max(1).is_multiple_of(form.geometry().stride)
-                })
+                .filter(|_| matches!(cmvn, CmvnOptions::None))
                 .map(Incremental::new),
         })
     }
@@ -195,9 +192,7 @@ impl KwsStream {
     /// stream.
     fn window_probs(&mut self, start: u64) -> Result<Vec<f32>, InferError> {
         if let Some(inc) = &mut self.incremental {
-            if start.is_multiple_of(inc.form.geometry().stride as u64) {
-                return inc.probs(&self.recent, start, self.dim);
-            }
+            return inc.probs(&self.recent, start, self.dim);
         }
         self.window.clear();
         self.window.extend_from_slice(&self.recent);
@@ -233,17 +228,24 @@ impl KwsStream {
     }
 }
 
-/// What an incremental stream keeps between windows: the output frames of the last window
-/// it scored, and the trunk's plans by chunk length (a hop's, a whole window's).
+/// What an incremental stream keeps between windows: per phase of the window's start
+/// (its first frame modulo the form's stride), the output frames of the last window of that
+/// phase it scored; and the trunk's plans by chunk length (a hop's, a whole window's).
 #[derive(Debug)]
 struct Incremental {
     form: StreamForm,
     plans: Vec<(usize, Plan)>,
+    grids: Vec<Grid>,
+    /// The mean of a window's output frames, handed to the head.
+    pooled: Vec<f32>,
+}
+
+/// The output frames of one phase: frame `o` reads input frames from `phase + o·stride`.
+#[derive(Debug, Default)]
+struct Grid {
     /// Output frames `first ..` (`channels` values each), oldest first.
     vectors: Vec<f32>,
     first: u64,
-    /// The mean of a window's output frames, handed to the head.
-    pooled: Vec<f32>,
 }
 
 impl Incremental {
@@ -251,59 +253,66 @@ impl Incremental {
         Self {
             form: form.clone(),
             plans: Vec::new(),
-            vectors: Vec::new(),
-            first: 0,
+            grids: (0..form.geometry().stride)
+                .map(|_| Grid::default())
+                .collect(),
             pooled: Vec::new(),
         }
     }
 
     /// The probabilities of `window` (`frames × dim` features) starting at input frame
-    /// `start` of the stream, a multiple of the stride: the output frames it shares with
-    /// the last window scored are reused, the others computed.
+    /// `start` of the stream: the output frames it shares with the last window of its phase
+    /// are reused, the others computed. A hop that is a multiple of the stride keeps one
+    /// phase (each window computes hop / stride frames); another hop cycles through them
+    /// (each window computes the frames since the last window of its phase).
     fn probs(&mut self, window: &[f32], start: u64, dim: usize) -> Result<Vec<f32>, InferError> {
-        let g = self.form.geometry();
-        let c = self.form.channels();
+        let Self {
+            form,
+            plans,
+            grids,
+            pooled,
+        } = self;
+        let g = form.geometry();
+        let c = form.channels();
         let stride = g.stride as u64;
-        let first = start / stride;
+        let phase = start % stride;
+        let grid = &mut grids[phase as usize];
+        let first = (start - phase) / stride;
         let end = first + g.window_vectors as u64;
-        let have_end = self.first + (self.vectors.len() / c) as u64;
-        if have_end <= first || self.first > first {
-            // Nothing to share: the first window, or windows skipped since.
-            self.vectors.clear();
+        let have_end = grid.first + (grid.vectors.len() / c) as u64;
+        if have_end <= first || grid.first > first {
+            // Nothing to share: the first window of this phase, or windows skipped since.
+            grid.vectors.clear();
         } else {
-            self.vectors.drain(..(first - self.first) as usize * c);
+            grid.vectors.drain(..(first - grid.first) as usize * c);
         }
-        self.first = first;
-        let have_end = first + (self.vectors.len() / c) as u64;
+        grid.first = first;
+        let have_end = first + (grid.vectors.len() / c) as u64;
         if have_end < end {
             let missing = (end - have_end) as usize;
             // The input frames of the missing outputs, from the window's first frame.
-            let from = (have_end * stride - start) as usize;
+            let from = (have_end * stride + phase - start) as usize;
             let frames = (missing - 1) * g.stride + g.receptive_field;
-            let plan = self.plan(frames)?;
+            let plan = match plans.iter().find(|(f, _)| *f == frames) {
+                Some((_, plan)) => plan.clone(),
+                None => {
+                    let plan = form.trunk_plan(frames)?;
+                    plans.push((frames, plan.clone()));
+                    plan
+                }
+            };
             let chunk = &window[from * dim..(from + frames) * dim];
-            self.form
-                .frame_vectors(&plan, chunk, frames, &mut self.vectors)?;
+            form.frame_vectors(&plan, chunk, frames, &mut grid.vectors)?;
         }
-        self.pooled.clear();
-        self.pooled.resize(c, 0.0);
-        for v in self.vectors.chunks_exact(c) {
-            for (p, x) in self.pooled.iter_mut().zip(v) {
+        pooled.clear();
+        pooled.resize(c, 0.0);
+        for v in grid.vectors.chunks_exact(c) {
+            for (p, x) in pooled.iter_mut().zip(v) {
                 *p += x;
             }
         }
         let n = g.window_vectors as f32;
-        self.pooled.iter_mut().for_each(|p| *p /= n);
-        self.form.probs(&self.pooled)
-    }
-
-    /// The trunk's plan for chunks of `frames` input frames, built once.
-    fn plan(&mut self, frames: usize) -> Result<Plan, InferError> {
-        if let Some((_, plan)) = self.plans.iter().find(|(f, _)| *f == frames) {
-            return Ok(plan.clone());
-        }
-        let plan = self.form.trunk_plan(frames)?;
-        self.plans.push((frames, plan.clone()));
-        Ok(plan)
+        pooled.iter_mut().for_each(|p| *p /= n);
+        form.probs(pooled)
     }
 }

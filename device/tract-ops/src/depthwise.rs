@@ -5,7 +5,9 @@
 //! [`ROWS`] output rows × one SIMD vector of neighbouring outputs are accumulated together,
 //! tap by tap, in registers: independent accumulators, so that one tap's multiply-add does
 //! not wait for the previous one's. The SIMD width is picked at run time through `pulp`
-//! (AVX2 + FMA on x86-64, NEON on aarch64, scalar elsewhere).
+//! (AVX2 + FMA on x86-64, NEON on aarch64, scalar elsewhere). Its `mul_add_e` is fused where
+//! the target has FMA and a plain multiply and add where it has not (32-bit ARM's VFPv3),
+//! rather than a software fused multiply-add there.
 
 use tract_core::internal::*;
 use tract_core::ops::cnn::conv::{Conv, KernelFormat};
@@ -149,10 +151,10 @@ fn convolve_plane<S: pulp::Simd>(
             let mut acc = [simd.splat_f32s(bias); ROWS];
             for (&at, &wt) in offsets.iter().zip(&weights) {
                 let [a0, a1, a2, a3] = &mut acc;
-                *a0 = simd.mul_add_f32s(wt, load::<S>(window, at), *a0);
-                *a1 = simd.mul_add_f32s(wt, load::<S>(window, at + step), *a1);
-                *a2 = simd.mul_add_f32s(wt, load::<S>(window, at + 2 * step), *a2);
-                *a3 = simd.mul_add_f32s(wt, load::<S>(window, at + 3 * step), *a3);
+                *a0 = simd.mul_add_e_f32s(wt, load::<S>(window, at), *a0);
+                *a1 = simd.mul_add_e_f32s(wt, load::<S>(window, at + step), *a1);
+                *a2 = simd.mul_add_e_f32s(wt, load::<S>(window, at + 2 * step), *a2);
+                *a3 = simd.mul_add_e_f32s(wt, load::<S>(window, at + 3 * step), *a3);
             }
             for (r, acc) in acc.iter().enumerate().take(oh - oy) {
                 let dst = &mut output[(oy + r) * ow + start..][..lanes.min(ow - start)];

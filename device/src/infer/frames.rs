@@ -25,6 +25,9 @@ pub struct StreamForm {
     /// `frames.onnx` as read, its frame count still symbolic.
     trunk: Arc<InferenceModel>,
     trunk_path: PathBuf,
+    /// The trunk's plan for a whole window (built at load to check the file), and its
+    /// frame count.
+    window_plan: (usize, Plan),
     head: Plan,
     head_path: PathBuf,
     geometry: StreamGeometry,
@@ -90,6 +93,7 @@ impl StreamForm {
         let form = Self {
             trunk: Arc::new(trunk),
             trunk_path,
+            window_plan: (io.frames, plan),
             head,
             head_path,
             geometry,
@@ -109,18 +113,13 @@ impl StreamForm {
         self.channels
     }
 
-    /// Output frames of a chunk of `frames` input frames (0 when it is shorter than the
-    /// receptive field).
-    pub fn outputs_of(&self, frames: usize) -> usize {
-        let g = self.geometry;
-        frames
-            .checked_sub(g.receptive_field)
-            .map_or(0, |rest| rest / g.stride + 1)
-    }
-
-    /// The trunk, optimised for chunks of `frames` input frames.
+    /// The trunk, optimised for chunks of `frames` input frames (a whole window's plan is
+    /// the one built at load).
     pub fn trunk_plan(&self, frames: usize) -> Result<Plan, InferError> {
-        trunk_plan(&self.trunk, &self.trunk_path, frames, self.bins)
+        match &self.window_plan {
+            (window, plan) if *window == frames => Ok(plan.clone()),
+            _ => trunk_plan(&self.trunk, &self.trunk_path, frames, self.bins),
+        }
     }
 
     /// Runs `plan` (from [`StreamForm::trunk_plan`] for `frames`) over `features`

@@ -2,9 +2,9 @@
 //! `model.onnx`) in, class scores out. [`clip`] fits audio to the model's window and
 //! computes its features — the one definition the host trainer uses too, so training
 //! and inference see the same numbers. [`kws`] loads and runs keyword spotters;
-//! [`stream`] runs one over a stream of audio, window by window, and [`detect`] turns its
-//! windows into keyword detections, running a model's streaming form ([`frames`]) where the
-//! package has one; [`spotter`] puts the two together, the streaming loop
+//! [`stream`] runs one over a stream of audio, window by window (incrementally, through the
+//! model's streaming form [`frames`], where the package has one), and [`detect`] turns its
+//! windows into keyword detections; [`spotter`] puts the two together, the streaming loop
 //! `hush-device listen` and the C API (`device/capi`) both run; [`vad`] gates it on speech
 //! (Silero VAD); [`asr`] loads and runs
 //! CTC speech recognisers over whole utterances.

@@ -12,8 +12,9 @@
 //! normalised per window, the stream runs it incrementally: it keeps the output frames of
 //! the last window it scored (one set per phase of the window's start against the form's
 //! stride, when the hop is not a multiple of it), computes only those the new window adds
-//! (all of them after windows a gate skipped), and scores their mean with the head. That equals the whole-window model on the same window (a golden
-//! test holds them within 1e-4); [`KwsStream::whole_window`] runs the latter always.
+//! (all of them after windows a gate skipped), and scores their mean with the head. That
+//! equals the whole-window model on the same window (a golden test holds them within 1e-4);
+//! [`KwsStream::whole_window`] runs the latter always.
 //!
 //! ```no_run
 //! use hush_device::infer::{KwsClassifier, KwsStream};

@@ -78,7 +78,8 @@ pub(crate) fn unfold(c: &Conv2d, x: Tensor<4>) -> Tensor<5> {
 /// `[B, C, H, W]` with `c`'s geometry, as the sum over kernel taps of each tap's window
 /// times its weight: `weight` `[1 or B, C, kh·kw]` (one set for the batch, or one per
 /// example). Its gradients are slices and products, which on burn flex beat the grouped
-/// conv's general (transposed) 3-D conv loops.
+/// conv's general (transposed) 3-D conv loops; [`super::depthwise`] replaces it there and
+/// keeps it for the other backends (the GPU).
 pub(crate) fn depthwise_by_taps(c: &Conv2d, x: Tensor<4>, weight: Tensor<3>) -> Tensor<4> {
     let [n, ch, k] = weight.dims();
     let mut y: Option<Tensor<4>> = None;

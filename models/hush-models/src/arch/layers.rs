@@ -279,9 +279,10 @@ impl LayerRunner for OwnWeights {
 /// gradients through general (transposed) 3-D conv loops, its slowest kernels on the CPU:
 /// a pointwise conv (1×1, one group, no stride, padding or dilation) is a batched matmul
 /// `[1, out, in] × [B, in, H·W]`; a depthwise conv (one input channel per group, as many
-/// outputs) is a sum over kernel taps of the shifted input times the tap's weight
-/// ([`super::conv::depthwise_by_taps`]). Every other conv is burn's. Measured in
-/// BENCHMARKS.md (DS-CNN-S training step).
+/// outputs) is hush's depthwise op on burn flex, with its own backward pass
+/// ([`super::depthwise`]), and elsewhere a sum over kernel taps of the shifted input times
+/// the tap's weight ([`super::conv::depthwise_by_taps`]). Every other conv is burn's.
+/// Measured in BENCHMARKS.md (DS-CNN-S training step).
 pub(crate) fn conv_with(
     c: &Conv2d,
     weight: Tensor<4>,
@@ -299,7 +300,7 @@ pub(crate) fn conv_with(
     let [_, cin, _, _] = x.dims();
     let [cout, per_group, kh, kw] = weight.dims();
     if c.groups == cin && cout == cin && per_group == 1 {
-        let y = super::conv::depthwise_by_taps(c, x, weight.reshape([1, cout, kh * kw]));
+        let y = super::depthwise::depthwise(c, x, weight.reshape([1, cout, kh * kw]));
         return match bias {
             Some(bias) => y + bias.reshape([1, cout, 1, 1]),
             None => y,

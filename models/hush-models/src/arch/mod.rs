@@ -18,6 +18,7 @@
 
 pub mod bc_resnet;
 pub(crate) mod conv;
+pub mod depthwise;
 pub mod ds_cnn;
 pub mod layers;
 pub mod leak_cnn;

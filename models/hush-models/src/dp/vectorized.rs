@@ -44,7 +44,8 @@ use burn::tensor::{Device, Gradients, Tensor, TensorData};
 
 use super::activations::{clip_on_tensors, LayerGrads};
 use super::ClipBounds;
-use crate::arch::conv::{depthwise_by_taps, padding_pairs, unfold};
+use crate::arch::conv::{padding_pairs, unfold};
+use crate::arch::depthwise::depthwise;
 use crate::arch::layers::{named, LayerRunner, TensorVisitor};
 use crate::arch::KwsModel;
 use crate::checkpoint::NamedTensor;
@@ -210,15 +211,16 @@ pub(crate) fn normalize_with_stored_statistics(bn: &BatchNorm, x: Tensor<4>) -> 
 impl LayerRunner for PerExampleWeights {
     /// Dense convs (`groups = 1`): a batched matmul of each example's weights
     /// `[C_out, C_in·k]` with its unfolded input `[C_in·k, H'·W']` (a 1×1 unstrided,
-    /// unpadded conv needs no unfolding). Depthwise convs: [`depthwise_by_taps`] with each
+    /// unpadded conv needs no unfolding). Depthwise convs: [`depthwise`] with each
     /// example's own tap weights. Other grouped convs: one conv with `groups = B·g`.
     ///
     /// Why: burn 0.22.1 computes a grouped conv's weight gradient group by group
     /// (`conv2d_weight_grad_groups` in burn-backend: a slice, a conv and a slice-assign per
     /// group), so a dense conv run as `B` groups pays `B` of those per step; the matmul rule
     /// avoids that. For depthwise convs, a stacked unfold-and-multiply (one
-    /// `[B, C, k, H', W']` product) measured slower than the grouped conv, but the running
-    /// sum over taps, which never builds that tensor, measured faster (BENCHMARKS.md).
+    /// `[B, C, k, H', W']` product) measured slower than the grouped conv, the running sum
+    /// over taps, which never builds that tensor, faster, and hush's own op (loops over each
+    /// plane with a hand-written backward pass) faster still (BENCHMARKS.md).
     fn conv(&self, c: &Conv2d, x: Tensor<4>) -> Tensor<4> {
         let [b, cin, h, w] = x.dims();
         let [cout, per_group, kh, kw] = c.weight.shape().dims::<4>();
@@ -238,7 +240,7 @@ impl LayerRunner for PerExampleWeights {
                 .matmul(cols.reshape([b, cin * k, ho * wo]))
                 .reshape([b, cout, ho, wo])
         } else if c.groups == cin && cout == cin && per_group == 1 {
-            depthwise_by_taps(c, x, weight.reshape([b, cout, k]))
+            depthwise(c, x, weight.reshape([b, cout, k]))
         } else {
             let options = ConvOptions::new_with_padding(
                 c.stride,

@@ -87,7 +87,7 @@ struct RowRun {
 }
 
 /// The shapes of one call: input `[B, C, H, W]`, weight rows `N` (1 or B), output
-/// `[H', W']`, and the row runs every plane shares.
+/// `[H', W']`, and how each plane is visited.
 struct Shapes {
     batch: usize,
     channels: usize,
@@ -98,9 +98,15 @@ struct Shapes {
     out_plane: usize,
     out_width: usize,
     step: usize,
-    runs: Vec<RowRun>,
-    /// With stride 1 on both axes: the zero-padded plane every tap reads as one run.
-    padded: Option<PaddedPlane>,
+    visit: Visit,
+}
+
+/// How every plane of a call is visited.
+enum Visit {
+    /// Stride 1 on both axes: each tap is one run over the zero-padded plane.
+    Padded(PaddedPlane),
+    /// Otherwise: the row runs each tap joins, in place.
+    Rows(Vec<RowRun>),
 }
 
 /// A zero-padded `(example, channel)` plane for a conv of stride 1: rows of `width`
@@ -165,24 +171,10 @@ impl Shapes {
             "depthwise weight {w:?} does not fit input {x:?}"
         );
         assert_eq!(w[2], g.kernel[0] * g.kernel[1], "depthwise weight taps");
-        let [kh, kw] = g.kernel;
-        let mut runs = Vec::new();
-        for i in 0..kh {
-            let rows = g.valid(0, i, h, ho);
-            for j in 0..kw {
-                let cols = g.valid(1, j, width, wo);
-                if cols.is_empty() {
-                    continue;
-                }
-                let first_col = g.input(1, j, cols.start);
-                runs.extend(rows.clone().map(|oh| RowRun {
-                    tap: i * kw + j,
-                    input: g.input(0, i, oh) * width + first_col,
-                    output: oh * wo + cols.start,
-                    len: cols.len(),
-                }));
-            }
-        }
+        let visit = match PaddedPlane::new(g, h, width, ho) {
+            Some(padded) => Visit::Padded(padded),
+            None => Visit::Rows(row_runs(g, [h, width], [ho, wo])),
+        };
         Self {
             batch,
             channels,
@@ -193,8 +185,7 @@ impl Shapes {
             out_plane: ho * wo,
             out_width: wo,
             step: g.stride[1],
-            runs,
-            padded: PaddedPlane::new(g, h, width, ho),
+            visit,
         }
     }
 
@@ -205,9 +196,32 @@ impl Shapes {
     }
 
     /// The input elements a run reads (every `step`-th of them).
-    fn input_span(&self, run: &RowRun) -> std::ops::Range<usize> {
+    fn input_span(&self, run: &RowRun) -> Range<usize> {
         run.input..run.input + (run.len - 1) * self.step + 1
     }
+}
+
+/// The row runs of every tap over an `[h, w]` input and `[ho, wo]` output.
+fn row_runs(g: &DepthwiseGeometry, [h, w]: [usize; 2], [ho, wo]: [usize; 2]) -> Vec<RowRun> {
+    let [kh, kw] = g.kernel;
+    let mut runs = Vec::new();
+    for i in 0..kh {
+        let rows = g.valid(0, i, h, ho);
+        for j in 0..kw {
+            let cols = g.valid(1, j, w, wo);
+            if cols.is_empty() {
+                continue;
+            }
+            let first_col = g.input(1, j, cols.start);
+            runs.extend(rows.clone().map(|oh| RowRun {
+                tap: i * kw + j,
+                input: g.input(0, i, oh) * w + first_col,
+                output: oh * wo + cols.start,
+                len: cols.len(),
+            }));
+        }
+    }
+    runs
 }
 
 /// `acc[i] += a[i] · b` for a scalar `b`, or `acc[i] += a[i] · b[i]`: SIMD over equal-length
@@ -271,8 +285,7 @@ enum Pass<'a> {
     /// The input's gradient `[B, C, H, W]` from the output's and the weights.
     GradInput { grad: &'a [f32], weight: &'a [f32] },
     /// The weights' gradient `[N, C, K]` from the output's and the input (summed over the
-    /// batch when `N` is 1): each tap's products are summed per output column across rows
-    /// first, then across columns once per plane.
+    /// batch when `N` is 1).
     GradWeight { grad: &'a [f32], x: &'a [f32] },
 }
 
@@ -287,18 +300,19 @@ impl pulp::WithSimd for Run<'_> {
     #[inline(always)]
     fn with_simd<S: pulp::Simd>(self, simd: S) -> Vec<f32> {
         let s = self.shapes;
+        let runs = match &s.visit {
+            Visit::Padded(pp) => return padded_pass(simd, self.pass, s, pp),
+            Visit::Rows(runs) => runs,
+        };
         let (cin, cout, step) = (s.in_plane, s.out_plane, s.step);
         let planes = (0..s.batch).flat_map(|b| (0..s.channels).map(move |c| (b, c)));
-        if let Some(pp) = &s.padded {
-            return padded_pass(simd, self.pass, s, pp);
-        }
         match self.pass {
             Pass::Forward { x, weight } => {
                 let mut y = vec![0f32; s.batch * s.channels * cout];
                 for (p, (b, c)) in planes.enumerate() {
                     let taps = &weight[s.taps_of(b, c)..][..s.taps];
                     let (xp, yp) = (&x[p * cin..][..cin], &mut y[p * cout..][..cout]);
-                    for run in &s.runs {
+                    for run in runs {
                         let out = &mut yp[run.output..][..run.len];
                         let input = &xp[s.input_span(run)];
                         let w = Operand::Scalar(taps[run.tap]);
@@ -316,7 +330,7 @@ impl pulp::WithSimd for Run<'_> {
                 for (p, (b, c)) in planes.enumerate() {
                     let taps = &weight[s.taps_of(b, c)..][..s.taps];
                     let (gy, gxp) = (&grad[p * cout..][..cout], &mut gx[p * cin..][..cin]);
-                    for run in &s.runs {
+                    for run in runs {
                         let span = s.input_span(run);
                         let (gy, w) = (&gy[run.output..][..run.len], taps[run.tap]);
                         if step == 1 {
@@ -331,11 +345,13 @@ impl pulp::WithSimd for Run<'_> {
             Pass::GradWeight { grad, x } => {
                 let wo = s.out_width;
                 let mut gw = vec![0f32; s.weight_rows * s.channels * s.taps];
+                // Each tap's products summed per output column across rows first, then
+                // across columns once per plane.
                 let mut columns = vec![0f32; s.taps * wo];
                 for (p, (b, c)) in planes.enumerate() {
                     let (gy, xp) = (&grad[p * cout..][..cout], &x[p * cin..][..cin]);
                     columns.fill(0.0);
-                    for run in &s.runs {
+                    for run in runs {
                         let acc = &mut columns[run.tap * wo..][..run.len];
                         let gy = Operand::Slice(&gy[run.output..][..run.len]);
                         let input = &xp[s.input_span(run)];

@@ -1,7 +1,7 @@
 //! Decoding WAV and FLAC files into mono `f32` samples in [-1, 1].
 
 use std::fs::File;
-use std::io::{BufReader, Read};
+use std::io::{BufReader, Read, Seek, SeekFrom};
 use std::path::{Path, PathBuf};
 
 /// Mono audio: samples in [-1, 1] at `sample_rate` Hz.
@@ -159,70 +159,217 @@ fn read_up_to(r: &mut impl Read, buf: &mut [u8]) -> std::io::Result<usize> {
 }
 
 fn read_wav(path: &Path) -> Result<Audio, AudioError> {
-    let malformed = |e: hound::Error| match e {
-        hound::Error::IoError(source) if source.kind() != std::io::ErrorKind::UnexpectedEof => {
-            AudioError::Io {
-                path: path.to_path_buf(),
-                source,
-            }
-        }
-        hound::Error::Unsupported => AudioError::Unsupported {
-            path: path.to_path_buf(),
-            what: "WAV sub-format (expected PCM 8/16/24/32-bit or IEEE float 32-bit)".into(),
-        },
-        other => AudioError::Malformed {
-            path: path.to_path_buf(),
-            format: "WAV",
-            reason: other.to_string(),
-        },
-    };
-    let file = File::open(path).map_err(|source| AudioError::Io {
-        path: path.to_path_buf(),
-        source,
-    })?;
-    let reader = hound::WavReader::new(BufReader::new(file)).map_err(malformed)?;
-    let spec = reader.spec();
-    let channels = usize::from(spec.channels);
-    if channels == 0 || spec.sample_rate == 0 {
-        return Err(AudioError::Malformed {
-            path: path.to_path_buf(),
-            format: "WAV",
-            reason: format!("{} channels at {} Hz", spec.channels, spec.sample_rate),
-        });
+    let mut wav = WavBlocks::open(path)?;
+    // The header's count, bounded: a lying header must not reserve gigabytes.
+    let mut samples = Vec::with_capacity(wav.frames_left().min(1 << 22) as usize);
+    while wav.read_mono(1 << 16, &mut samples)? > 0 {}
+    Ok(Audio {
+        samples,
+        sample_rate: wav.sample_rate(),
+    })
+}
+
+/// A WAV file's samples, decoded a block at a time straight from its bytes and averaged to
+/// mono (PCM 8/16/24/32-bit or IEEE float 32-bit, as hound reads them). hound reads the
+/// header; its sample iterator, one call per sample, cost over twice what computing the
+/// features of those samples does (callgrind, `hush-device listen` over a file).
+pub struct WavBlocks {
+    path: PathBuf,
+    file: BufReader<File>,
+    encoding: Encoding,
+    channels: usize,
+    sample_rate: u32,
+    frames_left: u64,
+    /// Interleaved samples read so far (to name a non-finite one).
+    samples_read: u64,
+    bytes: Vec<u8>,
+    interleaved: Vec<f32>,
+}
+
+/// How a WAV file stores one sample.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Encoding {
+    /// 8-bit unsigned, offset by 128.
+    U8,
+    I16,
+    I24,
+    /// 24 bits in a 4-byte container (the low three bytes).
+    I24In4,
+    I32,
+    F32,
+}
+
+impl Encoding {
+    /// The encoding of samples of `bits` valid bits stored in `bytes` bytes, if hush reads it.
+    fn of(format: hound::SampleFormat, bytes: u64, bits: u16) -> Option<Self> {
+        use hound::SampleFormat::{Float, Int};
+        Some(match (format, bytes, bits) {
+            (Int, 1, 8) => Self::U8,
+            (Int, 2, 16) => Self::I16,
+            (Int, 3, 24) => Self::I24,
+            (Int, 4, 24) => Self::I24In4,
+            (Int, 4, 32) => Self::I32,
+            (Float, 4, 32) => Self::F32,
+            _ => return None,
+        })
     }
-    let interleaved: Vec<f32> = match (spec.sample_format, spec.bits_per_sample) {
-        (hound::SampleFormat::Float, 32) => reader
-            .into_samples::<f32>()
-            .collect::<Result<_, _>>()
-            .map_err(malformed)?,
-        (hound::SampleFormat::Int, bits @ 1..=32) => {
-            let scale = 1.0 / (1u64 << (bits - 1)) as f32;
-            reader
-                .into_samples::<i32>()
-                .map(|s| s.map(|v| v as f32 * scale))
-                .collect::<Result<_, _>>()
-                .map_err(malformed)?
+
+    /// Bytes per sample.
+    fn width(self) -> usize {
+        match self {
+            Self::U8 => 1,
+            Self::I16 => 2,
+            Self::I24 => 3,
+            Self::I24In4 | Self::I32 | Self::F32 => 4,
         }
-        (format, bits) => {
-            return Err(AudioError::Unsupported {
+    }
+
+    /// Appends the samples of `bytes` (a whole number of them) to `out`, in [-1, 1].
+    fn decode(self, bytes: &[u8], out: &mut Vec<f32>) {
+        let samples = bytes.chunks_exact(self.width());
+        match self {
+            Self::U8 => out.extend(samples.map(|b| (f32::from(b[0]) - 128.0) / 128.0)),
+            Self::I16 => {
+                out.extend(samples.map(|b| f32::from(i16::from_le_bytes([b[0], b[1]])) / 32_768.0))
+            }
+            // The three bytes as the top of an i32, shifted back down with their sign.
+            Self::I24 | Self::I24In4 => out
+                .extend(samples.map(|b| {
+                    (i32::from_le_bytes([0, b[0], b[1], b[2]]) >> 8) as f32 / 8_388_608.0
+                })),
+            Self::I32 => out
+                .extend(samples.map(|b| {
+                    i32::from_le_bytes([b[0], b[1], b[2], b[3]]) as f32 / 2_147_483_648.0
+                })),
+            Self::F32 => out.extend(samples.map(|b| f32::from_le_bytes([b[0], b[1], b[2], b[3]]))),
+        }
+    }
+}
+
+impl WavBlocks {
+    /// Opens the WAV file at `path` and reads its header.
+    pub fn open(path: &Path) -> Result<Self, AudioError> {
+        let io = |source| AudioError::Io {
+            path: path.to_path_buf(),
+            source,
+        };
+        let malformed = |reason: String| AudioError::Malformed {
+            path: path.to_path_buf(),
+            format: "WAV",
+            reason,
+        };
+        let mut file = File::open(path).map_err(io)?;
+        // hound reads the header unbuffered and stops at the first byte of the data chunk,
+        // whose length is the 4 bytes just before it: the length over hound's sample count
+        // is the bytes per sample, which hound does not tell.
+        let (spec, samples) = {
+            let reader = hound::WavReader::new(&mut file).map_err(|e| match e {
+                hound::Error::IoError(source)
+                    if source.kind() != std::io::ErrorKind::UnexpectedEof =>
+                {
+                    io(source)
+                }
+                hound::Error::Unsupported => AudioError::Unsupported {
+                    path: path.to_path_buf(),
+                    what: "WAV sub-format (expected PCM 8/16/24/32-bit or IEEE float 32-bit)"
+                        .into(),
+                },
+                other => malformed(other.to_string()),
+            })?;
+            (reader.spec(), u64::from(reader.len()))
+        };
+        let channels = usize::from(spec.channels);
+        if channels == 0 || spec.sample_rate == 0 {
+            return Err(malformed(format!(
+                "{} channels at {} Hz",
+                spec.channels, spec.sample_rate
+            )));
+        }
+        let data_at = file.stream_position().map_err(io)?;
+        let mut len = [0u8; 4];
+        file.seek(SeekFrom::Start(data_at - 4)).map_err(io)?;
+        file.read_exact(&mut len).map_err(io)?;
+        let data_len = u64::from(u32::from_le_bytes(len));
+        let width = data_len
+            .checked_div(samples)
+            .unwrap_or(u64::from(spec.bits_per_sample).div_ceil(8));
+        let encoding = Encoding::of(spec.sample_format, width, spec.bits_per_sample).ok_or_else(|| {
+            AudioError::Unsupported {
                 path: path.to_path_buf(),
                 what: format!(
-                    "{bits}-bit {format:?} WAV (expected PCM 8/16/24/32-bit or float 32-bit)"
+                    "{}-bit {:?} samples in {width} bytes (expected PCM 8/16/24/32-bit or float 32-bit)",
+                    spec.bits_per_sample, spec.sample_format
                 ),
-            })
-        }
-    };
-    if let Some((index, &value)) = interleaved.iter().enumerate().find(|(_, v)| !v.is_finite()) {
-        return Err(AudioError::NonFinite {
+            }
+        })?;
+        Ok(Self {
             path: path.to_path_buf(),
-            index,
-            value,
-        });
+            file: BufReader::new(file),
+            encoding,
+            channels,
+            sample_rate: spec.sample_rate,
+            frames_left: samples / channels as u64,
+            samples_read: 0,
+            bytes: Vec::new(),
+            interleaved: Vec::new(),
+        })
     }
-    Ok(Audio {
-        samples: downmix(&interleaved, channels),
-        sample_rate: spec.sample_rate,
-    })
+
+    /// Samples per second.
+    pub fn sample_rate(&self) -> u32 {
+        self.sample_rate
+    }
+
+    /// Channels in the file (averaged to one on read).
+    pub fn channels(&self) -> usize {
+        self.channels
+    }
+
+    /// Frames (one sample per channel) not read yet.
+    pub fn frames_left(&self) -> u64 {
+        self.frames_left
+    }
+
+    /// Reads up to `frames` frames, averages each to one sample and appends them to `out`.
+    /// Returns how many it read: 0 at the end of the data.
+    pub fn read_mono(&mut self, frames: usize, out: &mut Vec<f32>) -> Result<usize, AudioError> {
+        let frames = frames.min(usize::try_from(self.frames_left).unwrap_or(usize::MAX));
+        let samples = frames * self.channels;
+        self.bytes.resize(samples * self.encoding.width(), 0);
+        let got = read_up_to(&mut self.file, &mut self.bytes).map_err(|source| AudioError::Io {
+            path: self.path.clone(),
+            source,
+        })?;
+        if got < self.bytes.len() {
+            let whole = self.samples_read + (got / self.encoding.width()) as u64;
+            return Err(AudioError::Malformed {
+                path: self.path.clone(),
+                format: "WAV",
+                reason: format!(
+                    "truncated: the data chunk ends after {whole} of {} samples",
+                    self.samples_read + (self.frames_left * self.channels as u64)
+                ),
+            });
+        }
+        self.interleaved.clear();
+        self.encoding.decode(&self.bytes, &mut self.interleaved);
+        if let Some((i, &value)) = self
+            .interleaved
+            .iter()
+            .enumerate()
+            .find(|(_, v)| !v.is_finite())
+        {
+            return Err(AudioError::NonFinite {
+                path: self.path.clone(),
+                index: (self.samples_read + i as u64) as usize,
+                value,
+            });
+        }
+        downmix_into(&self.interleaved, self.channels, out);
+        self.samples_read += samples as u64;
+        self.frames_left -= frames as u64;
+        Ok(frames)
+    }
 }
 
 fn read_flac(path: &Path) -> Result<Audio, AudioError> {
@@ -276,22 +423,25 @@ fn read_flac(path: &Path) -> Result<Audio, AudioError> {
             });
         }
     }
+    let mut samples = Vec::with_capacity(interleaved.len() / channels);
+    downmix_into(&interleaved, channels, &mut samples);
     Ok(Audio {
-        samples: downmix(&interleaved, channels),
+        samples,
         sample_rate: info.sample_rate,
     })
 }
 
-/// Averages interleaved channels into one.
-fn downmix(interleaved: &[f32], channels: usize) -> Vec<f32> {
+/// Averages interleaved channels into one, appending to `out`.
+fn downmix_into(interleaved: &[f32], channels: usize, out: &mut Vec<f32>) {
     if channels == 1 {
-        return interleaved.to_vec();
+        return out.extend_from_slice(interleaved);
     }
     let inv = 1.0 / channels as f32;
-    interleaved
-        .chunks_exact(channels)
-        .map(|frame| frame.iter().sum::<f32>() * inv)
-        .collect()
+    out.extend(
+        interleaved
+            .chunks_exact(channels)
+            .map(|frame| frame.iter().sum::<f32>() * inv),
+    );
 }
 
 /// Writes mono audio as 16-bit PCM WAV, rounding and saturating each sample.
@@ -473,6 +623,159 @@ mod tests {
         let e = read_audio(&p).unwrap_err();
         assert!(matches!(e, AudioError::Unsupported { .. }), "{e}");
         assert!(e.to_string().contains("alaw.wav"));
+    }
+
+    /// Writes `frames` frames of `channels` channels with hound (`bytes`-byte containers
+    /// of `bits` bits) and returns the file and hound's own decoding of it, scaled and
+    /// averaged to mono the way hush did it sample by sample: the reference.
+    fn hound_file(
+        dir: &Path,
+        format: hound::SampleFormat,
+        bits: u16,
+        bytes: u16,
+        channels: u16,
+        frames: usize,
+    ) -> (PathBuf, Vec<f32>) {
+        let p = dir.join(format!("{format:?}-{bits}-in-{bytes}-x{channels}.wav"));
+        let spec = hound::WavSpec {
+            channels,
+            sample_rate: 16_000,
+            bits_per_sample: bits,
+            sample_format: format,
+        };
+        let ex = hound::WavSpecEx {
+            spec,
+            bytes_per_sample: bytes,
+        };
+        let file = std::io::BufWriter::new(File::create(&p).unwrap());
+        let mut w = hound::WavWriter::new_with_spec_ex(file, ex).unwrap();
+        let top = 1i64 << (bits - 1);
+        let mut x = 0x9e37_79b9u64;
+        for i in 0..frames * usize::from(channels) {
+            x = x
+                .wrapping_mul(6_364_136_223_846_793_005)
+                .wrapping_add(1_442_695_040_888_963_407);
+            // Full scale at both ends first, then pseudo-random values.
+            let v = match i {
+                0 => -top,
+                1 => top - 1,
+                _ => (x >> 11) as i64 % top * if x & 1 == 0 { 1 } else { -1 },
+            };
+            match format {
+                hound::SampleFormat::Int => w.write_sample(v as i32).unwrap(),
+                hound::SampleFormat::Float => w.write_sample(v as f32 / top as f32).unwrap(),
+            }
+        }
+        w.finalize().unwrap();
+        let r = hound::WavReader::open(&p).unwrap();
+        let interleaved: Vec<f32> = match format {
+            hound::SampleFormat::Float => r.into_samples::<f32>().map(Result::unwrap).collect(),
+            hound::SampleFormat::Int => {
+                let scale = 1.0 / (1u64 << (bits - 1)) as f32;
+                r.into_samples::<i32>()
+                    .map(|v| v.unwrap() as f32 * scale)
+                    .collect()
+            }
+        };
+        let inv = 1.0 / f32::from(channels);
+        let mono = interleaved
+            .chunks_exact(usize::from(channels))
+            .map(|f| {
+                if channels == 1 {
+                    f[0]
+                } else {
+                    f.iter().sum::<f32>() * inv
+                }
+            })
+            .collect();
+        (p, mono)
+    }
+
+    #[test]
+    fn wav_blocks_decode_every_encoding_as_hound_does() {
+        use hound::SampleFormat::{Float, Int};
+        let dir = tempfile::tempdir().unwrap();
+        let encodings = [
+            (Int, 8, 1),
+            (Int, 16, 2),
+            (Int, 24, 3),
+            (Int, 24, 4),
+            (Int, 32, 4),
+            (Float, 32, 4),
+        ];
+        for (format, bits, bytes) in encodings {
+            for channels in [1, 2, 3] {
+                let (p, want) = hound_file(dir.path(), format, bits, bytes, channels, 1001);
+                for block in [1, 7, 160, 5000] {
+                    let mut wav = WavBlocks::open(&p).unwrap();
+                    assert_eq!(
+                        (wav.sample_rate(), wav.channels()),
+                        (16_000, channels.into())
+                    );
+                    let mut got = Vec::new();
+                    while wav.read_mono(block, &mut got).unwrap() > 0 {}
+                    assert_eq!(
+                        got, want,
+                        "{format:?} {bits} bits in {bytes} bytes, {channels} ch, blocks of {block}"
+                    );
+                }
+                assert_eq!(read_audio(&p).unwrap().samples, want);
+            }
+        }
+    }
+
+    #[test]
+    fn wav_blocks_stop_at_the_end_of_the_data_chunk() {
+        let dir = tempfile::tempdir().unwrap();
+        let (p, want) = hound_file(dir.path(), hound::SampleFormat::Int, 16, 2, 1, 100);
+        // A chunk after the audio (as LIST/INFO often is) is not read as samples.
+        let mut bytes = std::fs::read(&p).unwrap();
+        bytes.extend_from_slice(b"LIST\x06\0\0\0INFOab");
+        std::fs::write(&p, &bytes).unwrap();
+        let mut wav = WavBlocks::open(&p).unwrap();
+        let mut got = Vec::new();
+        assert_eq!(wav.read_mono(1000, &mut got).unwrap(), 100);
+        assert_eq!(wav.read_mono(1000, &mut got).unwrap(), 0);
+        assert_eq!(got, want);
+    }
+
+    #[test]
+    fn wav_blocks_name_a_truncation_and_a_non_finite_sample() {
+        let dir = tempfile::tempdir().unwrap();
+        let (p, _) = hound_file(dir.path(), hound::SampleFormat::Int, 16, 2, 2, 100);
+        let bytes = std::fs::read(&p).unwrap();
+        let cut = write(dir.path(), "cut.wav", &bytes[..bytes.len() - 41]);
+        let mut wav = WavBlocks::open(&cut).unwrap();
+        let mut got = Vec::new();
+        assert_eq!(wav.read_mono(60, &mut got).unwrap(), 60);
+        let e = wav.read_mono(60, &mut got).unwrap_err();
+        assert!(
+            matches!(e, AudioError::Malformed { .. })
+                && e.to_string().contains("cut.wav")
+                && e.to_string().contains("after 179 of 200 samples"),
+            "{e}"
+        );
+
+        let p = dir.path().join("nan.wav");
+        let spec = hound::WavSpec {
+            channels: 2,
+            sample_rate: 16_000,
+            bits_per_sample: 32,
+            sample_format: hound::SampleFormat::Float,
+        };
+        let mut w = hound::WavWriter::create(&p, spec).unwrap();
+        for i in 0..20 {
+            w.write_sample(if i == 9 { f32::INFINITY } else { 0.25 })
+                .unwrap();
+        }
+        w.finalize().unwrap();
+        let mut wav = WavBlocks::open(&p).unwrap();
+        let mut got = Vec::new();
+        assert_eq!(wav.read_mono(4, &mut got).unwrap(), 4);
+        assert!(matches!(
+            wav.read_mono(4, &mut got),
+            Err(AudioError::NonFinite { index: 9, .. })
+        ));
     }
 
     #[test]

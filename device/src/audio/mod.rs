@@ -15,6 +15,6 @@ mod ring;
 /// ALSA's `libasound`; a C program linking the static C library then needs `-lasound`).
 pub const MIC: bool = cfg!(feature = "mic");
 
-pub use file::{read_audio, read_audio_at, write_wav_i16, Audio, AudioError};
+pub use file::{read_audio, read_audio_at, write_wav_i16, Audio, AudioError, WavBlocks};
 pub use resample::{resample, ResampleError, StreamResampler};
 pub use ring::{sample_ring, RingConsumer, RingProducer, RING_SLOTS};

@@ -5,11 +5,11 @@
 //! `{"time_s","label","score"}`. `--windows` prints every window's verdict instead.
 //! `--vad MODEL.onnx` runs the spotter only on windows around speech (Silero VAD).
 
-use std::fs::File;
-use std::io::{BufReader, Write};
+use std::io::Write;
 use std::path::PathBuf;
 
 use anyhow::{ensure, Context};
+use hush_device::audio::WavBlocks;
 use hush_device::infer::{
     Detection, KeywordSpotter, KwsClassifier, SileroVad, SpotterOptions, VoiceGate,
 };
@@ -167,51 +167,22 @@ fn listen_file(
     listener: &mut Listener,
     out: &mut impl Write,
 ) -> anyhow::Result<()> {
-    let file = File::open(input).with_context(|| format!("opening {}", input.display()))?;
-    let reader = hound::WavReader::new(BufReader::new(file))
-        .with_context(|| format!("{}: not a WAV file hound reads", input.display()))?;
-    let spec = reader.spec();
+    let mut wav = WavBlocks::open(input)?;
     ensure!(
-        spec.sample_rate == rate && spec.channels > 0,
-        "{}: {} Hz, {} channel(s); the model's features need {} Hz (resample first, e.g. `sox IN -r {} OUT.wav`)",
+        wav.sample_rate() == rate,
+        "{}: {} Hz; the model's features need {} Hz (resample first, e.g. `sox IN -r {} OUT.wav`)",
         input.display(),
-        spec.sample_rate,
-        spec.channels,
+        wav.sample_rate(),
         rate,
         rate
     );
-    let channels = usize::from(spec.channels);
-    let chunk = (rate as usize * chunk_ms.max(1) as usize / 1000).max(1) * channels;
-    let mut samples: Box<dyn Iterator<Item = hound::Result<f32>>> =
-        match (spec.sample_format, spec.bits_per_sample) {
-            (hound::SampleFormat::Float, 32) => Box::new(reader.into_samples::<f32>()),
-            (hound::SampleFormat::Int, bits @ 1..=32) => {
-                let scale = 1.0 / (1u64 << (bits - 1)) as f32;
-                Box::new(
-                    reader
-                        .into_samples::<i32>()
-                        .map(move |s| s.map(|v| v as f32 * scale)),
-                )
-            }
-            (format, bits) => anyhow::bail!(
-                "{}: {bits}-bit {format:?} WAV; expected PCM 8–32-bit or float 32-bit",
-                input.display()
-            ),
-        };
-    let (mut buf, mut mono) = (Vec::new(), Vec::new());
+    let chunk = (rate as usize * chunk_ms.max(1) as usize / 1000).max(1);
+    let mut mono = Vec::with_capacity(chunk);
     loop {
-        buf.clear();
-        for s in samples.by_ref().take(chunk) {
-            buf.push(s.with_context(|| format!("reading {}", input.display()))?);
-        }
-        if buf.is_empty() {
+        mono.clear();
+        if wav.read_mono(chunk, &mut mono)? == 0 {
             return Ok(());
         }
-        mono.clear();
-        mono.extend(
-            buf.chunks(channels)
-                .map(|c| c.iter().sum::<f32>() / c.len() as f32),
-        );
         listener.feed(&mono, out)?;
     }
 }

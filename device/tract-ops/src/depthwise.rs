@@ -8,9 +8,16 @@
 //! (AVX2 + FMA on x86-64, NEON on aarch64, scalar elsewhere). Its `mul_add_e` is fused where
 //! the target has FMA and a plain multiply and add where it has not (32-bit ARM's VFPv3),
 //! rather than a software fused multiply-add there.
+//!
+//! A batch norm after the convolution (a per-channel multiply and add, as tract's declutter
+//! pass leaves it) and a ReLU after that are folded into the op ([`DepthwiseNchw::swap`]):
+//! the kernel and bias are scaled and shifted once when the model is prepared, and the ReLU
+//! is applied as the outputs are stored, instead of three more passes over the output.
 
 use tract_core::internal::*;
+use tract_core::ops::binary::TypedBinOp;
 use tract_core::ops::cnn::conv::{Conv, KernelFormat};
+use tract_core::ops::math::{Add, Max, Mul};
 
 use crate::window::{Window2d, ROWS};
 
@@ -21,6 +28,16 @@ use crate::window::{Window2d, ROWS};
 pub struct DepthwiseNchw {
     /// The convolution's shape.
     pub window: Window2d,
+    /// Whether a ReLU follows, applied as outputs are stored.
+    pub relu: bool,
+}
+
+/// What [`DepthwiseNchw::swap`] did to one convolution.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Swap {
+    /// tract's elementwise ops after the convolution folded into it (a multiply, an add, a
+    /// ReLU).
+    pub folded: usize,
 }
 
 impl DepthwiseNchw {
@@ -42,7 +59,73 @@ impl DepthwiseNchw {
             && node.inputs.len() == 3
             && consts
             && images.datum_type == f32::datum_type())
-        .then_some(DepthwiseNchw { window })
+        .then_some(DepthwiseNchw {
+            window,
+            relu: false,
+        })
+    }
+
+    /// Replaces `node` (a depthwise `conv` this op runs, else nothing happens) by this op,
+    /// with the per-channel multiplies and adds and the ReLU (a max with 0) that follow it
+    /// alone folded in. Returns what it did, or `None` if `node` stays tract's.
+    pub fn swap(model: &mut TypedModel, node: usize, conv: &Conv) -> TractResult<Option<Swap>> {
+        let conv_node = model.node(node);
+        let Some(mut op) = Self::for_conv(model, conv_node, conv) else {
+            return Ok(None);
+        };
+        let w = op.window.clone();
+        let (mut scale, mut shift) = (vec![1f32; w.channels], vec![0f32; w.channels]);
+        let (mut last, mut folded) = (OutletId::new(node, 0), 0);
+        while !op.relu && !model.output_outlets()?.contains(&last) {
+            let Some(next) = model.single_succ(last.node)? else {
+                break;
+            };
+            let Some(bin) = next.op_as::<TypedBinOp>() else {
+                break;
+            };
+            let Some(values) = per_channel(model, next, last, &w) else {
+                break;
+            };
+            if bin.0.is::<Mul>() {
+                scale.iter_mut().zip(&values).for_each(|(a, v)| *a *= v);
+                shift.iter_mut().zip(&values).for_each(|(b, v)| *b *= v);
+            } else if bin.0.is::<Add>() {
+                shift.iter_mut().zip(&values).for_each(|(b, v)| *b += v);
+            } else if bin.0.is::<Max>() && values.iter().all(|&v| v == 0.0) {
+                op.relu = true;
+            } else {
+                break;
+            }
+            last = OutletId::new(next.id, 0);
+            folded += 1;
+        }
+        let kernel = constant(model, conv_node.inputs[1])?;
+        let bias = constant(model, conv_node.inputs[2])?;
+        let taps = kernel.len() / w.channels;
+        let kernel: Vec<f32> = kernel
+            .iter()
+            .enumerate()
+            .map(|(i, k)| k * scale[i / taps])
+            .collect();
+        let bias: Vec<f32> = (0..w.channels)
+            .map(|c| bias[if bias.len() == 1 { 0 } else { c }] * scale[c] + shift[c])
+            .collect();
+        let name = conv_node.name.clone();
+        let mut patch = TypedModelPatch::new(format!("hush depthwise {name}"));
+        let images = patch.tap_model(model, conv_node.inputs[0])?;
+        let kernel_shape = [w.channels, 1, w.kernel[0], w.kernel[1]];
+        let kernel = patch.add_const(
+            format!("{name}.kernel"),
+            Tensor::from_shape(&kernel_shape, &kernel)?,
+        )?;
+        let bias = patch.add_const(
+            format!("{name}.bias"),
+            Tensor::from_shape(&[w.channels], &bias)?,
+        )?;
+        let out = patch.wire_node(&name, op, &[images, kernel, bias])?;
+        patch.shunt_outside(model, last, out[0])?;
+        patch.apply(model)?;
+        Ok(Some(Swap { folded }))
     }
 
     /// Convolves `images` with `kernel` (`[channels, 1, kh, kw]`) plus `bias` (one per
@@ -71,6 +154,7 @@ impl DepthwiseNchw {
         w.images(images, out)?;
         pulp::Arch::new().dispatch(Convolve {
             w,
+            relu: self.relu,
             images,
             kernel,
             bias,
@@ -80,9 +164,64 @@ impl DepthwiseNchw {
     }
 }
 
+/// The values of the constant at `outlet`, as f32s.
+fn constant(model: &TypedModel, outlet: OutletId) -> TractResult<Vec<f32>> {
+    let fact = model.outlet_fact(outlet)?;
+    let konst = fact.konst.as_ref().context("a constant input")?;
+    Ok(konst.try_as_plain_ram()?.as_slice::<f32>()?.to_vec())
+}
+
+/// One value per channel of `w` when `node` is a binary op between `from` and a constant
+/// that broadcasts along channels only (`[c, 1, 1]`, `[1, c, 1, 1]`, or one value for all).
+fn per_channel(
+    model: &TypedModel,
+    node: &TypedNode,
+    from: OutletId,
+    w: &Window2d,
+) -> Option<Vec<f32>> {
+    let [a, b] = node.inputs.as_slice() else {
+        return None;
+    };
+    let other = match (*a == from, *b == from) {
+        (true, false) => *b,
+        (false, true) => *a,
+        _ => return None,
+    };
+    let konst = model.outlet_fact(other).ok()?.konst.clone()?;
+    if konst.datum_type() != f32::datum_type() {
+        return None;
+    }
+    // The constant's axes, right-aligned against the output's (N)CHW.
+    let rank = 3 + usize::from(w.batch);
+    let shape = konst.shape();
+    let lead = rank.checked_sub(shape.len())?;
+    let dims = (0..rank).map(|axis| axis.checked_sub(lead).map_or(1, |i| shape[i]));
+    let channel_axis = rank - 3;
+    let mut per = 1;
+    for (axis, d) in dims.enumerate() {
+        match (axis == channel_axis, d) {
+            (_, 1) => {}
+            (true, d) if d == w.channels => per = d,
+            _ => return None,
+        }
+    }
+    let values = konst
+        .try_as_plain_ram()
+        .ok()?
+        .as_slice::<f32>()
+        .ok()?
+        .to_vec();
+    Some(if per == 1 {
+        vec![values[0]; w.channels]
+    } else {
+        values
+    })
+}
+
 /// One call of the convolution, for `pulp` to run with the widest SIMD the CPU has.
 struct Convolve<'a> {
     w: &'a Window2d,
+    relu: bool,
     images: &'a [f32],
     kernel: &'a [f32],
     bias: &'a [f32],
@@ -96,6 +235,7 @@ impl pulp::WithSimd for Convolve<'_> {
     fn with_simd<S: pulp::Simd>(self, simd: S) {
         let Convolve {
             w,
+            relu,
             images,
             kernel,
             bias,
@@ -113,9 +253,9 @@ impl pulp::WithSimd for Convolve<'_> {
             let k = &kernel[c * taps..(c + 1) * taps];
             let b = if bias.len() == 1 { bias[0] } else { bias[c] };
             if w.strides[1] == 1 {
-                convolve_plane(simd, w, &padded, &offsets, k, b, output);
+                convolve_plane(simd, w, &padded, &offsets, k, b, relu, output);
             } else {
-                convolve_plane_strided(w, &padded, &offsets, k, b, output);
+                convolve_plane_strided(w, &padded, &offsets, k, b, relu, output);
             }
         }
     }
@@ -128,7 +268,9 @@ fn load<S: pulp::Simd>(plane: &[f32], at: usize) -> S::f32s {
     vector[0]
 }
 
-/// One plane of a convolution with a width stride of 1, from its padded plane.
+/// One plane of a convolution with a width stride of 1, from its padded plane; `relu`:
+/// negative outputs stored as 0.
+#[allow(clippy::too_many_arguments)]
 #[inline(always)]
 fn convolve_plane<S: pulp::Simd>(
     simd: S,
@@ -137,6 +279,7 @@ fn convolve_plane<S: pulp::Simd>(
     offsets: &[usize],
     kernel: &[f32],
     bias: f32,
+    relu: bool,
     output: &mut [f32],
 ) {
     let [oh, ow] = w.output;
@@ -155,6 +298,9 @@ fn convolve_plane<S: pulp::Simd>(
                 *a1 = simd.mul_add_e_f32s(wt, load::<S>(window, at + step), *a1);
                 *a2 = simd.mul_add_e_f32s(wt, load::<S>(window, at + 2 * step), *a2);
                 *a3 = simd.mul_add_e_f32s(wt, load::<S>(window, at + 3 * step), *a3);
+            }
+            if relu {
+                acc = acc.map(|a| simd.max_f32s(a, simd.splat_f32s(0.0)));
             }
             for (r, acc) in acc.iter().enumerate().take(oh - oy) {
                 let dst = &mut output[(oy + r) * ow + start..][..lanes.min(ow - start)];
@@ -175,6 +321,7 @@ fn convolve_plane_strided(
     offsets: &[usize],
     kernel: &[f32],
     bias: f32,
+    relu: bool,
     output: &mut [f32],
 ) {
     let width = w.padded_width();
@@ -182,10 +329,11 @@ fn convolve_plane_strided(
     for (oy, row) in output.chunks_exact_mut(w.output[1]).enumerate() {
         for (ox, o) in row.iter_mut().enumerate() {
             let at = oy * sh * width + ox * sw;
-            *o = offsets
+            let sum = offsets
                 .iter()
                 .zip(kernel)
                 .fold(bias, |acc, (off, k)| acc + k * padded[at + off]);
+            *o = if relu { sum.max(0.0) } else { sum };
         }
     }
 }

@@ -34,6 +34,9 @@ pub use window::Window2d;
 pub struct Swapped {
     /// Depthwise convolutions.
     pub depthwise: usize,
+    /// Elementwise ops after them folded into them (batch norms' multiplies and adds,
+    /// ReLUs).
+    pub folded: usize,
     /// Max poolings.
     pub max_pool: usize,
     /// Sums over trailing axes.
@@ -48,13 +51,15 @@ pub struct Swapped {
 pub fn swap_in(model: &mut TypedModel) -> TractResult<Swapped> {
     let mut swapped = Swapped::default();
     for id in model.eval_order()? {
-        let node = model.node(id);
-        let op: Option<Box<dyn TypedOp>> = if let Some(conv) = node.op_as::<Conv>() {
-            DepthwiseNchw::for_conv(model, node, conv).map(|op| {
+        if let Some(conv) = model.node(id).op_as::<Conv>().cloned() {
+            if let Some(swap) = DepthwiseNchw::swap(model, id, &conv)? {
                 swapped.depthwise += 1;
-                Box::new(op) as _
-            })
-        } else if let Some(pool) = node.op_as::<MaxPool>() {
+                swapped.folded += swap.folded;
+            }
+            continue;
+        }
+        let node = model.node(id);
+        let op: Option<Box<dyn TypedOp>> = if let Some(pool) = node.op_as::<MaxPool>() {
             MaxPoolNchw::for_max_pool(model, node, pool).map(|op| {
                 swapped.max_pool += 1;
                 Box::new(op) as _

@@ -8,8 +8,10 @@
 use hush_tract_ops::{swap_in, Swapped};
 use proptest::prelude::*;
 use tract_core::internal::*;
+use tract_core::ops::binary::TypedBinOp;
 use tract_core::ops::cnn::conv::{Conv, KernelFormat};
 use tract_core::ops::cnn::{MaxPool, PaddingSpec, PoolSpec};
+use tract_core::ops::math::{Add, Max, Mul};
 use tract_core::ops::nn::{DataFormat, Reduce, Reducer};
 
 /// Deterministic values in [-1, 1).
@@ -176,6 +178,79 @@ proptest! {
         model.select_output_outlets(&out).unwrap();
         let (tract, hush, swapped) = run_both(model, data);
         prop_assert_eq!(swapped, Swapped { depthwise: 1, ..Swapped::default() });
+        assert_close(&tract, &hush, &case);
+    }
+
+    /// A batch norm (multiply, add: per channel or one value) and a ReLU after the
+    /// convolution are folded into hush's op when they follow it alone, in any subset; a
+    /// second reader of the convolution's output, or a max with another value than 0, stops
+    /// the folding there.
+    #[test]
+    fn depthwise_folds_the_batch_norm_and_relu_after_it(
+        case in cases(),
+        ops in (any::<bool>(), any::<bool>(), any::<bool>()),
+        per_channel in any::<bool>(),
+        stop in prop_oneof![Just(None), Just(Some(0usize)), Just(Some(1)), Just(Some(2))],
+    ) {
+        // One channel is an ordinary convolution, whose bias tract's declutter pass takes an
+        // add into before any op of hush's sees it.
+        prop_assume!(case.channels > 1);
+        let (mut model, x, data) = input(&case);
+        let c = case.channels;
+        let taps = case.kernel[0] * case.kernel[1];
+        let k = Tensor::from_shape(
+            &[c, 1, case.kernel[0], case.kernel[1]],
+            &values(c * taps, case.seed ^ 1),
+        )
+        .unwrap();
+        let k = model.add_const("k", k).unwrap();
+        let b = model.add_const("b", tensor0(0.25f32)).unwrap();
+        let conv = Conv {
+            pool_spec: case.pool_spec(c),
+            kernel_fmt: KernelFormat::OIHW,
+            group: c,
+            q_params: None,
+        };
+        let mut y = model.wire_node("dw", conv, &[x, k, b]).unwrap()[0];
+        // A constant that broadcasts along channels: [c, 1, 1] for CHW, [1, c, 1, 1] NCHW.
+        let rank = case.shape().len();
+        let mut shape = vec![1; rank];
+        if per_channel {
+            shape[rank - 3] = c;
+        }
+        let n: usize = shape.iter().product();
+        let (mut folded, mut stopped, mut outputs) = (0, false, vec![]);
+        let wanted = [ops.0, ops.1, ops.2];
+        for (i, op) in wanted.iter().enumerate() {
+            if !op {
+                continue;
+            }
+            if stop == Some(i) {
+                stopped = true;
+                if i < 2 {
+                    // A second reader of the value before this op.
+                    outputs.push(y);
+                }
+            }
+            let (name, bin, konst) = match i {
+                0 => ("scale", TypedBinOp(Box::new(Mul), None), values(n, case.seed ^ 3)),
+                1 => ("shift", TypedBinOp(Box::new(Add), None), values(n, case.seed ^ 4)),
+                _ if stop == Some(2) => ("max", TypedBinOp(Box::new(Max), None), vec![0.5; n]),
+                _ => ("relu", TypedBinOp(Box::new(Max), None), vec![0.0; n]),
+            };
+            let konst = model
+                .add_const(format!("{name}.value"), Tensor::from_shape(&shape, &konst).unwrap())
+                .unwrap();
+            y = model.wire_node(name, bin, &[y, konst]).unwrap()[0];
+            if !stopped {
+                folded += 1;
+            }
+        }
+        // The end of the chain first: it is the output compared.
+        outputs.insert(0, y);
+        model.select_output_outlets(&outputs).unwrap();
+        let (tract, hush, swapped) = run_both(model, data);
+        prop_assert_eq!(swapped, Swapped { depthwise: 1, folded, ..Swapped::default() });
         assert_close(&tract, &hush, &case);
     }
 

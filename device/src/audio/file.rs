@@ -259,6 +259,14 @@ impl WavBlocks {
             reason,
         };
         let mut file = File::open(path).map_err(io)?;
+        let mut magic = [0u8; 12];
+        let got = read_up_to(&mut file, &mut magic).map_err(io)?;
+        if got < magic.len() || &magic[..4] != b"RIFF" || &magic[8..] != b"WAVE" {
+            return Err(malformed(
+                "not a WAV file (expected a RIFF/WAVE header)".into(),
+            ));
+        }
+        file.rewind().map_err(io)?;
         // hound reads the header unbuffered and stops at the first byte of the data chunk,
         // whose length is the 4 bytes just before it: the length over hound's sample count
         // is the bytes per sample, which hound does not tell.

@@ -159,17 +159,14 @@ pub(crate) fn read_onnx(
     Ok((model, names))
 }
 
-/// Optimises a model for this device: tract's declutter pass, then the kernels tract lacks
-/// swapped in (`hush_tract_ops`: depthwise convolutions, max pooling, sums over
-/// trailing axes), then tract's codegen pass.
+/// Optimises a model for this device: tract's passes with the kernels tract lacks swapped
+/// in (`hush_tract_ops::optimize`: depthwise convolutions with what follows them folded in,
+/// max pooling, sums over trailing axes, elementwise chains along one axis).
 /// Returns the model and which of tract's ops it swapped.
 pub(crate) fn optimize_for_device(
     model: InferenceModel,
 ) -> TractResult<(TypedModel, hush_tract_ops::Swapped)> {
-    let mut model = model.into_typed()?.into_decluttered()?;
-    let swapped = hush_tract_ops::swap_in(&mut model)?;
-    model.optimize()?;
-    Ok((model, swapped))
+    hush_tract_ops::optimize(model.into_typed()?)
 }
 
 /// Runs `plan` on one input of `shape` (e.g. `[1, frames, bins]` features) and returns its

@@ -15,10 +15,9 @@
 //! is applied as the outputs are stored, instead of three more passes over the output.
 
 use tract_core::internal::*;
-use tract_core::ops::binary::TypedBinOp;
 use tract_core::ops::cnn::conv::{Conv, KernelFormat};
-use tract_core::ops::math::{Add, Max, Mul};
 
+use crate::affine::{follow, Affine, Chain};
 use crate::window::{Window2d, ROWS};
 
 /// tract's depthwise convolution (`Conv` with one group per channel) over NCHW (or CHW) f32
@@ -74,31 +73,19 @@ impl DepthwiseNchw {
             return Ok(None);
         };
         let w = op.window.clone();
-        let (mut scale, mut shift) = (vec![1f32; w.channels], vec![0f32; w.channels]);
-        let (mut last, mut folded) = (OutletId::new(node, 0), 0);
-        while !op.relu && !model.output_outlets()?.contains(&last) {
-            let Some(next) = model.single_succ(last.node)? else {
-                break;
-            };
-            let Some(bin) = next.op_as::<TypedBinOp>() else {
-                break;
-            };
-            let Some(values) = per_channel(model, next, last, &w) else {
-                break;
-            };
-            if bin.0.is::<Mul>() {
-                scale.iter_mut().zip(&values).for_each(|(a, v)| *a *= v);
-                shift.iter_mut().zip(&values).for_each(|(b, v)| *b *= v);
-            } else if bin.0.is::<Add>() {
-                shift.iter_mut().zip(&values).for_each(|(b, v)| *b += v);
-            } else if bin.0.is::<Max>() && values.iter().all(|&v| v == 0.0) {
-                op.relu = true;
-            } else {
-                break;
+        let conv_out = OutletId::new(node, 0);
+        let chain = match model.single_succ(node)? {
+            Some(next) if !model.output_outlets()?.contains(&conv_out) => {
+                follow(model, conv_out, next, w.batch as usize, w.channels)?
             }
-            last = OutletId::new(next.id, 0);
-            folded += 1;
-        }
+            _ => Chain {
+                affine: Affine::identity(w.channels),
+                last: conv_out,
+                ops: 0,
+            },
+        };
+        let Affine { scale, shift, relu } = chain.affine;
+        op.relu = relu;
         let kernel = constant(model, conv_node.inputs[1])?;
         let bias = constant(model, conv_node.inputs[2])?;
         let taps = kernel.len() / w.channels;
@@ -123,9 +110,9 @@ impl DepthwiseNchw {
             Tensor::from_shape(&[w.channels], &bias)?,
         )?;
         let out = patch.wire_node(&name, op, &[images, kernel, bias])?;
-        patch.shunt_outside(model, last, out[0])?;
+        patch.shunt_outside(model, chain.last, out[0])?;
         patch.apply(model)?;
-        Ok(Some(Swap { folded }))
+        Ok(Some(Swap { folded: chain.ops }))
     }
 
     /// Convolves `images` with `kernel` (`[channels, 1, kh, kw]`) plus `bias` (one per
@@ -169,53 +156,6 @@ fn constant(model: &TypedModel, outlet: OutletId) -> TractResult<Vec<f32>> {
     let fact = model.outlet_fact(outlet)?;
     let konst = fact.konst.as_ref().context("a constant input")?;
     Ok(konst.try_as_plain_ram()?.as_slice::<f32>()?.to_vec())
-}
-
-/// One value per channel of `w` when `node` is a binary op between `from` and a constant
-/// that broadcasts along channels only (`[c, 1, 1]`, `[1, c, 1, 1]`, or one value for all).
-fn per_channel(
-    model: &TypedModel,
-    node: &TypedNode,
-    from: OutletId,
-    w: &Window2d,
-) -> Option<Vec<f32>> {
-    let [a, b] = node.inputs.as_slice() else {
-        return None;
-    };
-    let other = match (*a == from, *b == from) {
-        (true, false) => *b,
-        (false, true) => *a,
-        _ => return None,
-    };
-    let konst = model.outlet_fact(other).ok()?.konst.clone()?;
-    if konst.datum_type() != f32::datum_type() {
-        return None;
-    }
-    // The constant's axes, right-aligned against the output's (N)CHW.
-    let rank = 3 + usize::from(w.batch);
-    let shape = konst.shape();
-    let lead = rank.checked_sub(shape.len())?;
-    let dims = (0..rank).map(|axis| axis.checked_sub(lead).map_or(1, |i| shape[i]));
-    let channel_axis = rank - 3;
-    let mut per = 1;
-    for (axis, d) in dims.enumerate() {
-        match (axis == channel_axis, d) {
-            (_, 1) => {}
-            (true, d) if d == w.channels => per = d,
-            _ => return None,
-        }
-    }
-    let values = konst
-        .try_as_plain_ram()
-        .ok()?
-        .as_slice::<f32>()
-        .ok()?
-        .to_vec();
-    Some(if per == 1 {
-        vec![values[0]; w.channels]
-    } else {
-        values
-    })
 }
 
 /// One call of the convolution, for `pulp` to run with the widest SIMD the CPU has.

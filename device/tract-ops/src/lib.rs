@@ -1,19 +1,24 @@
 //! Kernels tract 0.23 lacks or runs slowly, written as tract ops and swapped into a model's
-//! graph before tract's codegen pass ([`swap_in`]): hush's keyword spotters spend most of
+//! graph around tract's codegen pass ([`optimize`]): hush's keyword spotters spend most of
 //! their time in these ops, and tract's generic code for them is several times slower than
 //! it needs to be (BENCHMARKS.md, "KWS inference latency").
 //!
 //! - [`depthwise`]: the depthwise 2-D convolution over NCHW data. tract walks it with a
 //!   per-zone loop that does not vectorise; on x86-64 it has no vectorised depthwise kernel
-//!   at all (its channels-last kernel is aarch64 and wasm only).
+//!   at all (its channels-last kernel is aarch64 and wasm only). A batch norm and a ReLU
+//!   after it are folded into it.
 //! - [`maxpool`]: 2-D max pooling over NCHW data.
 //! - [`sum`]: a sum over the trailing axes (a mean over frequency, a global average pool).
+//! - [`affine`]: chains of multiplies, adds and subtracts by constants along one axis, and
+//!   a ReLU after them, as one pass: what tract's codegen could not fuse into a matrix
+//!   product (a model's input normalisation, a batch norm after a change of axes).
 //!
 //! [`window`] holds what the first two share: the window's shape and the padded plane.
 //! Each op keeps tract's inputs, shapes and semantics, so a model with the ops swapped in
 //! computes what tract's own ops compute, within float rounding (the tests compare them on
 //! the same graphs).
 
+pub mod affine;
 pub mod depthwise;
 pub mod maxpool;
 pub mod sum;
@@ -24,6 +29,7 @@ use tract_core::ops::cnn::conv::Conv;
 use tract_core::ops::cnn::MaxPool;
 use tract_core::ops::nn::Reduce;
 
+pub use affine::AxisAffine;
 pub use depthwise::DepthwiseNchw;
 pub use maxpool::MaxPoolNchw;
 pub use sum::SumTrailing;
@@ -41,6 +47,19 @@ pub struct Swapped {
     pub max_pool: usize,
     /// Sums over trailing axes.
     pub sum: usize,
+    /// Elementwise ops by constants along one axis that tract left unfused after its
+    /// codegen, replaced by [`AxisAffine`]s.
+    pub affine: usize,
+}
+
+/// Optimises `model` for running with hush's ops: tract's declutter pass, [`swap_in`],
+/// tract's codegen pass, then [`AxisAffine::fold_all`] over what codegen left.
+pub fn optimize(model: TypedModel) -> TractResult<(TypedModel, Swapped)> {
+    let mut model = model.into_decluttered()?;
+    let mut swapped = swap_in(&mut model)?;
+    model.optimize()?;
+    swapped.affine = AxisAffine::fold_all(&mut model)?;
+    Ok((model, swapped))
 }
 
 /// Replaces, in a decluttered `model`, each op this crate runs faster by its own: tract's

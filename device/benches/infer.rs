@@ -133,7 +133,7 @@ fn package(arch: &str, dir: &Path) -> usize {
 }
 
 /// Median time of one 1 s window with tract as it ships, without hush's ops
-/// (`hush_tract_ops::swap_in`): tract's own optimisation of the same `model.onnx`.
+/// (`hush_tract_ops::optimize`): tract's own optimisation of the same `model.onnx`.
 fn stock_tract(dir: &Path) -> Timing {
     use tract_onnx::prelude::*;
     let plan = tract_onnx::onnx()

@@ -124,6 +124,8 @@ fn the_streaming_form_equals_the_whole_window_model_at_every_hop() {
         let mut incremental = KwsStream::new(&clf, hop).unwrap();
         let mut whole = KwsStream::whole_window(&clf, hop).unwrap();
         assert!(incremental.is_incremental() && !whole.is_incremental());
+        // On the stride, the trunk runs pulsed by tract.
+        assert!(incremental.is_pulsed(), "hop {hop}");
         let a = verdicts(&mut incremental, &samples, |_| true);
         let b = verdicts(&mut whole, &samples, |_| true);
         assert!(a.len() >= 350 / hop, "hop {hop}: {} windows", a.len());
@@ -221,7 +223,7 @@ fn a_hop_off_the_stride_runs_incrementally_on_both_phases() {
     let samples = audio(4);
     for hop in [1, 5, 7] {
         let mut incremental = KwsStream::new(&clf, hop).unwrap();
-        assert!(incremental.is_incremental());
+        assert!(incremental.is_incremental() && !incremental.is_pulsed());
         let a = verdicts(&mut incremental, &samples, |_| true);
         let b = verdicts(
             &mut KwsStream::whole_window(&clf, hop).unwrap(),

@@ -173,7 +173,8 @@ typedef struct HushTranscriber HushTranscriber;
 typedef struct HushSpotterOptions {
   /**
    * Run the model every this many milliseconds of audio (> 0; rounded to whole
-   * feature frames). Default 100.
+   * feature frames, or for a model with a streaming form to whole multiples of its time
+   * stride). Default 100.
    */
   uint32_t hop_ms;
   /**

@@ -27,7 +27,8 @@ pub struct HushSpotter {
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct HushSpotterOptions {
     /// Run the model every this many milliseconds of audio (> 0; rounded to whole
-    /// feature frames). Default 100.
+    /// feature frames, or for a model with a streaming form to whole multiples of its time
+    /// stride). Default 100.
     pub hop_ms: u32,
     /// Average each class's score over the windows of the last this many milliseconds
     /// (at least one window). Default 500.

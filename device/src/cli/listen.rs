@@ -36,7 +36,9 @@ pub struct ListenArgs {
     /// With `--mic`: stop after this many seconds of audio.
     #[arg(long, requires = "mic")]
     pub seconds: Option<f64>,
-    /// Run the model every this many milliseconds of audio (rounded to whole frames).
+    /// Run the model every this many milliseconds of audio (rounded to whole frames; for a
+    /// model with a streaming form, to whole multiples of its time stride, which lets its
+    /// trunk run pulsed: 100 ms becomes 120 at a 20 ms shift and a stride of 2).
     #[arg(long, default_value_t = SpotterOptions::HOP_MS)]
     pub hop_ms: u32,
     /// Average each class's posterior over the windows of the last this many

@@ -8,7 +8,9 @@
 //!
 //! The trunk's frame count is symbolic in the file; it is fixed per chunk length when a
 //! length is first asked for ([`StreamForm::trunk_plan`]), so that tract and hush's kernels
-//! see concrete shapes.
+//! see concrete shapes. For a stream fed a fixed number of frames at a time, tract-pulse
+//! turns the trunk into a stateful one ([`StreamForm::pulsed_trunk`]): each layer keeps its
+//! own last frames, so every frame goes through every layer once.
 
 use std::path::{Path, PathBuf};
 
@@ -16,6 +18,7 @@ use hush_models::arch::StreamGeometry;
 use hush_models::export::onnx::{FRAMES, POOLED, PROBS};
 use hush_models::package::{ModelCard, STREAM_FRAMES, STREAM_HEAD};
 use tract_onnx::prelude::*;
+use tract_pulse::internal::{PulsedModel, PulsedModelExt};
 
 use super::{optimize_for_device, read_onnx, run_plan, InferError, Plan};
 
@@ -113,6 +116,72 @@ impl StreamForm {
         self.channels
     }
 
+    /// The trunk pulsed by tract for a stream fed `pulse` input frames at a time (a
+    /// multiple of the stride): a stateful plan each run of which takes the next `pulse`
+    /// frames and gives `pulse / stride` output frames, the first [`PulsedTrunk::delay`] of
+    /// them before the stream's first output frame.
+    pub fn pulsed_trunk(&self, pulse: usize) -> Result<PulsedTrunk, InferError> {
+        let fail = |e: TractError| {
+            InferError::foreign(
+                &self.trunk_path,
+                format!("the trunk pulsed {pulse} frames at a time: {e:#}"),
+            )
+        };
+        let trunk = (*self.trunk).clone();
+        let time = trunk.symbols.sym("hush_stream_frames");
+        let typed = trunk
+            .with_input_fact(
+                0,
+                f32::fact([1.to_dim(), time.clone().into(), self.bins.to_dim()]).into(),
+            )
+            .and_then(|m| m.into_typed())
+            .and_then(|m| m.into_decluttered())
+            .map_err(fail)?;
+        let pulsed = PulsedModel::new(&typed, time, &pulse.to_dim())
+            .and_then(|m| m.into_typed())
+            .map_err(fail)?;
+        let delay = pulsed
+            .properties
+            .get("pulse.delay")
+            .and_then(|d| {
+                d.try_as_plain_ram()
+                    .ok()?
+                    .as_slice::<i64>()
+                    .ok()?
+                    .first()
+                    .copied()
+            })
+            .and_then(|d| usize::try_from(d).ok())
+            .ok_or_else(|| fail(TractError::msg("tract-pulse gave no delay for its output")))?;
+        let (model, _) = hush_tract_ops::optimize(pulsed).map_err(fail)?;
+        let plan = model.into_runnable().map_err(fail)?;
+        Ok(PulsedTrunk { plan, pulse, delay })
+    }
+
+    /// Runs `state` (of a [`StreamForm::pulsed_trunk`]) on the next `pulse` frames of
+    /// `features` (`pulse × bins`) and appends its output frames to `out`.
+    pub fn pulse_vectors(
+        &self,
+        state: &mut TypedSimpleState,
+        features: &[f32],
+        pulse: usize,
+        out: &mut Vec<f32>,
+    ) -> Result<(), InferError> {
+        let run = |reason: String| InferError::Run {
+            path: self.trunk_path.clone(),
+            reason,
+        };
+        let input =
+            tract_ndarray::ArrayD::from_shape_vec(&[1, pulse, self.bins][..], features.to_vec())
+                .map_err(|e| run(e.to_string()))?
+                .into_tensor();
+        let outputs = state
+            .run(tvec!(input.into_tvalue()))
+            .map_err(|e| run(format!("{e:#}")))?;
+        out.extend_from_slice(&super::output_values(&outputs, 0).map_err(run)?);
+        Ok(())
+    }
+
     /// The trunk, optimised for chunks of `frames` input frames (a whole window's plan is
     /// the one built at load).
     pub fn trunk_plan(&self, frames: usize) -> Result<Plan, InferError> {
@@ -160,6 +229,18 @@ fn trunk_plan(
     model
         .into_runnable()
         .map_err(|e| InferError::onnx(path, format!("{e:#}")))
+}
+
+/// The trunk as tract-pulse runs it ([`StreamForm::pulsed_trunk`]).
+#[derive(Debug, Clone)]
+pub struct PulsedTrunk {
+    /// The stateful plan (a state per stream: `plan.spawn()`).
+    pub plan: Plan,
+    /// Input frames per run.
+    pub pulse: usize,
+    /// Output frames a fresh state gives before the first one of its input (they read the
+    /// zeros its buffers start with).
+    pub delay: usize,
 }
 
 /// `head.onnx`, checked: input `pooled` `[1, channels]` (the trunk's), outputs `logits` and

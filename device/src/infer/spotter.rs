@@ -27,7 +27,8 @@ use super::{Detection, DetectorOptions, InferError, KeywordDetector, KwsClassifi
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct SpotterOptions {
     /// Run the model every this many milliseconds of audio (> 0; rounded to whole frames,
-    /// at least one).
+    /// at least one; for a model with a streaming form, to whole multiples of its time
+    /// stride, so that its trunk runs pulsed: 100 ms is 120 at a 20 ms shift and stride 2).
     pub hop_ms: u32,
     /// Average each class's posterior over the windows of the last this many
     /// milliseconds (rounded to whole windows, at least one).
@@ -85,7 +86,9 @@ impl KeywordSpotter {
         }
         let frame = &clf.features().frame;
         let shift_ms = 1000.0 * frame.window_shift() as f64 / f64::from(frame.sample_rate);
-        let hop = ((f64::from(opts.hop_ms) / shift_ms).round() as usize).max(1);
+        let stride = clf.stream_form().map_or(1, |f| f.geometry().stride);
+        let step_ms = shift_ms * stride as f64;
+        let hop = ((f64::from(opts.hop_ms) / step_ms).round() as usize).max(1) * stride;
         let hop_ms = hop as f64 * shift_ms;
         let smooth_windows = ((f64::from(opts.smooth_ms) / hop_ms).round() as usize).max(1);
         let detector = KeywordDetector::new(

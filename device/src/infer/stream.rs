@@ -9,12 +9,19 @@
 //! bounded by the model's window, whatever the stream's length.
 //!
 //! When the package has a streaming form ([`StreamForm`]) and the features are not
-//! normalised per window, the stream runs it incrementally: it keeps the output frames of
-//! the last window it scored (one set per phase of the window's start against the form's
-//! stride, when the hop is not a multiple of it), computes only those the new window adds
-//! (all of them after windows a gate skipped), and scores their mean with the head. That
-//! equals the whole-window model on the same window (a golden test holds them within 1e-4);
-//! [`KwsStream::whole_window`] runs the latter always.
+//! normalised per window, the stream runs it incrementally and scores the mean of a window's
+//! output frames with the head:
+//!
+//! - when the hop is a multiple of the form's stride, through the trunk pulsed by tract
+//!   ([`StreamForm::pulsed_trunk`]): each layer keeps its own recent frames, so each input
+//!   frame goes through each layer once (after windows a gate skipped, the trunk starts
+//!   anew from the next window's first frame);
+//! - otherwise it keeps the output frames of the last window it scored, one set per phase
+//!   of the window's start against the stride, and computes those the new window adds, each
+//!   from the input frames under its receptive field (all of them after skipped windows).
+//!
+//! Either equals the whole-window model on the same window (golden tests hold them within
+//! 1e-4); [`KwsStream::whole_window`] runs the latter always.
 //!
 //! ```no_run
 //! use hush_device::infer::{KwsClassifier, KwsStream};
@@ -32,6 +39,10 @@ use std::path::{Path, PathBuf};
 
 use serde::Serialize;
 
+use hush_models::arch::StreamGeometry;
+use tract_onnx::prelude::TypedSimpleState;
+
+use super::frames::PulsedTrunk;
 use super::{InferError, KwsClassifier, Plan, StreamForm};
 use crate::features::cmvn::{utterance_cmvn, SlidingCmvn};
 use crate::features::{CmvnOptions, FeatureStream};
@@ -102,7 +113,8 @@ impl KwsStream {
             incremental: clf
                 .stream_form()
                 .filter(|_| matches!(cmvn, CmvnOptions::None))
-                .map(Incremental::new),
+                .map(|form| Incremental::new(form, hop.max(1), io.frames))
+                .transpose()?,
         })
     }
 
@@ -117,6 +129,14 @@ impl KwsStream {
     /// Whether the stream runs the package's streaming form.
     pub fn is_incremental(&self) -> bool {
         self.incremental.is_some()
+    }
+
+    /// Whether the stream runs the streaming form's trunk pulsed by tract (its hop is a
+    /// multiple of the stride).
+    pub fn is_pulsed(&self) -> bool {
+        self.incremental
+            .as_ref()
+            .is_some_and(|i| i.pulsed.is_some())
     }
 
     /// Pushes samples (in [-1, 1], at the model's rate) and appends a verdict to `out`
@@ -229,12 +249,13 @@ impl KwsStream {
     }
 }
 
-/// What an incremental stream keeps between windows: per phase of the window's start
-/// (its first frame modulo the form's stride), the output frames of the last window of that
-/// phase it scored; and the trunk's plans by chunk length (a hop's, a whole window's).
+/// What an incremental stream keeps between windows: the pulsed trunk's state, or per
+/// phase of the window's start (its first frame modulo the form's stride) the output frames
+/// of the last window of that phase it scored and the trunk's plans by chunk length.
 #[derive(Debug)]
 struct Incremental {
     form: StreamForm,
+    pulsed: Option<Pulsed>,
     plans: Vec<(usize, Plan)>,
     grids: Vec<Grid>,
     /// The mean of a window's output frames, handed to the head.
@@ -249,29 +270,164 @@ struct Grid {
     first: u64,
 }
 
+/// The trunk pulsed by tract, and where its state is in the stream.
+struct Pulsed {
+    trunk: PulsedTrunk,
+    state: TypedSimpleState,
+    /// The input frame the state started at, and the next one it takes.
+    origin: u64,
+    fed: u64,
+    /// Output frames the state gave since it started (the first `delay` are not frames of
+    /// the stream).
+    given: u64,
+    /// Output frames of the stream `first ..` (`channels` values each), oldest first.
+    grid: Grid,
+    /// A run's output frames.
+    out: Vec<f32>,
+}
+
+impl std::fmt::Debug for Pulsed {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Pulsed")
+            .field("pulse", &self.trunk.pulse)
+            .field("delay", &self.trunk.delay)
+            .field("origin", &self.origin)
+            .field("fed", &self.fed)
+            .finish_non_exhaustive()
+    }
+}
+
+/// The frames per run of the pulsed trunk for windows of `frames` frames every `hop`: the
+/// largest divisor of the hop that is a multiple of the stride and after whose last whole run
+/// within a window the window's output frames are all out (a window's last input frames
+/// that no output frame reads may wait for the next run). `None` when no such divisor.
+fn pulse_for(g: StreamGeometry, hop: usize, frames: usize) -> Option<usize> {
+    let unread = (frames - g.receptive_field) % g.stride;
+    (1..=hop)
+        .rev()
+        .find(|p| hop % p == 0 && p % g.stride == 0 && frames % p <= unread)
+}
+
 impl Incremental {
-    fn new(form: &StreamForm) -> Self {
-        Self {
+    fn new(form: &StreamForm, hop: usize, frames: usize) -> Result<Self, InferError> {
+        let g = form.geometry();
+        let pulsed = match pulse_for(g, hop, frames) {
+            Some(pulse) => {
+                let trunk = form.pulsed_trunk(pulse)?;
+                let state = spawn(&trunk)?;
+                Some(Pulsed {
+                    trunk,
+                    state,
+                    origin: 0,
+                    fed: 0,
+                    given: 0,
+                    grid: Grid::default(),
+                    out: Vec::new(),
+                })
+            }
+            None => None,
+        };
+        Ok(Self {
             form: form.clone(),
+            pulsed,
             plans: Vec::new(),
-            grids: (0..form.geometry().stride)
-                .map(|_| Grid::default())
-                .collect(),
+            grids: (0..g.stride).map(|_| Grid::default()).collect(),
             pooled: Vec::new(),
-        }
+        })
     }
 
     /// The probabilities of `window` (`frames × dim` features) starting at input frame
-    /// `start` of the stream: the output frames it shares with the last window of its phase
-    /// are reused, the others computed. A hop that is a multiple of the stride keeps one
-    /// phase (each window computes hop / stride frames); another hop cycles through them
-    /// (each window computes the frames since the last window of its phase).
+    /// `start` of the stream.
     fn probs(&mut self, window: &[f32], start: u64, dim: usize) -> Result<Vec<f32>, InferError> {
+        if self.pulsed.is_some() {
+            self.pulsed_vectors(window, start, dim)?;
+        } else {
+            self.grid_vectors(window, start, dim)?;
+        }
         let Self {
             form,
-            plans,
+            pulsed,
             grids,
             pooled,
+            ..
+        } = self;
+        let g = form.geometry();
+        let c = form.channels();
+        let grid = match pulsed {
+            Some(p) => &p.grid,
+            None => &grids[(start % g.stride as u64) as usize],
+        };
+        pooled.clear();
+        pooled.resize(c, 0.0);
+        for v in grid.vectors.chunks_exact(c).take(g.window_vectors) {
+            for (p, x) in pooled.iter_mut().zip(v) {
+                *p += x;
+            }
+        }
+        let n = g.window_vectors as f32;
+        pooled.iter_mut().for_each(|p| *p /= n);
+        form.probs(pooled)
+    }
+
+    /// Feeds the pulsed trunk the window's frames it has not had, until the window's output
+    /// frames are out, and leaves them first in its grid.
+    fn pulsed_vectors(&mut self, window: &[f32], start: u64, dim: usize) -> Result<(), InferError> {
+        let Self { form, pulsed, .. } = self;
+        let Some(p) = pulsed else { return Ok(()) };
+        let g = form.geometry();
+        let (c, stride) = (form.channels(), g.stride as u64);
+        let frames = (window.len() / dim.max(1)) as u64;
+        if p.fed < start || p.fed > start + frames {
+            // The first window, or windows a gate skipped: start anew at this one.
+            p.state = spawn(&p.trunk)?;
+            (p.origin, p.fed, p.given) = (start, start, 0);
+            p.grid = Grid {
+                vectors: Vec::new(),
+                first: start / stride,
+            };
+        }
+        let pulse = p.trunk.pulse as u64;
+        while p.fed + pulse <= start + frames {
+            let from = ((p.fed - start) * dim as u64) as usize;
+            let chunk = &window[from..from + p.trunk.pulse * dim];
+            p.out.clear();
+            form.pulse_vectors(&mut p.state, chunk, p.trunk.pulse, &mut p.out)?;
+            for v in p.out.chunks_exact(c) {
+                if p.given >= p.trunk.delay as u64 {
+                    p.grid.vectors.extend_from_slice(v);
+                }
+                p.given += 1;
+            }
+            p.fed += pulse;
+        }
+        let first = start / stride;
+        let drop = first
+            .saturating_sub(p.grid.first)
+            .min((p.grid.vectors.len() / c) as u64);
+        p.grid.vectors.drain(..drop as usize * c);
+        p.grid.first += drop;
+        let have = (p.grid.vectors.len() / c) as u64;
+        if p.grid.first != first || have < g.window_vectors as u64 {
+            return Err(InferError::Run {
+                path: PathBuf::from("<stream>"),
+                reason: format!(
+                    "the pulsed trunk has output frames {}..{} for a window needing {first}..{}",
+                    p.grid.first,
+                    p.grid.first + have,
+                    first + g.window_vectors as u64
+                ),
+            });
+        }
+        Ok(())
+    }
+
+    /// Leaves the output frames of `window` (`frames × dim` features, starting at input
+    /// frame `start` of the stream) in the grid of its phase: those it shares with the last
+    /// window of its phase are reused, the others computed (the frames since the last
+    /// window of its phase).
+    fn grid_vectors(&mut self, window: &[f32], start: u64, dim: usize) -> Result<(), InferError> {
+        let Self {
+            form, plans, grids, ..
         } = self;
         let g = form.geometry();
         let c = form.channels();
@@ -305,15 +461,14 @@ impl Incremental {
             let chunk = &window[from * dim..(from + frames) * dim];
             form.frame_vectors(&plan, chunk, frames, &mut grid.vectors)?;
         }
-        pooled.clear();
-        pooled.resize(c, 0.0);
-        for v in grid.vectors.chunks_exact(c) {
-            for (p, x) in pooled.iter_mut().zip(v) {
-                *p += x;
-            }
-        }
-        let n = g.window_vectors as f32;
-        pooled.iter_mut().for_each(|p| *p /= n);
-        form.probs(pooled)
+        Ok(())
     }
+}
+
+/// A fresh state of the pulsed trunk: its buffers at zero.
+fn spawn(trunk: &PulsedTrunk) -> Result<TypedSimpleState, InferError> {
+    trunk.plan.spawn().map_err(|e| InferError::Run {
+        path: PathBuf::from("<stream>"),
+        reason: format!("starting the pulsed trunk: {e:#}"),
+    })
 }

@@ -143,6 +143,27 @@ fn input(case: &Case) -> (TypedModel, OutletId, Tensor) {
     (model, x, Tensor::from_shape(&shape, &data).unwrap())
 }
 
+/// Wires a depthwise `Conv` of `case` over `x` into `model`: a kernel of the case's values,
+/// `bias`.
+fn depthwise(model: &mut TypedModel, x: OutletId, case: &Case, bias: Tensor) -> OutletId {
+    let c = case.channels;
+    let taps = case.kernel[0] * case.kernel[1];
+    let k = Tensor::from_shape(
+        &[c, 1, case.kernel[0], case.kernel[1]],
+        &values(c * taps, case.seed ^ 1),
+    )
+    .unwrap();
+    let k = model.add_const("k", k).unwrap();
+    let b = model.add_const("b", bias).unwrap();
+    let conv = Conv {
+        pool_spec: case.pool_spec(c),
+        kernel_fmt: KernelFormat::OIHW,
+        group: c,
+        q_params: None,
+    };
+    model.wire_node("dw", conv, &[x, k, b]).unwrap()[0]
+}
+
 proptest! {
     #![proptest_config(ProptestConfig::with_cases(64))]
 
@@ -152,28 +173,13 @@ proptest! {
         // into an einsum before any depthwise op sees it.
         prop_assume!(case.channels > 1 || case.kernel != [1, 1]);
         let (mut model, x, data) = input(&case);
-        let c = case.channels;
-        let taps = case.kernel[0] * case.kernel[1];
-        let k = Tensor::from_shape(
-            &[c, 1, case.kernel[0], case.kernel[1]],
-            &values(c * taps, case.seed ^ 1),
-        )
-        .unwrap();
         let b = if per_channel_bias {
-            Tensor::from_shape(&[c], &values(c, case.seed ^ 2)).unwrap()
+            Tensor::from_shape(&[case.channels], &values(case.channels, case.seed ^ 2)).unwrap()
         } else {
             tensor0(0.25f32)
         };
-        let k = model.add_const("k", k).unwrap();
-        let b = model.add_const("b", b).unwrap();
-        let conv = Conv {
-            pool_spec: case.pool_spec(c),
-            kernel_fmt: KernelFormat::OIHW,
-            group: c,
-            q_params: None,
-        };
-        let out = model.wire_node("dw", conv, &[x, k, b]).unwrap();
-        model.select_output_outlets(&out).unwrap();
+        let out = depthwise(&mut model, x, &case, b);
+        model.select_output_outlets(&[out]).unwrap();
         let (tract, hush, swapped) = run_both(model, data);
         prop_assert_eq!(swapped, Swapped { depthwise: 1, ..Swapped::default() });
         assert_close(&tract, &hush, &case);
@@ -195,21 +201,7 @@ proptest! {
         prop_assume!(case.channels > 1);
         let (mut model, x, data) = input(&case);
         let c = case.channels;
-        let taps = case.kernel[0] * case.kernel[1];
-        let k = Tensor::from_shape(
-            &[c, 1, case.kernel[0], case.kernel[1]],
-            &values(c * taps, case.seed ^ 1),
-        )
-        .unwrap();
-        let k = model.add_const("k", k).unwrap();
-        let b = model.add_const("b", tensor0(0.25f32)).unwrap();
-        let conv = Conv {
-            pool_spec: case.pool_spec(c),
-            kernel_fmt: KernelFormat::OIHW,
-            group: c,
-            q_params: None,
-        };
-        let mut y = model.wire_node("dw", conv, &[x, k, b]).unwrap()[0];
+        let mut y = depthwise(&mut model, x, &case, tensor0(0.25f32));
         // A constant that broadcasts along channels: [c, 1, 1] for CHW, [1, c, 1, 1] NCHW.
         let rank = case.shape().len();
         let mut shape = vec![1; rank];

@@ -305,7 +305,7 @@ fn pulse_for(g: StreamGeometry, hop: usize, frames: usize) -> Option<usize> {
     let unread = (frames - g.receptive_field) % g.stride;
     (1..=hop)
         .rev()
-        .find(|p| hop % p == 0 && p % g.stride == 0 && frames % p <= unread)
+        .find(|&p| hop.is_multiple_of(p) && p.is_multiple_of(g.stride) && frames % p <= unread)
 }
 
 impl Incremental {

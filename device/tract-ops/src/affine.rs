@@ -66,8 +66,7 @@ pub fn follow(
     let rank = model.outlet_fact(from)?.rank();
     let mut affine = Affine::identity(len);
     let (mut last, mut ops, mut node) = (from, 0, first);
-    loop {
-        let Some(op) = mini_op(node) else { break };
+    while let Some(op) = mini_op(node) {
         let Some(values) = per_axis(model, node, last, axis, len, rank) else {
             break;
         };

@@ -124,8 +124,9 @@ fn the_streaming_form_equals_the_whole_window_model_at_every_hop() {
         let mut incremental = KwsStream::new(&clf, hop).unwrap();
         let mut whole = KwsStream::whole_window(&clf, hop).unwrap();
         assert!(incremental.is_incremental() && !whole.is_incremental());
-        // On the stride, the trunk runs pulsed by tract.
-        assert!(incremental.is_pulsed(), "hop {hop}");
+        // On the stride, the trunk runs pulsed by tract when a run gives two output frames
+        // or more; a hop of one output frame runs the grid of output frames.
+        assert_eq!(incremental.is_pulsed(), hop >= 4, "hop {hop}");
         let a = verdicts(&mut incremental, &samples, |_| true);
         let b = verdicts(&mut whole, &samples, |_| true);
         assert!(a.len() >= 350 / hop, "hop {hop}: {} windows", a.len());

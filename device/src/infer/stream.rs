@@ -300,10 +300,12 @@ impl std::fmt::Debug for Pulsed {
 /// The frames per run of the pulsed trunk for windows of `frames` frames every `hop`: the
 /// largest divisor of the hop that is a multiple of the stride and after whose last whole run
 /// within a window the window's output frames are all out (a window's last input frames
-/// that no output frame reads may wait for the next run). `None` when no such divisor.
+/// that no output frame reads may wait for the next run). `None` when no such divisor gives
+/// two output frames a run or more: a run per output frame cost more than recomputing the
+/// receptive field (BENCHMARKS.md, "Listening after folding and pulsing").
 fn pulse_for(g: StreamGeometry, hop: usize, frames: usize) -> Option<usize> {
     let unread = (frames - g.receptive_field) % g.stride;
-    (1..=hop)
+    (2 * g.stride..=hop)
         .rev()
         .find(|&p| hop.is_multiple_of(p) && p.is_multiple_of(g.stride) && frames % p <= unread)
 }

@@ -158,15 +158,15 @@ impl StreamForm {
         Ok(PulsedTrunk { plan, pulse, delay })
     }
 
-    /// Runs `state` (of a [`StreamForm::pulsed_trunk`]) on the next `pulse` frames of
-    /// `features` (`pulse × bins`) and appends its output frames to `out`.
+    /// Runs `state` (of a [`StreamForm::pulsed_trunk`]) on the next pulse of `features`
+    /// (`pulse × bins`) and appends its output frames to `out`.
     pub fn pulse_vectors(
         &self,
         state: &mut TypedSimpleState,
         features: &[f32],
-        pulse: usize,
         out: &mut Vec<f32>,
     ) -> Result<(), InferError> {
+        let pulse = features.len() / self.bins.max(1);
         let run = |reason: String| InferError::Run {
             path: self.trunk_path.clone(),
             reason,

@@ -12,7 +12,8 @@
 //! normalised per window, the stream runs it incrementally and scores the mean of a window's
 //! output frames with the head:
 //!
-//! - when the hop is a multiple of the form's stride, through the trunk pulsed by tract
+//! - when the hop is a multiple of the form's stride (of two strides or more), through the
+//!   trunk pulsed by tract
 //!   ([`StreamForm::pulsed_trunk`]): each layer keeps its own recent frames, so each input
 //!   frame goes through each layer once (after windows a gate skipped, the trunk starts
 //!   anew from the next window's first frame);
@@ -90,6 +91,17 @@ pub struct KwsStream {
 impl KwsStream {
     /// A stream for `clf` that runs the model every `hop` new frames (≥ 1).
     pub fn new(clf: &KwsClassifier, hop: usize) -> Result<Self, InferError> {
+        Self::build(clf, hop, true)
+    }
+
+    /// A stream that runs the whole-window model (`model.onnx`) on every window, even when
+    /// the package has a streaming form.
+    pub fn whole_window(clf: &KwsClassifier, hop: usize) -> Result<Self, InferError> {
+        Self::build(clf, hop, false)
+    }
+
+    /// A stream; `incremental`: running the streaming form where the package has one.
+    fn build(clf: &KwsClassifier, hop: usize, incremental: bool) -> Result<Self, InferError> {
         let origin = PathBuf::from("<stream>");
         let mut cfg = clf.features().clone();
         let cmvn = std::mem::replace(&mut cfg.cmvn, CmvnOptions::None);
@@ -112,18 +124,10 @@ impl KwsStream {
             origin,
             incremental: clf
                 .stream_form()
-                .filter(|_| matches!(cmvn, CmvnOptions::None))
+                .filter(|_| incremental && matches!(cmvn, CmvnOptions::None))
                 .map(|form| Incremental::new(form, hop.max(1), io.frames))
                 .transpose()?,
         })
-    }
-
-    /// A stream that runs the whole-window model (`model.onnx`) on every window, even when
-    /// the package has a streaming form.
-    pub fn whole_window(clf: &KwsClassifier, hop: usize) -> Result<Self, InferError> {
-        let mut stream = Self::new(clf, hop)?;
-        stream.incremental = None;
-        Ok(stream)
     }
 
     /// Whether the stream runs the package's streaming form.
@@ -132,7 +136,7 @@ impl KwsStream {
     }
 
     /// Whether the stream runs the streaming form's trunk pulsed by tract (its hop is a
-    /// multiple of the stride).
+    /// multiple of the stride that a run of two output frames or more divides).
     pub fn is_pulsed(&self) -> bool {
         self.incremental
             .as_ref()
@@ -274,8 +278,7 @@ struct Grid {
 struct Pulsed {
     trunk: PulsedTrunk,
     state: TypedSimpleState,
-    /// The input frame the state started at, and the next one it takes.
-    origin: u64,
+    /// The next input frame the state takes.
     fed: u64,
     /// Output frames the state gave since it started (the first `delay` are not frames of
     /// the stream).
@@ -291,7 +294,6 @@ impl std::fmt::Debug for Pulsed {
         f.debug_struct("Pulsed")
             .field("pulse", &self.trunk.pulse)
             .field("delay", &self.trunk.delay)
-            .field("origin", &self.origin)
             .field("fed", &self.fed)
             .finish_non_exhaustive()
     }
@@ -302,7 +304,8 @@ impl std::fmt::Debug for Pulsed {
 /// within a window the window's output frames are all out (a window's last input frames
 /// that no output frame reads may wait for the next run). `None` when no such divisor gives
 /// two output frames a run or more: a run per output frame cost more than recomputing the
-/// receptive field (BENCHMARKS.md, "Listening after folding and pulsing").
+/// receptive field (BENCHMARKS.md, "Listening after folding, one-pass elementwise ops, block
+/// WAV reads and the pulsed trunk").
 fn pulse_for(g: StreamGeometry, hop: usize, frames: usize) -> Option<usize> {
     let unread = (frames - g.receptive_field) % g.stride;
     (2 * g.stride..=hop)
@@ -320,7 +323,6 @@ impl Incremental {
                 Some(Pulsed {
                     trunk,
                     state,
-                    origin: 0,
                     fed: 0,
                     given: 0,
                     grid: Grid::default(),
@@ -382,7 +384,7 @@ impl Incremental {
         if p.fed < start || p.fed > start + frames {
             // The first window, or windows a gate skipped: start anew at this one.
             p.state = spawn(&p.trunk)?;
-            (p.origin, p.fed, p.given) = (start, start, 0);
+            (p.fed, p.given) = (start, 0);
             p.grid = Grid {
                 vectors: Vec::new(),
                 first: start / stride,
@@ -393,7 +395,7 @@ impl Incremental {
             let from = ((p.fed - start) * dim as u64) as usize;
             let chunk = &window[from..from + p.trunk.pulse * dim];
             p.out.clear();
-            form.pulse_vectors(&mut p.state, chunk, p.trunk.pulse, &mut p.out)?;
+            form.pulse_vectors(&mut p.state, chunk, &mut p.out)?;
             for v in p.out.chunks_exact(c) {
                 if p.given >= p.trunk.delay as u64 {
                     p.grid.vectors.extend_from_slice(v);

@@ -227,8 +227,11 @@ impl AxisAffine {
 
     /// Applies the op to `x`, of `shape`, into `out` (cleared first).
     pub fn run(&self, x: &[f32], shape: &[usize], out: &mut Vec<f32>) -> TractResult<()> {
-        let scale = self.scale.try_as_plain_ram()?.as_slice::<f32>()?.to_vec();
-        let shift = self.shift.try_as_plain_ram()?.as_slice::<f32>()?.to_vec();
+        let (scale, shift) = (
+            self.scale.try_as_plain_ram()?,
+            self.shift.try_as_plain_ram()?,
+        );
+        let (scale, shift) = (scale.as_slice::<f32>()?, shift.as_slice::<f32>()?);
         ensure!(
             self.axis < shape.len()
                 && shape[self.axis] == scale.len()
@@ -245,7 +248,7 @@ impl AxisAffine {
         out.reserve(x.len());
         if inner == 1 {
             for row in x.chunks_exact(scale.len()) {
-                let terms = scale.iter().zip(&shift);
+                let terms = scale.iter().zip(shift);
                 out.extend(
                     row.iter()
                         .zip(terms)
@@ -254,7 +257,7 @@ impl AxisAffine {
             }
         } else {
             for block in x.chunks_exact(scale.len() * inner) {
-                for ((run, a), b) in block.chunks_exact(inner).zip(&scale).zip(&shift) {
+                for ((run, a), b) in block.chunks_exact(inner).zip(scale).zip(shift) {
                     out.extend(run.iter().map(|v| (v * a + b).max(relu)));
                 }
             }

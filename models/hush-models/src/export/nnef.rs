@@ -14,11 +14,12 @@
 //! # Ok::<(), TractError>(())
 //! ```
 //!
-//! There is no pulsed (streaming) variant: every hush keyword spotter ends in a reduction
-//! over the whole time axis (global average pooling, or a flatten into a dense layer), and
-//! tract-pulse cannot pulse a reduction over the streaming axis; a pulsed KWS model needs a
-//! head that is causal frame by frame. Streaming on the device runs the batch model once per
-//! hop over the last window (`hush_device::infer::KwsStream`).
+//! There is no pulsed (streaming) variant of the whole model: every hush keyword spotter
+//! ends in a reduction over the whole time axis (global average pooling, or a flatten into
+//! a dense layer), and tract-pulse cannot pulse a reduction over the streaming axis. A
+//! package's streaming form splits that reduction off (`frames.onnx`, the per-frame trunk,
+//! and `head.onnx`), and the device pulses the trunk itself
+//! (`hush_device::infer::StreamForm::pulsed_trunk`).
 
 use std::path::Path;
 

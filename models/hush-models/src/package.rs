@@ -347,7 +347,22 @@ pub fn write_package(dir: &Path, card: &ModelCard, model: &KwsModel) -> Result<(
             None => {}
         }
     }
+    remove_stale_nnef(dir)?;
     card.write(dir)
+}
+
+/// Removes the NNEF archives prepared from a package's earlier ONNX files
+/// (`hush-host export --format nnef`): rewritten weights would make them stale, and a device
+/// built without ONNX reads them in its place.
+fn remove_stale_nnef(dir: &Path) -> Result<(), ModelError> {
+    use crate::export::nnef::{NNEF, STREAM_FRAMES_NNEF, STREAM_HEAD_NNEF};
+    for name in [NNEF, STREAM_FRAMES_NNEF, STREAM_HEAD_NNEF] {
+        let p = dir.join(name);
+        if p.exists() {
+            std::fs::remove_file(&p).map_err(ModelError::io(&p))?;
+        }
+    }
+    Ok(())
 }
 
 /// Reads a package's card and rebuilds its burn model from `weights.safetensors` on
@@ -502,6 +517,7 @@ pub fn write_asr_package(dir: &Path, card: &AsrCard, model: &CtcGru) -> Result<(
     let onnx = model.to_onnx(&card.arch)?;
     let p = dir.join(ONNX);
     std::fs::write(&p, onnx).map_err(ModelError::io(&p))?;
+    remove_stale_nnef(dir)?;
     card.write(dir)
 }
 

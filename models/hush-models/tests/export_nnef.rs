@@ -13,7 +13,7 @@ use common::{
     max_abs, onnx_typed, run_burn_ctc, run_burn_kws, run_tract, seeded_ctc, seeded_kws, spread,
     tiny_ctc, Rng,
 };
-use hush_models::arch::{ArchConfig, IoShape, ARCH_NAMES};
+use hush_models::arch::{ArchConfig, DsCnnConfig, IoShape, TimePadding, ARCH_NAMES};
 use hush_models::asr::Vocabulary;
 use hush_models::export::nnef::nnef;
 use hush_models::export::{export_package, ExportFormat};
@@ -58,8 +58,24 @@ fn check_nnef(dir: &Path, shape: [usize; 3], burn: Vec<Vec<f32>>, what: &str) {
     assert_eq!(done.path, dir.join("model.nnef.tar"));
     let x = Rng(99).values(shape.iter().product(), 3.0);
     let onnx = std::fs::read(dir.join("model.onnx")).unwrap();
+    let archive = nnef().model_for_path(&done.path).unwrap();
+    // Each output keeps the ONNX file's name for it (readers check outputs by name).
+    let onnx_names: Vec<String> = {
+        let m = tract_onnx::onnx().model_for_read(&mut &onnx[..]).unwrap();
+        m.outputs
+            .iter()
+            .map(|o| m.node(o.node).name.clone())
+            .collect()
+    };
+    let names: Vec<Option<&str>> = archive
+        .outputs
+        .iter()
+        .map(|o| archive.outlet_label(*o))
+        .collect();
+    let onnx_names: Vec<Option<&str>> = onnx_names.iter().map(|n| Some(n.as_str())).collect();
+    assert_eq!(names, onnx_names, "{what}");
     let from_onnx = run_tract(onnx_typed(&onnx), shape, &x);
-    let from_nnef = run_tract(nnef().model_for_path(&done.path).unwrap(), shape, &x);
+    let from_nnef = run_tract(archive, shape, &x);
     assert_eq!(from_nnef.len(), from_onnx.len(), "{what}: outputs");
     let burn_out = burn;
     for (k, ((n, o), b)) in from_nnef.iter().zip(&from_onnx).zip(&burn_out).enumerate() {
@@ -127,6 +143,62 @@ fn onnx_export_rewrites_the_same_file_and_nnef_is_deterministic() {
         ["again.tar", "model.nnef.tar"],
         "no temporary files left"
     );
+}
+
+/// A streaming package (DS-CNN-S without time padding) exports its trunk and head beside the
+/// model, in either format, each file what the package writer wrote or its archive; a
+/// package written again drops the archives of its earlier weights.
+#[test]
+fn the_streaming_form_is_exported_with_the_model_and_stale_archives_are_dropped() {
+    let root = tempfile::tempdir().unwrap();
+    let dir = root.path().join("pkg");
+    let cfg = ArchConfig::DsCnnS(DsCnnConfig {
+        time_padding: TimePadding::Valid,
+        ..DsCnnConfig::small(IO)
+    });
+    let model = seeded_kws(&cfg, 0x5EED);
+    let labels = ["yes", "no", "_silence_", "_unknown_"]
+        .map(String::from)
+        .to_vec();
+    let card = ModelCard::new(cfg, serde_json::json!({"opaque": true}), labels, &model).unwrap();
+    write_package(&dir, &card, &model).unwrap();
+    let written: Vec<Vec<u8>> = ["frames.onnx", "head.onnx"]
+        .iter()
+        .map(|f| std::fs::read(dir.join(f)).unwrap())
+        .collect();
+
+    let done = export_package(&dir, ExportFormat::Onnx, None).unwrap();
+    assert_eq!(
+        done.stream,
+        [dir.join("frames.onnx"), dir.join("head.onnx")]
+    );
+    for (p, w) in done.stream.iter().zip(&written) {
+        assert_eq!(&std::fs::read(p).unwrap(), w, "{}", p.display());
+    }
+    let done = export_package(&dir, ExportFormat::Nnef, None).unwrap();
+    assert_eq!(
+        done.stream,
+        [dir.join("frames.nnef.tar"), dir.join("head.nnef.tar")]
+    );
+    for (p, w) in done.stream.iter().zip(&written) {
+        let tar = hush_models::export::nnef::onnx_to_nnef(w, &dir).unwrap();
+        assert_eq!(std::fs::read(p).unwrap(), tar, "{}", p.display());
+    }
+    // To a file: the model alone.
+    let single = root.path().join("single.tar");
+    assert!(export_package(&dir, ExportFormat::Nnef, Some(&single))
+        .unwrap()
+        .stream
+        .is_empty());
+
+    write_package(&dir, &card, &model).unwrap();
+    for f in ["model.nnef.tar", "frames.nnef.tar", "head.nnef.tar"] {
+        assert!(
+            !dir.join(f).exists(),
+            "{f} outlived the weights it was made from"
+        );
+    }
+    assert!(dir.join("frames.onnx").is_file());
 }
 
 #[test]

@@ -18,10 +18,13 @@
 //! ends in a reduction over the whole time axis (global average pooling, or a flatten into
 //! a dense layer), and tract-pulse cannot pulse a reduction over the streaming axis. A
 //! package's streaming form splits that reduction off (`frames.onnx`, the per-frame trunk,
-//! and `head.onnx`), and the device pulses the trunk itself
-//! (`hush_device::infer::StreamForm::pulsed_trunk`).
+//! and `head.onnx`, archived as [`STREAM_FRAMES_NNEF`] and [`STREAM_HEAD_NNEF`]), and the
+//! device pulses the trunk itself (`hush_device::infer::StreamForm::pulsed_trunk`).
+//!
+//! The device reads these archives in place of the ONNX files when it is built without
+//! tract's ONNX parser (`hush_device::infer::graph`).
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
 use tract_onnx::prelude::*;
 use tract_onnx::WithOnnx;
@@ -30,6 +33,17 @@ use crate::ModelError;
 
 /// File name of the NNEF archive in a package.
 pub const NNEF: &str = "model.nnef.tar";
+/// The NNEF archive of the streaming form's trunk (`frames.onnx`).
+pub const STREAM_FRAMES_NNEF: &str = "frames.nnef.tar";
+/// The NNEF archive of the streaming form's head (`head.onnx`).
+pub const STREAM_HEAD_NNEF: &str = "head.nnef.tar";
+
+/// The NNEF archive prepared from the ONNX file at `onnx`, beside it: the same stem with
+/// `.nnef.tar` (`model.onnx` → `model.nnef.tar`, `frames.onnx` → `frames.nnef.tar`). A device
+/// built without ONNX reads it in the ONNX file's place.
+pub fn archive_path(onnx: &Path) -> PathBuf {
+    onnx.with_extension("nnef.tar")
+}
 
 /// The NNEF framework hush writes and reads with: tract's core operators and its ONNX
 /// extension.
@@ -38,6 +52,9 @@ pub fn nnef() -> tract_nnef::framework::Nnef {
 }
 
 /// The NNEF tar archive of an encoded ONNX model; `origin` names the source in errors.
+/// Each output keeps the ONNX file's name for it, which tract's typing may have dropped:
+/// NNEF names the graph's results after their outlets' labels, and tract reading the
+/// archive labels the outputs with them (a reader checks outputs by name).
 pub fn onnx_to_nnef(onnx: &[u8], origin: &Path) -> Result<Vec<u8>, ModelError> {
     let fail = |stage: &str, e: TractError| ModelError::Export {
         path: origin.to_path_buf(),
@@ -46,11 +63,27 @@ pub fn onnx_to_nnef(onnx: &[u8], origin: &Path) -> Result<Vec<u8>, ModelError> {
     };
     let model = tract_onnx::onnx()
         .model_for_read(&mut &onnx[..])
+        .map_err(|e| fail("reading the ONNX graph", e))?;
+    let names: Vec<String> = model
+        .output_outlets()
         .map_err(|e| fail("reading the ONNX graph", e))?
+        .iter()
+        .map(|o| match model.outlet_label(*o) {
+            Some(label) => label.to_string(),
+            None => model.node(o.node).name.clone(),
+        })
+        .collect();
+    let mut model = model
         .into_typed()
         .map_err(|e| fail("typing the ONNX graph", e))?
         .into_decluttered()
         .map_err(|e| fail("decluttering", e))?;
+    for (ix, name) in names.into_iter().enumerate() {
+        let outlet = model.outputs[ix];
+        model
+            .set_outlet_label(outlet, name)
+            .map_err(|e| fail("naming the outputs", e))?;
+    }
     nnef()
         .write_to_tar_with_config(&model, Vec::new(), false, true)
         .map_err(|e| fail("writing NNEF", e))

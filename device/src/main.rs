@@ -27,6 +27,7 @@ enum Command {
     /// Transcribe audio files (or directories, recursively) with a speech-recognition
     /// model package: one JSON line per file, `{"file", "text"}`.
     Transcribe(cli::transcribe::TranscribeArgs),
+    #[cfg(feature = "train")]
     /// Run one local training round offline, as `join` would when picked, and report
     /// it; nothing is sent.
     Rehearse(cli::rehearse::RehearseArgs),
@@ -36,6 +37,7 @@ enum Command {
     Record(cli::record::RecordArgs),
     /// List audio input devices.
     Devices(cli::devices::DevicesArgs),
+    #[cfg(feature = "client")]
     /// Take part in federated training: register with a host, train on local recordings
     /// when picked, upload clipped updates; until the host says done or Ctrl-C.
     Join(cli::join::JoinArgs),
@@ -48,10 +50,12 @@ fn main() -> anyhow::Result<()> {
         Command::Classify(args) => cli::classify::run(args),
         Command::Listen(args) => cli::listen::run(args),
         Command::Transcribe(args) => cli::transcribe::run(args),
+        #[cfg(feature = "train")]
         Command::Rehearse(args) => cli::rehearse::run(args),
         Command::Features(args) => cli::features::run(args),
         Command::Record(args) => cli::record::run(args),
         Command::Devices(args) => cli::devices::run(args),
+        #[cfg(feature = "client")]
         Command::Join(args) => cli::join::run(args),
     }
 }

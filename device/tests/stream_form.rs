@@ -14,7 +14,11 @@ use burn::tensor::Device;
 use hush_device::features::{FeatureConfig, FeatureKind};
 use hush_device::infer::{KwsClassifier, KwsStream, WindowVerdict};
 use hush_models::arch::{ArchConfig, DsCnnConfig, IoShape, KwsModel, TimePadding};
-use hush_models::package::{write_package, ModelCard, STREAM_FRAMES, STREAM_HEAD};
+use hush_models::export::nnef::{NNEF, STREAM_FRAMES_NNEF, STREAM_HEAD_NNEF};
+use hush_models::export::{export_package, ExportFormat};
+use hush_models::package::{
+    write_package, ModelCard, MODEL_JSON, STREAM_FRAMES, STREAM_HEAD, WEIGHTS,
+};
 
 const RATE: usize = 16_000;
 
@@ -140,6 +144,50 @@ fn the_streaming_form_equals_the_whole_window_model_at_every_hop() {
             spread > 1e-2,
             "hop {hop}: the probabilities hardly move ({spread})"
         );
+    }
+}
+
+/// The package with its model files as NNEF archives only (`hush-host export --format nnef`,
+/// the ONNX files removed: what a device built without ONNX reads) streams, pulsed and
+/// not, what its ONNX files stream.
+#[test]
+fn the_streaming_form_read_from_its_archives_streams_what_the_onnx_files_do() {
+    let tmp = tempfile::tempdir().unwrap();
+    let (both, nnef_only) = (tmp.path().join("both"), tmp.path().join("nnef"));
+    package(&both, TimePadding::Valid, 40);
+    let done = export_package(&both, ExportFormat::Nnef, None).unwrap();
+    assert_eq!(
+        done.stream,
+        [both.join(STREAM_FRAMES_NNEF), both.join(STREAM_HEAD_NNEF)]
+    );
+    // A copy, not a second package: burn's random state is the process's, and the tests
+    // running beside this one draw from it too.
+    std::fs::create_dir(&nnef_only).unwrap();
+    for f in [
+        NNEF,
+        STREAM_FRAMES_NNEF,
+        STREAM_HEAD_NNEF,
+        MODEL_JSON,
+        WEIGHTS,
+    ] {
+        std::fs::copy(both.join(f), nnef_only.join(f)).unwrap();
+    }
+    let a = KwsClassifier::load(&both).unwrap();
+    let b = KwsClassifier::load(&nnef_only).unwrap();
+    assert!(b.stream_form().is_some());
+    let samples = audio(3);
+    for hop in [2, 10] {
+        let mut from_onnx = KwsStream::new(&a, hop).unwrap();
+        let mut from_nnef = KwsStream::new(&b, hop).unwrap();
+        assert!(from_nnef.is_incremental());
+        assert_eq!(from_nnef.is_pulsed(), hop >= 4, "hop {hop}");
+        let (x, y) = (
+            verdicts(&mut from_onnx, &samples, |_| true),
+            verdicts(&mut from_nnef, &samples, |_| true),
+        );
+        assert_same(&y, &x);
+        let mut whole = KwsStream::whole_window(&b, hop).unwrap();
+        assert_same(&y, &verdicts(&mut whole, &samples, |_| true));
     }
 }
 

@@ -72,8 +72,8 @@ pub(crate) fn infer_error(e: InferError) -> ApiError {
         InferError::Package(inner) => model_status(inner),
         InferError::FeatureConfig { .. }
         | InferError::Mismatch { .. }
-        | InferError::Onnx { .. }
-        | InferError::ForeignOnnx { .. } => HushStatus::BadPackage,
+        | InferError::Load { .. }
+        | InferError::Foreign { .. } => HushStatus::BadPackage,
         InferError::Options { .. } => HushStatus::InvalidArgument,
         InferError::SampleRate { .. } => HushStatus::UnsupportedSampleRate,
         _ => HushStatus::InferenceFailed,

@@ -4,8 +4,10 @@ pub mod classify;
 pub mod devices;
 pub mod features;
 pub mod info;
+#[cfg(feature = "client")]
 pub mod join;
 pub mod listen;
 pub mod record;
+#[cfg(feature = "train")]
 pub mod rehearse;
 pub mod transcribe;

@@ -16,10 +16,11 @@ use hush_models::asr::Vocabulary;
 use hush_models::export::onnx::LOG_PROBS;
 use hush_models::package::{AsrCard, ONNX};
 use serde::Serialize;
-use tract_onnx::prelude::*;
+use tract_nnef::prelude::*;
 
+use super::graph::{Dim, ModelFile};
 use super::kws::parse_features;
-use super::{read_onnx, run_plan, InferError, Plan};
+use super::{run_plan, InferError, Plan};
 use crate::audio::{read_audio, Audio};
 use crate::features::{compute, FeatureConfig, FeatureError};
 
@@ -173,20 +174,19 @@ impl AsrRecognizer {
 }
 
 fn load_plan(path: &Path, bins: usize, vocab: usize) -> Result<Plan, InferError> {
-    let onnx = |reason: String| InferError::onnx(path, reason);
+    let file = ModelFile::read(path)?;
+    let path = file.path();
+    let load = |reason: String| InferError::load(path, reason);
     let foreign = |reason: String| InferError::foreign(path, reason);
-    let (model, names) = read_onnx(path, &format!("`features` [1, frames, {bins}]"))?;
+    file.expect_inputs(&format!("`features` [1, frames, {bins}]"))?;
+    let names = file.output_names();
     if names != [LOG_PROBS] {
         return Err(foreign(format!(
             "outputs are {names:?}; expected one output named `{LOG_PROBS}` [1, steps, {vocab}]"
         )));
     }
-    let frames = model.symbols.sym("frames");
-    let model = model
-        .with_input_fact(
-            0,
-            f32::fact([TDim::from(1), TDim::from(frames), TDim::from(bins)]).into(),
-        )
+    let model = file
+        .typed(&[&[Dim::Is(1), Dim::Free("frames"), Dim::Is(bins)]])
         .map_err(|e| {
             foreign(format!(
                 "input does not take [1, frames, {bins}] f32: {e:#}"
@@ -194,7 +194,7 @@ fn load_plan(path: &Path, bins: usize, vocab: usize) -> Result<Plan, InferError>
         })?;
     let (model, _) = super::optimize_for_device(model)
         .map_err(|e| foreign(format!("input [1, frames, {bins}] f32 does not fit: {e:#}")))?;
-    let fact = model.output_fact(0).map_err(|e| onnx(format!("{e:#}")))?;
+    let fact = model.output_fact(0).map_err(|e| load(format!("{e:#}")))?;
     let last = fact.shape.iter().last().map(|d| d.to_string());
     if fact.shape.len() != 3 || last != Some(vocab.to_string()) {
         let shape: Vec<String> = fact.shape.iter().map(|d| d.to_string()).collect();
@@ -203,7 +203,7 @@ fn load_plan(path: &Path, bins: usize, vocab: usize) -> Result<Plan, InferError>
             shape.join(", ")
         )));
     }
-    model.into_runnable().map_err(|e| onnx(format!("{e:#}")))
+    model.into_runnable().map_err(|e| load(format!("{e:#}")))
 }
 
 #[cfg(test)]

@@ -17,16 +17,17 @@ use std::path::{Path, PathBuf};
 use hush_models::arch::StreamGeometry;
 use hush_models::export::onnx::{FRAMES, POOLED, PROBS};
 use hush_models::package::{ModelCard, STREAM_FRAMES, STREAM_HEAD};
-use tract_onnx::prelude::*;
+use tract_nnef::prelude::*;
 use tract_pulse::internal::{PulsedModel, PulsedModelExt};
 
-use super::{optimize_for_device, read_onnx, run_plan, InferError, Plan};
+use super::graph::{archive_path, Dim, ModelFile};
+use super::{optimize_for_device, run_plan, InferError, Plan};
 
 /// The streaming form of a keyword spotter, loaded and checked.
 #[derive(Debug, Clone)]
 pub struct StreamForm {
-    /// `frames.onnx` as read, its frame count still symbolic.
-    trunk: Arc<InferenceModel>,
+    /// `frames.onnx` (or its archive) as read, its frame count still symbolic.
+    trunk: Arc<ModelFile>,
     trunk_path: PathBuf,
     /// The trunk's plan for a whole window (built at load to check the file), and its
     /// frame count.
@@ -40,14 +41,16 @@ pub struct StreamForm {
 
 impl StreamForm {
     /// The streaming form in package `dir` with `card`, if it has one: `None` when neither
-    /// `frames.onnx` nor `head.onnx` is there; an error when only one is, when the card's
-    /// architecture has no streaming form, or when a file breaks its contract.
+    /// `frames.onnx` nor `head.onnx` is there (nor their NNEF archives); an error when only
+    /// one is, when the card's architecture has no streaming form, or when a file breaks its
+    /// contract.
     pub fn load(dir: &Path, card: &ModelCard) -> Result<Option<Self>, InferError> {
         let (trunk_path, head_path) = (dir.join(STREAM_FRAMES), dir.join(STREAM_HEAD));
-        match (trunk_path.is_file(), head_path.is_file()) {
+        let there = |onnx: &Path| onnx.is_file() || archive_path(onnx).is_file();
+        match (there(&trunk_path), there(&head_path)) {
             (false, false) => return Ok(None),
-            (true, false) => return Err(InferError::onnx(&head_path, "missing file".into())),
-            (false, true) => return Err(InferError::onnx(&trunk_path, "missing file".into())),
+            (true, false) => return Err(InferError::load(&head_path, "missing file".into())),
+            (false, true) => return Err(InferError::load(&trunk_path, "missing file".into())),
             (true, true) => {}
         }
         let geometry = card.arch.stream_geometry().ok_or_else(|| {
@@ -61,8 +64,10 @@ impl StreamForm {
             )
         })?;
         let io = card.arch.io();
-        let (trunk, names) =
-            read_onnx(&trunk_path, &format!("`features` [1, frames, {}]", io.bins))?;
+        let trunk = ModelFile::read(&trunk_path)?;
+        let trunk_path = trunk.path().to_path_buf();
+        trunk.expect_inputs(&format!("`features` [1, frames, {}]", io.bins))?;
+        let names = trunk.output_names();
         if names != [FRAMES] {
             return Err(InferError::foreign(
                 &trunk_path,
@@ -74,7 +79,7 @@ impl StreamForm {
         let shape: Vec<usize> = plan
             .model()
             .output_fact(0)
-            .map_err(|e| InferError::onnx(&trunk_path, format!("{e:#}")))?
+            .map_err(|e| InferError::load(&trunk_path, format!("{e:#}")))?
             .shape
             .as_concrete()
             .map(|s| s.to_vec())
@@ -92,7 +97,7 @@ impl StreamForm {
                 ))
             }
         };
-        let head = load_head(&head_path, channels, io.classes)?;
+        let (head, head_path) = load_head(&head_path, channels, io.classes)?;
         let form = Self {
             trunk: Arc::new(trunk),
             trunk_path,
@@ -127,16 +132,19 @@ impl StreamForm {
                 format!("the trunk pulsed {pulse} frames at a time: {e:#}"),
             )
         };
-        let trunk = (*self.trunk).clone();
-        let time = trunk.symbols.sym("hush_stream_frames");
-        let typed = trunk
-            .with_input_fact(
-                0,
-                f32::fact([1.to_dim(), time.clone().into(), self.bins.to_dim()]).into(),
-            )
-            .and_then(|m| m.into_typed())
+        let typed = self
+            .trunk
+            .typed(&[&[Dim::Is(1), Dim::Free("frames"), Dim::Is(self.bins)]])
             .and_then(|m| m.into_decluttered())
             .map_err(fail)?;
+        let time = match &typed.input_fact(0).map_err(fail)?.shape[1] {
+            TDim::Sym(time) => time.clone(),
+            d => {
+                return Err(fail(TractError::msg(format!(
+                    "the time axis is {d}, not a symbol"
+                ))))
+            }
+        };
         let pulsed = PulsedModel::new(&typed, time, &pulse.to_dim())
             .and_then(|m| m.into_typed())
             .map_err(fail)?;
@@ -211,16 +219,16 @@ impl StreamForm {
     }
 }
 
-/// `trunk` (`frames.onnx`, read from `path`) optimised for chunks of `frames` input frames.
+/// `trunk` (`frames.onnx` or its archive, read from `path`) optimised for chunks of `frames`
+/// input frames.
 fn trunk_plan(
-    trunk: &InferenceModel,
+    trunk: &ModelFile,
     path: &Path,
     frames: usize,
     bins: usize,
 ) -> Result<Plan, InferError> {
     let model = trunk
-        .clone()
-        .with_input_fact(0, f32::fact([1, frames, bins]).into())
+        .typed(&[&[Dim::Is(1), Dim::Is(frames), Dim::Is(bins)]])
         .map_err(|e| {
             InferError::foreign(path, format!("input [1, {frames}, {bins}] f32: {e:#}"))
         })?;
@@ -228,7 +236,7 @@ fn trunk_plan(
         .map_err(|e| InferError::foreign(path, format!("a {frames}-frame chunk: {e:#}")))?;
     model
         .into_runnable()
-        .map_err(|e| InferError::onnx(path, format!("{e:#}")))
+        .map_err(|e| InferError::load(path, format!("{e:#}")))
 }
 
 /// The trunk as tract-pulse runs it ([`StreamForm::pulsed_trunk`]).
@@ -245,22 +253,25 @@ pub struct PulsedTrunk {
 
 /// `head.onnx`, checked: input `pooled` `[1, channels]` (the trunk's), outputs `logits` and
 /// `probs` `[1, classes]`.
-fn load_head(path: &Path, channels: usize, classes: usize) -> Result<Plan, InferError> {
+fn load_head(path: &Path, channels: usize, classes: usize) -> Result<(Plan, PathBuf), InferError> {
+    let file = ModelFile::read(path)?;
+    let path = file.path();
     let foreign = |reason: String| InferError::foreign(path, reason);
-    let (model, names) = read_onnx(path, &format!("`{POOLED}` [N, {channels}]"))?;
+    file.expect_inputs(&format!("`{POOLED}` [N, {channels}]"))?;
+    let names = file.output_names();
     if names.iter().position(|n| n == PROBS) != Some(1) {
         return Err(foreign(format!(
             "outputs are {names:?}; expected `logits` and `{PROBS}` [N, {classes}]"
         )));
     }
-    let model = model
-        .with_input_fact(0, f32::fact([1, channels]).into())
+    let model = file
+        .typed(&[&[Dim::Is(1), Dim::Is(channels)]])
         .map_err(|e| foreign(format!("input [1, {channels}] f32: {e:#}")))?;
     let (model, _) =
         optimize_for_device(model).map_err(|e| foreign(format!("input [1, {channels}]: {e:#}")))?;
     let shape: Vec<String> = model
         .output_fact(1)
-        .map_err(|e| InferError::onnx(path, format!("{e:#}")))?
+        .map_err(|e| InferError::load(path, format!("{e:#}")))?
         .shape
         .iter()
         .map(|d| d.to_string())
@@ -271,7 +282,8 @@ fn load_head(path: &Path, channels: usize, classes: usize) -> Result<Plan, Infer
             shape.join(", ")
         )));
     }
-    model
+    let plan = model
         .into_runnable()
-        .map_err(|e| InferError::onnx(path, format!("{e:#}")))
+        .map_err(|e| InferError::load(path, format!("{e:#}")))?;
+    Ok((plan, path.to_path_buf()))
 }

@@ -2,9 +2,9 @@
 //!
 //! [`KwsClassifier::load`] reads `model.json` (checked by hush-models), parses its
 //! feature config into the front-end's typed [`FeatureConfig`], checks it against the
-//! architecture, loads `model.onnx` into tract for a batch of one and checks its input
-//! and `probs` output against `model.json` — so a foreign or mismatched ONNX file is
-//! refused at load time with the reason, not at the first clip.
+//! architecture, loads `model.onnx` (or its NNEF archive, [`super::graph`]) into tract for a
+//! batch of one and checks its input and `probs` output against `model.json` — so a foreign
+//! or mismatched model file is refused at load time with the reason, not at the first clip.
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -12,11 +12,12 @@ use std::path::{Path, PathBuf};
 use hush_models::export::onnx::PROBS;
 use hush_models::package::{ModelCard, ONNX};
 use serde::Serialize;
-use tract_onnx::prelude::*;
+use tract_nnef::prelude::*;
 
 use super::clip::clip_features;
 use super::frames::StreamForm;
-use super::{read_onnx, run_plan, InferError, Plan};
+use super::graph::{Dim, ModelFile};
+use super::{run_plan, InferError, Plan};
 use crate::audio::{read_audio, Audio};
 use crate::features::FeatureConfig;
 
@@ -198,16 +199,19 @@ fn load_plan(
     bins: usize,
     classes: usize,
 ) -> Result<(Plan, hush_tract_ops::Swapped, usize), InferError> {
-    let onnx = |reason: String| InferError::onnx(path, reason);
+    let file = ModelFile::read(path)?;
+    let path = file.path();
+    let load = |reason: String| InferError::load(path, reason);
     let foreign = |reason: String| InferError::foreign(path, reason);
-    let (model, names) = read_onnx(path, &format!("`features` [N, {frames}, {bins}]"))?;
+    file.expect_inputs(&format!("`features` [N, {frames}, {bins}]"))?;
+    let names = file.output_names();
     let probs_output = names.iter().position(|n| n == PROBS).ok_or_else(|| {
         foreign(format!(
             "outputs are {names:?}; expected an output named `{PROBS}` [N, {classes}]"
         ))
     })?;
-    let model = model
-        .with_input_fact(0, f32::fact([1, frames, bins]).into())
+    let model = file
+        .typed(&[&[Dim::Is(1), Dim::Is(frames), Dim::Is(bins)]])
         .map_err(|e| {
             foreign(format!(
                 "input does not take [1, {frames}, {bins}] f32: {e:#}"
@@ -220,7 +224,7 @@ fn load_plan(
     })?;
     let fact = model
         .output_fact(probs_output)
-        .map_err(|e| onnx(format!("{e:#}")))?;
+        .map_err(|e| load(format!("{e:#}")))?;
     let shape: Vec<String> = fact.shape.iter().map(|d| d.to_string()).collect();
     if shape != [1.to_string(), classes.to_string()] {
         return Err(foreign(format!(
@@ -228,7 +232,7 @@ fn load_plan(
             shape.join(", ")
         )));
     }
-    let plan = model.into_runnable().map_err(|e| onnx(format!("{e:#}")))?;
+    let plan = model.into_runnable().map_err(|e| load(format!("{e:#}")))?;
     Ok((plan, swapped, probs_output))
 }
 

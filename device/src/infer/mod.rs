@@ -1,5 +1,5 @@
 //! Inference on the device with tract: a model package (`model.json` +
-//! `model.onnx`) in, class scores out. [`clip`] fits audio to the model's window and
+//! `model.onnx`, or the NNEF archive prepared from it: [`graph`]) in, class scores out. [`clip`] fits audio to the model's window and
 //! computes its features — the one definition the host trainer uses too, so training
 //! and inference see the same numbers. [`kws`] loads and runs keyword spotters;
 //! [`stream`] runs one over a stream of audio, window by window (incrementally, through the
@@ -16,6 +16,7 @@ pub mod asr;
 pub mod clip;
 pub mod detect;
 pub mod frames;
+pub mod graph;
 pub mod kws;
 pub mod spotter;
 pub mod stream;
@@ -25,7 +26,7 @@ use std::path::{Path, PathBuf};
 
 use std::sync::Arc;
 
-use tract_onnx::prelude::*;
+use tract_nnef::prelude::*;
 
 /// A loaded, optimised tract model ready to run.
 pub(crate) type Plan = Arc<TypedRunnableModel>;
@@ -61,18 +62,19 @@ pub enum InferError {
         /// What disagrees, with both values.
         reason: String,
     },
-    /// tract could not load or optimise `model.onnx`.
-    #[error("{path}: tract cannot load this ONNX model: {reason}")]
-    Onnx {
-        /// The model.onnx.
+    /// tract could not load or optimise a model file (`model.onnx`, or the NNEF archive
+    /// read in its place).
+    #[error("{path}: tract cannot load this model: {reason}")]
+    Load {
+        /// The model file.
         path: PathBuf,
         /// What tract said.
         reason: String,
     },
-    /// `model.onnx` loads but is not the model `model.json` describes.
+    /// A model file loads but is not the model `model.json` describes.
     #[error("{path}: not the model model.json describes: {reason}")]
-    ForeignOnnx {
-        /// The model.onnx.
+    Foreign {
+        /// The model file.
         path: PathBuf,
         /// Which contract it breaks.
         reason: String,
@@ -115,48 +117,21 @@ pub enum InferError {
 }
 
 impl InferError {
-    /// tract could not load or optimise the ONNX file at `path`.
-    pub(crate) fn onnx(path: &Path, reason: String) -> Self {
-        Self::Onnx {
+    /// tract could not load or optimise the model file at `path`.
+    pub(crate) fn load(path: &Path, reason: String) -> Self {
+        Self::Load {
             path: path.to_path_buf(),
             reason,
         }
     }
 
-    /// The ONNX file at `path` loads but breaks the contract `reason` names.
+    /// The model file at `path` loads but breaks the contract `reason` names.
     pub(crate) fn foreign(path: &Path, reason: String) -> Self {
-        Self::ForeignOnnx {
+        Self::Foreign {
             path: path.to_path_buf(),
             reason,
         }
     }
-}
-
-/// Reads the ONNX file at `path` with tract and checks what every model of ours has: one
-/// input (`input` describes it for the error). Returns the model and its output names.
-pub(crate) fn read_onnx(
-    path: &Path,
-    input: &str,
-) -> Result<(InferenceModel, Vec<String>), InferError> {
-    let onnx = |e: anyhow::Error| InferError::onnx(path, format!("{e:#}"));
-    if !path.is_file() {
-        return Err(InferError::onnx(path, "missing file".into()));
-    }
-    let model = tract_onnx::onnx().model_for_path(path).map_err(onnx)?;
-    let inputs = model.input_outlets().map_err(onnx)?.len();
-    if inputs != 1 {
-        return Err(InferError::foreign(
-            path,
-            format!("{inputs} inputs; expected one, {input}"),
-        ));
-    }
-    let names = model
-        .output_outlets()
-        .map_err(onnx)?
-        .iter()
-        .map(|o| model.node(o.node).name.clone())
-        .collect();
-    Ok((model, names))
 }
 
 /// Optimises a model for this device: tract's passes with the kernels tract lacks swapped
@@ -164,9 +139,9 @@ pub(crate) fn read_onnx(
 /// max pooling, sums over trailing axes, elementwise chains along one axis).
 /// Returns the model and which of tract's ops it swapped.
 pub(crate) fn optimize_for_device(
-    model: InferenceModel,
+    model: TypedModel,
 ) -> TractResult<(TypedModel, hush_tract_ops::Swapped)> {
-    hush_tract_ops::optimize(model.into_typed()?)
+    hush_tract_ops::optimize(model)
 }
 
 /// Runs `plan` on one input of `shape` (e.g. `[1, frames, bins]` features) and returns its

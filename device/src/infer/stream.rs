@@ -41,7 +41,7 @@ use std::path::{Path, PathBuf};
 use serde::Serialize;
 
 use hush_models::arch::StreamGeometry;
-use tract_onnx::prelude::TypedSimpleState;
+use tract_nnef::prelude::TypedSimpleState;
 
 use super::frames::PulsedTrunk;
 use super::{InferError, KwsClassifier, Plan, StreamForm};

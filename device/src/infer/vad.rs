@@ -12,8 +12,9 @@
 
 use std::path::{Path, PathBuf};
 
-use tract_onnx::prelude::*;
+use tract_nnef::prelude::*;
 
+use super::graph::{Dim, ModelFile};
 use super::{output_values, InferError, Plan};
 
 /// The sample rate the model is trained for.
@@ -44,15 +45,9 @@ impl SileroVad {
     /// [frames, 576], `h` and `c` [1, 1, 128]; outputs the speech probabilities, `hn`,
     /// `cn`).
     pub fn load(path: &Path) -> Result<Self, InferError> {
-        let onnx = |e: anyhow::Error| InferError::onnx(path, format!("{e:#}"));
-        if !path.is_file() {
-            return Err(InferError::onnx(path, "missing file".into()));
-        }
-        let model = tract_onnx::onnx().model_for_path(path).map_err(onnx)?;
-        let (inputs, outputs) = (
-            model.input_outlets().map_err(onnx)?.len(),
-            model.output_outlets().map_err(onnx)?.len(),
-        );
+        let file = ModelFile::read(path)?;
+        let path = file.path();
+        let (inputs, outputs) = (file.inputs(), file.output_names().len());
         if (inputs, outputs) != (3, 3) {
             return Err(InferError::foreign(
                 path,
@@ -62,7 +57,7 @@ impl SileroVad {
                 ),
             ));
         }
-        let fits = |e: anyhow::Error| {
+        let fits = |e: TractError| {
             InferError::foreign(
                 path,
                 format!(
@@ -70,14 +65,13 @@ impl SileroVad {
                 ),
             )
         };
-        let plan = model
-            .with_input_fact(0, f32::fact([1, CONTEXT + VAD_FRAME]).into())
-            .and_then(|m| m.with_input_fact(1, f32::fact([1, 1, STATE]).into()))
-            .and_then(|m| m.with_input_fact(2, f32::fact([1, 1, STATE]).into()))
+        let state = [Dim::Is(1), Dim::Is(1), Dim::Is(STATE)];
+        let plan = file
+            .typed(&[&[Dim::Is(1), Dim::Is(CONTEXT + VAD_FRAME)], &state, &state])
             .and_then(|m| super::optimize_for_device(m).map(|(m, _)| m))
             .map_err(fits)?
             .into_runnable()
-            .map_err(onnx)?;
+            .map_err(|e| InferError::load(path, format!("{e:#}")))?;
         Ok(Self {
             plan,
             path: path.to_path_buf(),

@@ -14,7 +14,7 @@ use burn::tensor::Device;
 use hush_device::features::{FeatureConfig, FeatureKind};
 use hush_device::infer::{KwsClassifier, KwsStream, WindowVerdict};
 use hush_models::arch::{ArchConfig, DsCnnConfig, IoShape, KwsModel, TimePadding};
-use hush_models::export::nnef::{NNEF, STREAM_FRAMES_NNEF, STREAM_HEAD_NNEF};
+use hush_models::export::nnef::{write_pulsed_trunk, NNEF, STREAM_FRAMES_NNEF, STREAM_HEAD_NNEF};
 use hush_models::export::{export_package, ExportFormat};
 use hush_models::package::{
     write_package, ModelCard, MODEL_JSON, STREAM_FRAMES, STREAM_HEAD, WEIGHTS,
@@ -172,15 +172,25 @@ fn the_streaming_form_read_from_its_archives_streams_what_the_onnx_files_do() {
     ] {
         std::fs::copy(both.join(f), nnef_only.join(f)).unwrap();
     }
+    // The trunk pulsed 10 frames at a time, as a 10-frame hop runs it, prepared on the host.
+    let written = write_pulsed_trunk(&both, 10).unwrap();
+    assert_eq!(written, both.join("frames.pulse10.nnef.tar"));
+    let pulsed = nnef_only.join("frames.pulse10.nnef.tar");
+    std::fs::rename(&written, &pulsed).unwrap();
     let a = KwsClassifier::load(&both).unwrap();
     let b = KwsClassifier::load(&nnef_only).unwrap();
     assert!(b.stream_form().is_some());
+    // Without its archive, the trunk runs pulsed only where this build links tract-pulse.
+    assert_eq!(
+        KwsStream::new(&a, 10).unwrap().is_pulsed(),
+        cfg!(feature = "pulse")
+    );
     let samples = audio(3);
     for hop in [2, 10] {
         let mut from_onnx = KwsStream::new(&a, hop).unwrap();
         let mut from_nnef = KwsStream::new(&b, hop).unwrap();
         assert!(from_nnef.is_incremental());
-        assert_eq!(from_nnef.is_pulsed(), hop >= 4, "hop {hop}");
+        assert_eq!(from_nnef.is_pulsed(), hop == 10, "hop {hop}");
         let (x, y) = (
             verdicts(&mut from_onnx, &samples, |_| true),
             verdicts(&mut from_nnef, &samples, |_| true),
@@ -189,6 +199,30 @@ fn the_streaming_form_read_from_its_archives_streams_what_the_onnx_files_do() {
         let mut whole = KwsStream::whole_window(&b, hop).unwrap();
         assert_same(&y, &verdicts(&mut whole, &samples, |_| true));
     }
+    // An archive that is not the pulse its name says is refused, named.
+    std::fs::rename(&pulsed, nnef_only.join("frames.pulse4.nnef.tar")).unwrap();
+    let e = KwsStream::new(&b, 4).unwrap_err().to_string();
+    assert!(
+        e.contains("frames.pulse4.nnef.tar") && e.contains("expected [1, 4, 40]"),
+        "{e}"
+    );
+}
+
+/// `hush-host export --format nnef` prepares the trunk pulsed as `listen` runs it by default:
+/// a 100 ms hop at a 10 ms shift is 10 frames, run 10 at a time.
+#[cfg(feature = "pulse")]
+#[test]
+fn the_listen_archive_is_the_trunk_pulsed_at_the_default_hop() {
+    let tmp = tempfile::tempdir().unwrap();
+    package(tmp.path(), TimePadding::Valid, 40);
+    let path = hush_device::infer::write_listen_archive(tmp.path()).unwrap();
+    assert_eq!(path, Some(tmp.path().join("frames.pulse10.nnef.tar")));
+    let same = tempfile::tempdir().unwrap();
+    package(same.path(), TimePadding::Same, 40);
+    assert_eq!(
+        hush_device::infer::write_listen_archive(same.path()).unwrap(),
+        None
+    );
 }
 
 /// The trunk's output frame `j` reads only input frames `[2j, 2j + 26)`: a chunk of those

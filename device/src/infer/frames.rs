@@ -15,10 +15,11 @@
 use std::path::{Path, PathBuf};
 
 use hush_models::arch::StreamGeometry;
+use hush_models::export::nnef::pulsed_trunk_archive;
 use hush_models::export::onnx::{FRAMES, POOLED, PROBS};
 use hush_models::package::{ModelCard, STREAM_FRAMES, STREAM_HEAD};
 use tract_nnef::prelude::*;
-use tract_pulse::internal::{PulsedModel, PulsedModelExt};
+use tract_pulse_opl::WithPulse;
 
 use super::graph::{archive_path, Dim, ModelFile};
 use super::{optimize_for_device, run_plan, InferError, Plan};
@@ -29,6 +30,8 @@ pub struct StreamForm {
     /// `frames.onnx` (or its archive) as read, its frame count still symbolic.
     trunk: Arc<ModelFile>,
     trunk_path: PathBuf,
+    /// The package.
+    dir: PathBuf,
     /// The trunk's plan for a whole window (built at load to check the file), and its
     /// frame count.
     window_plan: (usize, Plan),
@@ -101,6 +104,7 @@ impl StreamForm {
         let form = Self {
             trunk: Arc::new(trunk),
             trunk_path,
+            dir: dir.to_path_buf(),
             window_plan: (io.frames, plan),
             head,
             head_path,
@@ -121,34 +125,35 @@ impl StreamForm {
         self.channels
     }
 
-    /// The trunk pulsed by tract for a stream fed `pulse` input frames at a time (a
-    /// multiple of the stride): a stateful plan each run of which takes the next `pulse`
-    /// frames and gives `pulse / stride` output frames, the first [`PulsedTrunk::delay`] of
-    /// them before the stream's first output frame.
-    pub fn pulsed_trunk(&self, pulse: usize) -> Result<PulsedTrunk, InferError> {
+    /// The trunk pulsed for a stream fed `pulse` input frames at a time (a multiple of the
+    /// stride): a stateful plan each run of which takes the next `pulse` frames and gives
+    /// `pulse / stride` output frames, the first [`PulsedTrunk::delay`] of them before the
+    /// stream's first output frame. It is the archive the host prepared for that pulse
+    /// (`frames.pulse{pulse}.nnef.tar`: [`super::write_listen_archive`]) when the
+    /// package has one; otherwise tract-pulse pulses the trunk here, in a build with the
+    /// `pulse` feature; `None` in a build without it.
+    pub fn pulsed_trunk(&self, pulse: usize) -> Result<Option<PulsedTrunk>, InferError> {
+        let archive = self.dir.join(pulsed_trunk_archive(pulse));
+        let (model, path) = if archive.is_file() {
+            let model = WithPulse::with_pulse(tract_nnef::nnef())
+                .model_for_path(&archive)
+                .map_err(|e| InferError::load(&archive, format!("{e:#}")))?;
+            (model, archive)
+        } else {
+            #[cfg(feature = "pulse")]
+            let pulsed = (self.pulsed_model(pulse)?, self.trunk_path.clone());
+            #[cfg(not(feature = "pulse"))]
+            return Ok(None);
+            #[cfg(feature = "pulse")]
+            pulsed
+        };
         let fail = |e: TractError| {
             InferError::foreign(
-                &self.trunk_path,
+                &path,
                 format!("the trunk pulsed {pulse} frames at a time: {e:#}"),
             )
         };
-        let typed = self
-            .trunk
-            .typed(&[&[Dim::Is(1), Dim::Free("frames"), Dim::Is(self.bins)]])
-            .and_then(|m| m.into_decluttered())
-            .map_err(fail)?;
-        let time = match &typed.input_fact(0).map_err(fail)?.shape[1] {
-            TDim::Sym(time) => time.clone(),
-            d => {
-                return Err(fail(TractError::msg(format!(
-                    "the time axis is {d}, not a symbol"
-                ))))
-            }
-        };
-        let pulsed = PulsedModel::new(&typed, time, &pulse.to_dim())
-            .and_then(|m| m.into_typed())
-            .map_err(fail)?;
-        let delay = pulsed
+        let delay = model
             .properties
             .get("pulse.delay")
             .and_then(|d| {
@@ -160,10 +165,50 @@ impl StreamForm {
                     .copied()
             })
             .and_then(|d| usize::try_from(d).ok())
-            .ok_or_else(|| fail(TractError::msg("tract-pulse gave no delay for its output")))?;
-        let (model, _) = hush_tract_ops::optimize(pulsed).map_err(fail)?;
+            .ok_or_else(|| fail(TractError::msg("no `pulse.delay` for its output")))?;
+        let shapes = (
+            model
+                .input_fact(0)
+                .map_err(fail)?
+                .shape
+                .as_concrete()
+                .map(<[usize]>::to_vec),
+            model
+                .output_fact(0)
+                .map_err(fail)?
+                .shape
+                .as_concrete()
+                .map(<[usize]>::to_vec),
+        );
+        let (input, output) = (
+            vec![1, pulse, self.bins],
+            vec![1, pulse / self.geometry.stride, self.channels],
+        );
+        if shapes != (Some(input.clone()), Some(output.clone())) {
+            return Err(fail(TractError::msg(format!(
+                "takes {:?} and gives {:?}; expected {input:?} and {output:?}",
+                shapes.0, shapes.1
+            ))));
+        }
+        let (model, _) = hush_tract_ops::optimize(model).map_err(fail)?;
         let plan = model.into_runnable().map_err(fail)?;
-        Ok(PulsedTrunk { plan, pulse, delay })
+        Ok(Some(PulsedTrunk { plan, pulse, delay }))
+    }
+
+    /// The trunk pulsed by tract-pulse `pulse` frames at a time, as tract gives it (before
+    /// the device's optimisation).
+    #[cfg(feature = "pulse")]
+    fn pulsed_model(&self, pulse: usize) -> Result<TypedModel, InferError> {
+        self.trunk
+            .typed(&[&[Dim::Is(1), Dim::Free("frames"), Dim::Is(self.bins)]])
+            .and_then(|m| m.into_decluttered())
+            .and_then(|m| hush_models::export::nnef::pulse_trunk(&m, pulse))
+            .map_err(|e| {
+                InferError::foreign(
+                    &self.trunk_path,
+                    format!("the trunk pulsed {pulse} frames at a time: {e:#}"),
+                )
+            })
     }
 
     /// Runs `state` (of a [`StreamForm::pulsed_trunk`]) on the next pulse of `features`

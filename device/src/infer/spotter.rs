@@ -61,6 +61,38 @@ impl Default for SpotterOptions {
     }
 }
 
+/// The hop of `hop_ms` in whole input frames (at least one; for a model with a streaming
+/// form, a multiple of its time stride), and in milliseconds.
+fn hop_frames(clf: &KwsClassifier, hop_ms: u32) -> (usize, f64) {
+    let frame = &clf.features().frame;
+    let shift_ms = 1000.0 * frame.window_shift() as f64 / f64::from(frame.sample_rate);
+    let stride = clf.stream_form().map_or(1, |f| f.geometry().stride);
+    let step_ms = shift_ms * stride as f64;
+    let hop = ((f64::from(hop_ms) / step_ms).round() as usize).max(1) * stride;
+    (hop, hop as f64 * shift_ms)
+}
+
+/// Writes into the keyword-spotting package in `dir` the archive of its streaming form's
+/// trunk pulsed as a spotter with the default hop runs it
+/// (hush-models' `export::nnef::write_pulsed_trunk`), for devices built without tract-pulse.
+/// `None` when the package has no streaming form or that hop runs it unpulsed.
+#[cfg(feature = "pulse")]
+pub fn write_listen_archive(
+    dir: &std::path::Path,
+) -> Result<Option<std::path::PathBuf>, InferError> {
+    let clf = KwsClassifier::load(dir)?;
+    let Some(form) = clf.stream_form() else {
+        return Ok(None);
+    };
+    let (hop, _) = hop_frames(&clf, SpotterOptions::HOP_MS);
+    match super::stream::pulse_for(form.geometry(), hop, clf.card().arch.io().frames) {
+        Some(pulse) => Ok(Some(hush_models::export::nnef::write_pulsed_trunk(
+            dir, pulse,
+        )?)),
+        None => Ok(None),
+    }
+}
+
 /// A keyword spotter over a stream: the model, its stream and the detector.
 #[derive(Debug)]
 pub struct KeywordSpotter {
@@ -84,12 +116,7 @@ impl KeywordSpotter {
                 "hop 0 ms: expected a positive number of milliseconds".into()
             ));
         }
-        let frame = &clf.features().frame;
-        let shift_ms = 1000.0 * frame.window_shift() as f64 / f64::from(frame.sample_rate);
-        let stride = clf.stream_form().map_or(1, |f| f.geometry().stride);
-        let step_ms = shift_ms * stride as f64;
-        let hop = ((f64::from(opts.hop_ms) / step_ms).round() as usize).max(1) * stride;
-        let hop_ms = hop as f64 * shift_ms;
+        let (hop, hop_ms) = hop_frames(clf, opts.hop_ms);
         let smooth_windows = ((f64::from(opts.smooth_ms) / hop_ms).round() as usize).max(1);
         let detector = KeywordDetector::new(
             &clf.card().labels,

@@ -306,7 +306,7 @@ impl std::fmt::Debug for Pulsed {
 /// two output frames a run or more: a run per output frame cost more than recomputing the
 /// receptive field (BENCHMARKS.md, "Listening after folding, one-pass elementwise ops, block
 /// WAV reads and the pulsed trunk").
-fn pulse_for(g: StreamGeometry, hop: usize, frames: usize) -> Option<usize> {
+pub(crate) fn pulse_for(g: StreamGeometry, hop: usize, frames: usize) -> Option<usize> {
     let unread = (frames - g.receptive_field) % g.stride;
     (2 * g.stride..=hop)
         .rev()
@@ -316,9 +316,12 @@ fn pulse_for(g: StreamGeometry, hop: usize, frames: usize) -> Option<usize> {
 impl Incremental {
     fn new(form: &StreamForm, hop: usize, frames: usize) -> Result<Self, InferError> {
         let g = form.geometry();
-        let pulsed = match pulse_for(g, hop, frames) {
-            Some(pulse) => {
-                let trunk = form.pulsed_trunk(pulse)?;
+        let trunk = match pulse_for(g, hop, frames) {
+            Some(pulse) => form.pulsed_trunk(pulse)?,
+            None => None,
+        };
+        let pulsed = match trunk {
+            Some(trunk) => {
                 let state = spawn(&trunk)?;
                 Some(Pulsed {
                     trunk,

@@ -352,13 +352,18 @@ pub fn write_package(dir: &Path, card: &ModelCard, model: &KwsModel) -> Result<(
 }
 
 /// Removes the NNEF archives prepared from a package's earlier ONNX files
-/// (`hush-host export --format nnef`): rewritten weights would make them stale, and a device
-/// built without ONNX reads them in its place.
+/// (`hush-host export --format nnef`), the pulsed trunk's too: rewritten weights would make
+/// them stale, and a device built without ONNX reads them in its place.
 fn remove_stale_nnef(dir: &Path) -> Result<(), ModelError> {
-    use crate::export::nnef::{NNEF, STREAM_FRAMES_NNEF, STREAM_HEAD_NNEF};
-    for name in [NNEF, STREAM_FRAMES_NNEF, STREAM_HEAD_NNEF] {
-        let p = dir.join(name);
-        if p.exists() {
+    use crate::export::nnef::{
+        is_pulsed_trunk_archive, NNEF, STREAM_FRAMES_NNEF, STREAM_HEAD_NNEF,
+    };
+    for entry in std::fs::read_dir(dir).map_err(ModelError::io(dir))? {
+        let p = entry.map_err(ModelError::io(dir))?.path();
+        let name = p.file_name().and_then(|n| n.to_str()).unwrap_or_default();
+        if [NNEF, STREAM_FRAMES_NNEF, STREAM_HEAD_NNEF].contains(&name)
+            || is_pulsed_trunk_archive(name)
+        {
             std::fs::remove_file(&p).map_err(ModelError::io(&p))?;
         }
     }

@@ -191,8 +191,18 @@ fn the_streaming_form_is_exported_with_the_model_and_stale_archives_are_dropped(
         .stream
         .is_empty());
 
+    // A pulsed trunk's archive (hush_device's `write_listen_archive`) goes too; a file that
+    // only looks like one stays.
+    std::fs::write(dir.join("frames.pulse6.nnef.tar"), b"stale").unwrap();
+    std::fs::write(dir.join("frames.pulseX.nnef.tar"), b"not ours").unwrap();
     write_package(&dir, &card, &model).unwrap();
-    for f in ["model.nnef.tar", "frames.nnef.tar", "head.nnef.tar"] {
+    assert!(dir.join("frames.pulseX.nnef.tar").exists());
+    for f in [
+        "model.nnef.tar",
+        "frames.nnef.tar",
+        "head.nnef.tar",
+        "frames.pulse6.nnef.tar",
+    ] {
         assert!(
             !dir.join(f).exists(),
             "{f} outlived the weights it was made from"

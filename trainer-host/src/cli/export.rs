@@ -8,6 +8,7 @@ use std::path::PathBuf;
 
 use anyhow::Context;
 use hush_models::export::{export_onnx_file, export_package, ExportFormat};
+use hush_models::package::Task;
 
 /// Formats `hush-host export` writes.
 #[derive(Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
@@ -67,6 +68,17 @@ pub fn run(args: ExportArgs) -> anyhow::Result<()> {
     );
     for p in &done.stream {
         println!("export: streaming form → {}", p.display());
+    }
+    // The trunk pulsed as `listen` runs it, for devices built without tract-pulse.
+    if format == ExportFormat::Nnef && args.out.is_none() && done.task == Task::Kws {
+        if let Some(p) = hush_device::infer::write_listen_archive(&args.model)
+            .with_context(|| format!("pulsing {}'s streaming form", args.model.display()))?
+        {
+            println!(
+                "export: the trunk pulsed as listen runs it → {}",
+                p.display()
+            );
+        }
     }
     Ok(())
 }

@@ -148,7 +148,11 @@ pub fn export_onnx_file(onnx: &Path, out: Option<&Path>) -> Result<(PathBuf, usi
 }
 
 /// Writes `bytes` to `path` through a temporary file in the same directory and a rename.
-fn write_atomic(path: &Path, bytes: &[u8], format: ExportFormat) -> Result<(), ModelError> {
+pub(crate) fn write_atomic(
+    path: &Path,
+    bytes: &[u8],
+    format: ExportFormat,
+) -> Result<(), ModelError> {
     let export_err = |reason: String| ModelError::Export {
         path: path.to_path_buf(),
         format: format.name(),

@@ -38,6 +38,62 @@ pub const STREAM_FRAMES_NNEF: &str = "frames.nnef.tar";
 /// The NNEF archive of the streaming form's head (`head.onnx`).
 pub const STREAM_HEAD_NNEF: &str = "head.nnef.tar";
 
+/// The archive of the streaming form's trunk pulsed `pulse` frames at a time by tract-pulse
+/// (`frames.pulse6.nnef.tar`): stateful, for a device that does not link tract-pulse.
+pub fn pulsed_trunk_archive(pulse: usize) -> String {
+    format!("frames.pulse{pulse}.nnef.tar")
+}
+
+/// `trunk` (typed, the frame axis of its input symbolic) pulsed by tract-pulse `pulse`
+/// frames at a time: stateful, each layer keeping its recent frames; its `pulse.delay`
+/// property says how many output frames come before the stream's first.
+#[cfg(feature = "pulse")]
+pub fn pulse_trunk(trunk: &TypedModel, pulse: usize) -> TractResult<TypedModel> {
+    use tract_pulse::internal::{PulsedModel, PulsedModelExt};
+    let time = match &trunk.input_fact(0)?.shape[1] {
+        TDim::Sym(time) => time.clone(),
+        d => {
+            return Err(TractError::msg(format!(
+                "the time axis is {d}, not a symbol"
+            )))
+        }
+    };
+    PulsedModel::new(trunk, time, &pulse.to_dim())?.into_typed()
+}
+
+/// Writes into the keyword-spotting package in `dir` the archive of its streaming form's
+/// trunk (`frames.onnx`) pulsed `pulse` frames at a time ([`pulsed_trunk_archive`]), with
+/// tract-pulse's delay lines, which tract reads back with tract-pulse-opl alone. Written
+/// whole and renamed. Returns its path.
+#[cfg(feature = "pulse")]
+pub fn write_pulsed_trunk(dir: &Path, pulse: usize) -> Result<PathBuf, ModelError> {
+    let onnx = dir.join(crate::package::STREAM_FRAMES);
+    let path = dir.join(pulsed_trunk_archive(pulse));
+    let fail = |e: TractError| ModelError::Export {
+        path: path.clone(),
+        format: "nnef",
+        reason: format!("the trunk pulsed {pulse} frames at a time: {e:#}"),
+    };
+    let trunk = tract_onnx::onnx()
+        .model_for_path(&onnx)
+        .and_then(|m| m.into_typed())
+        .and_then(|m| m.into_decluttered())
+        .map_err(fail)?;
+    let pulsed = pulse_trunk(&trunk, pulse).map_err(fail)?;
+    let bytes = tract_pulse::WithPulse::with_pulse(tract_nnef::nnef())
+        .write_to_tar_with_config(&pulsed, Vec::new(), false, true)
+        .map_err(fail)?;
+    super::write_atomic(&path, &bytes, super::ExportFormat::Nnef)?;
+    Ok(path)
+}
+
+/// Whether `name` is a [`pulsed_trunk_archive`]'s.
+pub fn is_pulsed_trunk_archive(name: &str) -> bool {
+    name.strip_prefix("frames.pulse")
+        .and_then(|rest| rest.strip_suffix(".nnef.tar"))
+        .is_some_and(|n| !n.is_empty() && n.bytes().all(|b| b.is_ascii_digit()))
+}
+
 /// The NNEF archive prepared from the ONNX file at `onnx`, beside it: the same stem with
 /// `.nnef.tar` (`model.onnx` → `model.nnef.tar`, `frames.onnx` → `frames.nnef.tar`). A device
 /// built without ONNX reads it in the ONNX file's place.

@@ -1,5 +1,5 @@
 //! NNEF export through tract's own writer: tract reads the ONNX file hush writes
-//! ([`super::onnx`]), types and declutters it, and writes it as an NNEF tar archive
+//! ([`super::onnx`]), types it, and writes it as an NNEF tar archive
 //! (`graph.nnef`, `graph.quant` when needed, one `.dat` per tensor). The archive is
 //! deterministic (fixed timestamps), so the same weights give the same bytes, and keeps the
 //! ONNX file's symbolic dimensions (the batch `N` of a keyword spotter, the frame count of
@@ -131,16 +131,25 @@ pub fn onnx_to_nnef(onnx: &[u8], origin: &Path) -> Result<Vec<u8>, ModelError> {
         .collect();
     let mut model = model
         .into_typed()
-        .map_err(|e| fail("typing the ONNX graph", e))?
-        .into_decluttered()
-        .map_err(|e| fail("decluttering", e))?;
+        .map_err(|e| fail("typing the ONNX graph", e))?;
     for (ix, name) in names.into_iter().enumerate() {
         let outlet = model.outputs[ix];
         model
             .set_outlet_label(outlet, name)
             .map_err(|e| fail("naming the outputs", e))?;
     }
-    nnef()
-        .write_to_tar_with_config(&model, Vec::new(), false, true)
-        .map_err(|e| fail("writing NNEF", e))
+    // Typed, not decluttered, where tract can write it so: a reader declutters it for its
+    // own shapes (a device fixes the batch at one first), as it would the ONNX file, and
+    // gets the same graph; decluttered with the batch symbolic, DS-CNN-S optimises less well
+    // there (a batch norm left unfused after its first pointwise convolution: 6 % more time
+    // listening). Some typed ops have no NNEF form until decluttered (Silero VAD's strided
+    // slices): then the decluttered graph.
+    let write = |m: &TypedModel| nnef().write_to_tar_with_config(m, Vec::new(), false, true);
+    match write(&model) {
+        Ok(bytes) => Ok(bytes),
+        Err(_) => model
+            .into_decluttered()
+            .map_err(|e| fail("decluttering", e))
+            .and_then(|m| write(&m).map_err(|e| fail("writing NNEF", e))),
+    }
 }

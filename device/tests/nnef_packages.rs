@@ -159,21 +159,7 @@ fn silero_vad_read_from_its_archive_gives_onnxruntimes_speech_probabilities() {
     std::fs::copy(repo("models/vad").join(archive), tmp.path().join(archive)).unwrap();
     // Asked for the ONNX file, which is not there: the archive beside it is read.
     let mut vad = SileroVad::load(&tmp.path().join("silero_vad_16k_sequence.onnx")).unwrap();
-    let fixture: serde_json::Value = serde_json::from_str(
-        &std::fs::read_to_string(repo("device/tests/fixtures/vad/probs.json")).unwrap(),
-    )
-    .unwrap();
-    let expected: Vec<f64> = fixture["probs"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|p| p.as_f64().unwrap())
-        .collect();
-    let mut signal = read_audio(&repo("data/corpus/kws/stop/01fddb35_nohash_0.flac"))
-        .unwrap()
-        .samples;
-    let noise = read_audio(&repo("data/corpus/kws/_background_noise_/pink_noise.flac")).unwrap();
-    signal.extend(noise.samples[..16_000].iter().map(|s| 0.01 * s));
+    let (signal, expected) = common::vad_reference();
     let mut probs = Vec::new();
     for piece in signal.chunks(320) {
         vad.push(piece, &mut probs).unwrap();

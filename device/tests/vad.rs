@@ -11,10 +11,7 @@ mod common;
 
 use std::path::{Path, PathBuf};
 
-use hush_device::audio::read_audio;
 use hush_device::infer::SileroVad;
-
-const RATE: u32 = 16_000;
 
 use common::repo;
 
@@ -22,30 +19,9 @@ fn vad_model() -> PathBuf {
     repo("models/vad/silero_vad_16k_sequence.onnx")
 }
 
-/// The fixture's signal: a keyword clip, then a second of pink noise at 0.01.
-fn fixture_signal() -> Vec<f32> {
-    let mut x = read_audio(&repo("data/corpus/kws/stop/01fddb35_nohash_0.flac"))
-        .unwrap()
-        .samples;
-    let noise = read_audio(&repo("data/corpus/kws/_background_noise_/pink_noise.flac")).unwrap();
-    x.extend(noise.samples[..RATE as usize].iter().map(|s| 0.01 * s));
-    x
-}
-
 #[test]
 fn tract_gives_onnxruntimes_speech_probabilities_in_any_chunking() {
-    let fixture: serde_json::Value = serde_json::from_str(
-        &std::fs::read_to_string(repo("device/tests/fixtures/vad/probs.json")).unwrap(),
-    )
-    .unwrap();
-    let expected: Vec<f64> = fixture["probs"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|p| p.as_f64().unwrap())
-        .collect();
-    let signal = fixture_signal();
-    assert_eq!(signal.len() as u64, fixture["samples"].as_u64().unwrap());
+    let (signal, expected) = common::vad_reference();
     for chunk in [signal.len(), 512, 320, 7] {
         let mut vad = SileroVad::load(&vad_model()).unwrap();
         let mut probs = Vec::new();

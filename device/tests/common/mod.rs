@@ -72,3 +72,27 @@ pub fn corpus_recording(
     .unwrap();
     path
 }
+
+/// Silero VAD's reference (`device/tests/fixtures/vad/`): the signal onnxruntime scored (a
+/// keyword clip, then a second of pink noise at 0.01) and its speech probabilities.
+#[allow(dead_code)] // not every test binary uses it
+pub fn vad_reference() -> (Vec<f32>, Vec<f64>) {
+    use hush_device::audio::read_audio;
+    let fixture: serde_json::Value = serde_json::from_str(
+        &std::fs::read_to_string(repo("device/tests/fixtures/vad/probs.json")).unwrap(),
+    )
+    .unwrap();
+    let expected: Vec<f64> = fixture["probs"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|p| p.as_f64().unwrap())
+        .collect();
+    let mut signal = read_audio(&repo("data/corpus/kws/stop/01fddb35_nohash_0.flac"))
+        .unwrap()
+        .samples;
+    let noise = read_audio(&repo("data/corpus/kws/_background_noise_/pink_noise.flac")).unwrap();
+    signal.extend(noise.samples[..16_000].iter().map(|s| 0.01 * s));
+    assert_eq!(signal.len() as u64, fixture["samples"].as_u64().unwrap());
+    (signal, expected)
+}

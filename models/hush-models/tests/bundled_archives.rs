@@ -13,7 +13,7 @@ mod common;
 use std::collections::HashMap;
 use std::path::Path;
 
-use common::{max_abs, Rng};
+use common::{flat_outputs, max_abs, Rng};
 use hush_models::export::nnef::{archive_path, nnef};
 use tract_onnx::prelude::*;
 
@@ -47,17 +47,7 @@ fn outputs(model: TypedModel, seed: u64) -> Vec<Vec<f32>> {
         })
         .collect();
     let plan = model.into_optimized().unwrap().into_runnable().unwrap();
-    plan.run(inputs)
-        .unwrap()
-        .iter()
-        .map(|t| {
-            t.to_plain_array_view::<f32>()
-                .unwrap()
-                .iter()
-                .copied()
-                .collect()
-        })
-        .collect()
+    flat_outputs(plan.run(inputs).unwrap())
 }
 
 #[test]

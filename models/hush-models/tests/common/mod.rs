@@ -167,8 +167,14 @@ pub fn run_tract(
     let input = tract_ndarray::Array3::from_shape_vec((shape[0], shape[1], shape[2]), x.to_vec())
         .unwrap()
         .into_tensor();
-    plan.run(tvec!(input.into_tvalue()))
-        .unwrap()
+    flat_outputs(plan.run(tvec!(input.into_tvalue())).unwrap())
+}
+
+/// A tract run's outputs, each flattened to f32s.
+pub fn flat_outputs(
+    outputs: tract_onnx::prelude::TVec<tract_onnx::prelude::TValue>,
+) -> Vec<Vec<f32>> {
+    outputs
         .iter()
         .map(|t| {
             t.to_plain_array_view::<f32>()

@@ -8,9 +8,14 @@
 //!
 //! The trunk's frame count is symbolic in the file; it is fixed per chunk length when a
 //! length is first asked for ([`StreamForm::trunk_plan`]), so that tract and hush's kernels
-//! see concrete shapes. For a stream fed a fixed number of frames at a time, tract-pulse
-//! turns the trunk into a stateful one ([`StreamForm::pulsed_trunk`]): each layer keeps its
-//! own last frames, so every frame goes through every layer once.
+//! see concrete shapes. For a stream fed a fixed number of frames at a time, the trunk runs
+//! as a stateful one pulsed by tract ([`StreamForm::pulsed_trunk`]): each layer keeps its
+//! own last frames, so every frame goes through every layer once. The host may ship it
+//! pulsed (`frames.pulse6.nnef.tar`); otherwise tract-pulse pulses it here, in a build with
+//! the `pulse` feature.
+//!
+//! Each file may be its NNEF archive instead (`frames.nnef.tar`, `head.nnef.tar`:
+//! [`super::graph`]).
 
 use std::path::{Path, PathBuf};
 

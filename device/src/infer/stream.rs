@@ -12,7 +12,8 @@
 //! normalised per window, the stream runs it incrementally and scores the mean of a window's
 //! output frames with the head:
 //!
-//! - when the hop is a multiple of the form's stride (of two strides or more), through the
+//! - when the hop is a multiple of the form's stride (of two strides or more) and the trunk
+//!   can be pulsed for it (by tract-pulse here, or from the host's archive), through the
 //!   trunk pulsed by tract
 //!   ([`StreamForm::pulsed_trunk`]): each layer keeps its own recent frames, so each input
 //!   frame goes through each layer once (after windows a gate skipped, the trunk starts
@@ -136,7 +137,8 @@ impl KwsStream {
     }
 
     /// Whether the stream runs the streaming form's trunk pulsed by tract (its hop is a
-    /// multiple of the stride that a run of two output frames or more divides).
+    /// multiple of the stride that a run of two output frames or more divides, and this
+    /// build has tract-pulse or the package the trunk pulsed for that run).
     pub fn is_pulsed(&self) -> bool {
         self.incremental
             .as_ref()

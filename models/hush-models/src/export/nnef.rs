@@ -1,9 +1,10 @@
 //! NNEF export through tract's own writer: tract reads the ONNX file hush writes
 //! ([`super::onnx`]), types it, and writes it as an NNEF tar archive
-//! (`graph.nnef`, `graph.quant` when needed, one `.dat` per tensor). The archive is
-//! deterministic (fixed timestamps), so the same weights give the same bytes, and keeps the
-//! ONNX file's symbolic dimensions (the batch `N` of a keyword spotter, the frame count of
-//! a CTC recogniser). [`nnef`] reads it back:
+//! (`graph.nnef`, `graph.quant` when needed, one `.dat` per tensor). The archive has fixed
+//! timestamps, so the same weights give hush's models the same bytes (not every model:
+//! where tract's decluttering splits nodes, as in Silero VAD, it names them in no fixed
+//! order), and keeps the ONNX file's symbolic dimensions (the batch `N` of a keyword
+//! spotter, the frame count of a CTC recogniser). [`nnef`] reads it back:
 //!
 //! ```no_run
 //! use tract_onnx::prelude::*;

@@ -6,7 +6,7 @@
 //! A build with the `onnx` feature (the default) reads the ONNX file when it is there and the
 //! archive otherwise; a build without it reads archives only and does not link tract's ONNX
 //! parser and its type inference (the inference-only device build: firmware-notes/budget.md).
-//! Either way [`ModelFile::typed`] gives a typed model with the shapes the caller fixes.
+//! Either way the device gets a typed model with the input shapes it fixes.
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};

@@ -134,7 +134,7 @@ impl StreamForm {
     /// stride): a stateful plan each run of which takes the next `pulse` frames and gives
     /// `pulse / stride` output frames, the first [`PulsedTrunk::delay`] of them before the
     /// stream's first output frame. It is the archive the host prepared for that pulse
-    /// (`frames.pulse{pulse}.nnef.tar`: [`super::write_listen_archive`]) when the
+    /// (`frames.pulse{pulse}.nnef.tar`, written by `write_listen_archive`) when the
     /// package has one; otherwise tract-pulse pulses the trunk here, in a build with the
     /// `pulse` feature; `None` in a build without it.
     pub fn pulsed_trunk(&self, pulse: usize) -> Result<Option<PulsedTrunk>, InferError> {

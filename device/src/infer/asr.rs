@@ -192,7 +192,7 @@ fn load_plan(path: &Path, bins: usize, vocab: usize) -> Result<Plan, InferError>
                 "input does not take [1, frames, {bins}] f32: {e:#}"
             ))
         })?;
-    let (model, _) = super::optimize_for_device(model)
+    let (model, _) = hush_tract_ops::optimize(model)
         .map_err(|e| foreign(format!("input [1, frames, {bins}] f32 does not fit: {e:#}")))?;
     let fact = model.output_fact(0).map_err(|e| load(format!("{e:#}")))?;
     let last = fact.shape.iter().last().map(|d| d.to_string());

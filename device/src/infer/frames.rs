@@ -27,7 +27,7 @@ use tract_nnef::prelude::*;
 use tract_pulse_opl::WithPulse;
 
 use super::graph::{archive_path, Dim, ModelFile};
-use super::{optimize_for_device, run_plan, InferError, Plan};
+use super::{run_plan, InferError, Plan};
 
 /// The streaming form of a keyword spotter, loaded and checked.
 #[derive(Debug, Clone)]
@@ -145,12 +145,10 @@ impl StreamForm {
                 .map_err(|e| InferError::load(&archive, format!("{e:#}")))?;
             (model, archive)
         } else {
-            #[cfg(feature = "pulse")]
-            let pulsed = (self.pulsed_model(pulse)?, self.trunk_path.clone());
             #[cfg(not(feature = "pulse"))]
             return Ok(None);
             #[cfg(feature = "pulse")]
-            pulsed
+            (self.pulsed_model(pulse)?, self.trunk_path.clone())
         };
         let fail = |e: TractError| {
             InferError::foreign(
@@ -282,7 +280,7 @@ fn trunk_plan(
         .map_err(|e| {
             InferError::foreign(path, format!("input [1, {frames}, {bins}] f32: {e:#}"))
         })?;
-    let (model, _) = optimize_for_device(model)
+    let (model, _) = hush_tract_ops::optimize(model)
         .map_err(|e| InferError::foreign(path, format!("a {frames}-frame chunk: {e:#}")))?;
     model
         .into_runnable()
@@ -317,8 +315,8 @@ fn load_head(path: &Path, channels: usize, classes: usize) -> Result<(Plan, Path
     let model = file
         .typed(&[&[Dim::Is(1), Dim::Is(channels)]])
         .map_err(|e| foreign(format!("input [1, {channels}] f32: {e:#}")))?;
-    let (model, _) =
-        optimize_for_device(model).map_err(|e| foreign(format!("input [1, {channels}]: {e:#}")))?;
+    let (model, _) = hush_tract_ops::optimize(model)
+        .map_err(|e| foreign(format!("input [1, {channels}]: {e:#}")))?;
     let shape: Vec<String> = model
         .output_fact(1)
         .map_err(|e| InferError::load(path, format!("{e:#}")))?

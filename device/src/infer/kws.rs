@@ -217,7 +217,7 @@ fn load_plan(
                 "input does not take [1, {frames}, {bins}] f32: {e:#}"
             ))
         })?;
-    let (model, swapped) = super::optimize_for_device(model).map_err(|e| {
+    let (model, swapped) = hush_tract_ops::optimize(model).map_err(|e| {
         foreign(format!(
             "input [1, {frames}, {bins}] f32 does not fit: {e:#}"
         ))

@@ -1,13 +1,14 @@
-//! Inference on the device with tract: a model package (`model.json` +
-//! `model.onnx`, or the NNEF archive prepared from it: [`graph`]) in, class scores out. [`clip`] fits audio to the model's window and
-//! computes its features — the one definition the host trainer uses too, so training
-//! and inference see the same numbers. [`kws`] loads and runs keyword spotters;
-//! [`stream`] runs one over a stream of audio, window by window (incrementally, through the
-//! model's streaming form [`frames`], where the package has one), and [`detect`] turns its
-//! windows into keyword detections; [`spotter`] puts the two together, the streaming loop
-//! `hush-device listen` and the C API (`device/capi`) both run; [`vad`] gates it on speech
-//! (Silero VAD); [`asr`] loads and runs
-//! CTC speech recognisers over whole utterances.
+//! Inference on the device with tract: a model package (`model.json` + `model.onnx`, or
+//! the NNEF archive prepared from it: [`graph`]) in, class scores out. Every model is
+//! optimised by `hush_tract_ops::optimize` (tract's passes with hush's kernels swapped in).
+//! [`clip`] fits audio to the model's window and computes its features — the one definition
+//! the host trainer uses too, so training and inference see the same numbers. [`kws`] loads
+//! and runs keyword spotters; [`stream`] runs one over a stream of audio, window by window
+//! (incrementally, through the model's streaming form [`frames`], where the package has
+//! one), and [`detect`] turns its windows into keyword detections; [`spotter`] puts the two
+//! together, the streaming loop `hush-device listen` and the C API (`device/capi`) both run;
+//! [`vad`] gates it on speech (Silero VAD); [`asr`] loads and runs CTC speech recognisers
+//! over whole utterances.
 //!
 //! It does not train (that is hush-models' step and the host's trainer) and does not
 //! resample: audio at another rate than the model's features is refused.
@@ -134,16 +135,6 @@ impl InferError {
             reason,
         }
     }
-}
-
-/// Optimises a model for this device: tract's passes with the kernels tract lacks swapped
-/// in (`hush_tract_ops::optimize`: depthwise convolutions with what follows them folded in,
-/// max pooling, sums over trailing axes, elementwise chains along one axis).
-/// Returns the model and which of tract's ops it swapped.
-pub(crate) fn optimize_for_device(
-    model: TypedModel,
-) -> TractResult<(TypedModel, hush_tract_ops::Swapped)> {
-    hush_tract_ops::optimize(model)
 }
 
 /// Runs `plan` on one input of `shape` (e.g. `[1, frames, bins]` features) and returns its

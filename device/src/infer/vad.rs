@@ -68,7 +68,7 @@ impl SileroVad {
         let state = [Dim::Is(1), Dim::Is(1), Dim::Is(STATE)];
         let plan = file
             .typed(&[&[Dim::Is(1), Dim::Is(CONTEXT + VAD_FRAME)], &state, &state])
-            .and_then(|m| super::optimize_for_device(m).map(|(m, _)| m))
+            .and_then(|m| hush_tract_ops::optimize(m).map(|(m, _)| m))
             .map_err(fits)?
             .into_runnable()
             .map_err(|e| InferError::load(path, format!("{e:#}")))?;

@@ -142,7 +142,7 @@ pub fn onnx_to_nnef(onnx: &[u8], origin: &Path) -> Result<Vec<u8>, ModelError> {
     // Typed, not decluttered, where tract can write it so: a reader declutters it for its
     // own shapes (a device fixes the batch at one first), as it would the ONNX file, and
     // gets the same graph; decluttered with the batch symbolic, DS-CNN-S optimises less well
-    // there (a batch norm left unfused after its first pointwise convolution: 6 % more time
+    // there (a batch norm left unfused after its first pointwise convolution: 7 % more CPU
     // listening). Some typed ops have no NNEF form until decluttered (Silero VAD's strided
     // slices): then the decluttered graph.
     let write = |m: &TypedModel| nnef().write_to_tar_with_config(m, Vec::new(), false, true);

@@ -125,3 +125,57 @@ fn weight_averaging_keeps_the_mean_of_the_last_epochs() {
     }
     assert!(max_diff < 1e-4, "max prob difference {max_diff}");
 }
+
+/// `streaming` with `init_from` a same-padded DS-CNN-S (`hush-host train --streaming
+/// --init-from`): the run starts from that package's weights (time padding is not a weight)
+/// and writes the streaming form; without `streaming` a streaming package is refused as a
+/// starting point for the same-padded model.
+#[test]
+fn a_streaming_run_starts_from_a_same_padded_package() {
+    let data = Path::new(env!("CARGO_MANIFEST_DIR")).join("../data/corpus/kws");
+    let same = tempfile::tempdir().unwrap();
+    let mut cfg = KwsTrainConfig::new(&data, "ds-cnn-s");
+    cfg.set_fbank(40.0, 20.0, 20);
+    cfg.augment = Augment::none();
+    cfg.epochs = 1;
+    train_kws(&cfg, same.path(), "test", &mut |_| {}).unwrap();
+
+    let streaming = tempfile::tempdir().unwrap();
+    let mut tune = cfg.clone();
+    tune.streaming = true;
+    tune.init_from = Some(same.path().to_path_buf());
+    // So small a rate leaves the weights where they started.
+    tune.lr = 1e-12;
+    let report = train_kws(&tune, streaming.path(), "test", &mut |_| {}).unwrap();
+    assert!(report.card.arch.stream_geometry().is_some());
+    assert!(streaming.path().join("frames.onnx").is_file());
+    let weights = |dir: &Path| {
+        let (_, model) = load_package(dir, &Device::flex()).unwrap();
+        model.named_tensors().unwrap()
+    };
+    let (start, tuned) = (weights(same.path()), weights(streaming.path()));
+    let mut compared = 0;
+    for (a, b) in start.iter().zip(&tuned) {
+        assert_eq!((&a.name, &a.shape), (&b.name, &b.shape));
+        if !hush_models::arch::is_trainable(&a.name) {
+            continue;
+        }
+        let diff = a.data.iter().zip(&b.data).map(|(x, y)| (x - y).abs());
+        let diff = diff.fold(0f32, f32::max);
+        assert!(diff < 1e-6, "{}: moved {diff}", a.name);
+        compared += 1;
+    }
+    assert!(compared >= 10, "{compared} trainable tensors compared");
+
+    let mut back = cfg.clone();
+    back.init_from = Some(streaming.path().to_path_buf());
+    let err = train_kws(
+        &back,
+        tempfile::tempdir().unwrap().path(),
+        "test",
+        &mut |_| {},
+    )
+    .unwrap_err()
+    .to_string();
+    assert!(err.contains("--init-from"), "{err}");
+}

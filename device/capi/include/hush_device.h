@@ -381,7 +381,8 @@ HushStatus hush_spotter_push(struct HushSpotter *spotter,
  * `HUSH_MAX_PATH_BYTES`: the `silero_vad_16k_sequence.onnx` of the repository's
  * `models/vad/`), a 32 ms frame being speech when its probability reaches `threshold`
  * (in (0, 1); `hush-device listen --vad` uses 0.05). Windows without speech cost no
- * inference; on a mostly silent stream about half the CPU (BENCHMARKS.md). Call it after
+ * inference: on a mostly silent stream, half the CPU of a model without a streaming form,
+ * but more than a streaming package's spotter costs alone (BENCHMARKS.md). Call it after
  * `hush_spotter_open`, before the first push, once.
  *
  * Errors (the spotter unchanged): NULL_POINTER, TOO_LONG (path), INVALID_ARGUMENT (a

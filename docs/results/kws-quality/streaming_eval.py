@@ -146,6 +146,7 @@ def main():
     ap.add_argument("--thresholds", default="0.6,0.8,0.9")
     ap.add_argument("--smooth-ms", default="500", help="posterior smoothing spans, comma-separated")
     ap.add_argument("--out", required=True)
+    ap.add_argument("--hop-ms", help="listen's --hop-ms (default: listen's own)")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--gap", default="0.3,1.5", help="silence between clips: MIN,MAX seconds")
     ap.add_argument("--max-seconds", type=float, help="place no clip after this point")
@@ -172,12 +173,14 @@ def main():
                 before = resource.getrusage(resource.RUSAGE_CHILDREN)
                 run = subprocess.run([a.hush_device, "listen", "--model", model, "--input", wav,
                                       "--threshold", th, "--smooth-ms", smooth]
+                                     + (["--hop-ms", a.hop_ms] if a.hop_ms else [])
                                      + (["--vad", vad[0], "--vad-threshold", vad[1]] if vad else []),
                                      check=True, capture_output=True, text=True)
                 after = resource.getrusage(resource.RUSAGE_CHILDREN)
                 cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
                 dets = [json.loads(l) for l in run.stdout.splitlines()]
                 r = {"model": model, "threshold": float(th), "smooth_ms": int(smooth),
+                     "hop_ms": a.hop_ms and int(a.hop_ms),
                      "vad": vad and vad[0], "vad_threshold": vad and float(vad[1]),
                      "cpu_s": cpu, "cpu_ms_per_audio_s": 1000 * cpu / seconds,
                      "summary": run.stderr.strip().splitlines()[-1],

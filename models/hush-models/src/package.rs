@@ -373,15 +373,37 @@ fn remove_stale_nnef(dir: &Path) -> Result<(), ModelError> {
 /// Reads a package's card and rebuilds its burn model from `weights.safetensors` on
 /// `device`, checking every tensor against the architecture and the card.
 pub fn load_package(dir: &Path, device: &Device) -> Result<(ModelCard, KwsModel), ModelError> {
+    let card = ModelCard::read(dir)?;
+    let model = load_weights_as(dir, &card, &card.arch, device)?;
+    Ok((card, model))
+}
+
+/// Reads a package's card and builds `arch` on `device` with the package's weights: its
+/// architecture in another form that has the same weights ([`ArchConfig::streaming_form`]).
+pub fn load_package_as(
+    dir: &Path,
+    arch: &ArchConfig,
+    device: &Device,
+) -> Result<(ModelCard, KwsModel), ModelError> {
+    let card = ModelCard::read(dir)?;
+    let model = load_weights_as(dir, &card, arch, device)?;
+    Ok((card, model))
+}
+
+fn load_weights_as(
+    dir: &Path,
+    card: &ModelCard,
+    arch: &ArchConfig,
+    device: &Device,
+) -> Result<KwsModel, ModelError> {
     // Building the model draws initial values from burn's shared random state.
     let _rng = crate::rng::hold_backend_rng();
-    let card = ModelCard::read(dir)?;
     let weights: PathBuf = dir.join(WEIGHTS);
     let tensors = load_safetensors(&weights)?;
-    let model = card.arch.init(device)?;
-    let model = model.load_tensors(TensorSource::new(&weights, tensors), card.arch.name())?;
+    let model = arch.init(device)?;
+    let model = model.load_tensors(TensorSource::new(&weights, tensors), arch.name())?;
     check_parameters(dir, &card.parameters, &model.named_tensors()?)?;
-    Ok((card, model))
+    Ok(model)
 }
 
 /// Recognition quality on one split.

@@ -143,7 +143,8 @@ pub struct ModelArgs {
     #[arg(long, default_value = "cpu")]
     pub device: ComputeKind,
     /// KWS: start from this model package's weights (same architecture, labels and
-    /// features) — more epochs of an earlier run, or fine-tuning.
+    /// features) — more epochs of an earlier run, or fine-tuning; with `--streaming`, a
+    /// same-padded DS-CNN-S's weights start its streaming form.
     #[arg(long)]
     pub init_from: Option<PathBuf>,
 }

@@ -36,7 +36,7 @@ use burn::tensor::Device;
 use hush_device::dataset::KwsLabels;
 use hush_device::features::{FeatureConfig, FeatureKind};
 use hush_device::infer::{clip_features, clip_samples};
-use hush_models::arch::{ArchConfig, IoShape, KwsModel, TimePadding};
+use hush_models::arch::{ArchConfig, IoShape, KwsModel};
 use hush_models::checkpoint::{NamedTensor, TensorSource};
 use hush_models::compute::{self, ComputeKind};
 use hush_models::package::{write_package, Metrics, ModelCard, Provenance, SplitMetrics};
@@ -150,7 +150,9 @@ pub struct KwsTrainConfig {
     #[serde(default)]
     pub compute: ComputeKind,
     /// Start from this package's weights instead of fresh ones (same architecture and
-    /// labels): more epochs of an earlier run, or fine-tuning.
+    /// labels): more epochs of an earlier run, or fine-tuning. With `streaming`, the
+    /// architecture's same-padded form is accepted too ([`ArchConfig::streaming_form`]:
+    /// the same weights).
     #[serde(default)]
     pub init_from: Option<PathBuf>,
     /// Weight each class's loss by the inverse of its share of the training clips
@@ -248,11 +250,11 @@ impl KwsTrainConfig {
             }
             Some(a) => a.clone(),
             None => {
-                let mut arch = ArchConfig::default_for(&self.arch_name, io)?;
-                if let (true, ArchConfig::DsCnnS(c)) = (self.streaming, &mut arch) {
-                    c.time_padding = TimePadding::Valid;
+                let arch = ArchConfig::default_for(&self.arch_name, io)?;
+                match (self.streaming, arch.streaming_form()) {
+                    (true, Some(streaming)) => streaming,
+                    _ => arch,
                 }
-                arch
             }
         };
         if self.streaming && arch.stream_geometry().is_none() {
@@ -572,8 +574,11 @@ pub fn train_kws_on(
     let mut model = arch.init(&device)?;
     model.set_input_norm(&mean, &scale)?;
     if let Some(dir) = &cfg.init_from {
-        let (card, start) = hush_models::package::load_package(dir, &device)?;
-        if card.arch != arch || card.labels != labels.classes {
+        let card = hush_models::package::ModelCard::read(dir)?;
+        // A streaming run may start from the same-padded form: the weights are the same.
+        let same_weights = card.arch == arch
+            || (cfg.streaming && card.arch.streaming_form().as_ref() == Some(&arch));
+        if !same_weights || card.labels != labels.classes {
             return Err(TrainError::option(
                 "--init-from",
                 format!(
@@ -586,7 +591,7 @@ pub fn train_kws_on(
                 ),
             ));
         }
-        model = start;
+        model = hush_models::package::load_package_as(dir, &arch, &device)?.1;
     }
     let mut optimizer = AdamWConfig::new()
         .with_weight_decay(cfg.weight_decay)
@@ -770,6 +775,7 @@ pub fn train_kws_on(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use hush_models::arch::TimePadding;
 
     #[test]
     fn class_weights_give_every_present_class_the_same_total() {

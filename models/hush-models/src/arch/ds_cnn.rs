@@ -324,6 +324,7 @@ pub(crate) fn input_norm_onnx(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::arch::ArchConfig;
 
     const IO: IoShape = IoShape {
         frames: 98,
@@ -343,8 +344,14 @@ mod tests {
             window_vectors: 37,
         };
         assert_eq!(cfg.stream_geometry(), Some(want));
+        let same = ArchConfig::DsCnnS(DsCnnConfig::small(IO));
+        assert_eq!(same.streaming_form(), Some(ArchConfig::DsCnnS(cfg.clone())));
         cfg.io.frames = 25;
         assert_eq!(cfg.stream_geometry(), None);
+        let short = ArchConfig::DsCnnS(DsCnnConfig::small(cfg.io));
+        assert_eq!(short.streaming_form(), None);
+        let bc = ArchConfig::BcResNet(crate::arch::BcResNetConfig::new(IO));
+        assert_eq!(bc.streaming_form(), None);
         let err = cfg.init(&Device::flex()).unwrap_err().to_string();
         assert!(err.contains("time_padding"), "{err}");
     }

@@ -154,6 +154,22 @@ impl ArchConfig {
         }
     }
 
+    /// The streaming form of this configuration, with the same weights (time padding is not
+    /// a weight): a DS-CNN-S with valid time padding, when its window leaves it a streaming
+    /// geometry; `None` for the other architectures.
+    pub fn streaming_form(&self) -> Option<ArchConfig> {
+        match self {
+            Self::DsCnnS(c) => {
+                let valid = DsCnnConfig {
+                    time_padding: TimePadding::Valid,
+                    ..c.clone()
+                };
+                valid.stream_geometry().map(|_| Self::DsCnnS(valid))
+            }
+            Self::BcResNet(_) | Self::LeakCnn(_) => None,
+        }
+    }
+
     /// Builds a freshly initialised model on `device` (seed it with `device.seed`).
     pub fn init(&self, device: &Device) -> Result<KwsModel, ModelError> {
         self.io().check(self.name())?;

@@ -3,8 +3,9 @@
 //! window (`[1, 98, 40]`) with tract as it ships (its own optimisation of `model.onnx`) and
 //! as hush runs it (`KwsClassifier::probs`: hush-tract-ops' kernels swapped in), and of one
 //! streaming step (`KwsStream::push` of 100 ms of audio at hop 10: 10 new fbank frames, then
-//! the model on the last 98 — or, for `ds-cnn-s+streaming`, DS-CNN-S with valid time padding,
-//! its streaming form over the 5 output frames the hop adds), each the median of `HUSH_BENCH_REPS` runs (default 200) after
+//! the model on the last 98 — or, for `ds-cnn-s+streaming` and `bc-resnet+streaming`, the
+//! architecture with valid time padding, its streaming form over the output frames the hop
+//! adds), each the median of `HUSH_BENCH_REPS` runs (default 200) after
 //! warm-up. Each run is timed twice: wall clock, and the thread's CPU time
 //! (`CLOCK_THREAD_CPUTIME_ID`; both runtimes compute on the calling thread), which the
 //! machine's other load does not inflate: on a shared machine a run longer than a scheduler
@@ -37,7 +38,7 @@ use std::time::Instant;
 use burn::tensor::Device;
 use hush_device::features::{FeatureConfig, FeatureKind};
 use hush_device::infer::{KwsClassifier, KwsStream};
-use hush_models::arch::{ArchConfig, IoShape, TimePadding, ARCH_NAMES};
+use hush_models::arch::{ArchConfig, IoShape, ARCH_NAMES};
 use hush_models::package::{write_package, ModelCard};
 
 const IO: IoShape = IoShape {
@@ -108,18 +109,19 @@ struct Timing {
     cpu: f64,
 }
 
-/// The streaming form's row: DS-CNN-S with valid time padding, whose stream steps run its
-/// streaming form (each hop computes its 5 new output frames).
-const STREAMING: &str = "ds-cnn-s+streaming";
+/// The streaming forms' rows: DS-CNN-S and BC-ResNet with valid time padding, whose stream
+/// steps run their streaming form (each hop computes only its new output frames).
+const STREAMING: [&str; 2] = ["ds-cnn-s+streaming", "bc-resnet+streaming"];
 
-/// Writes a package of `arch` (default size, initial weights; [`STREAMING`] for DS-CNN-S's
-/// streaming form) into `dir`.
+/// Writes a package of `arch` (default size, initial weights; `NAME+streaming` for the
+/// architecture's streaming form) into `dir`.
 fn package(arch: &str, dir: &Path) -> usize {
     let mut features = FeatureConfig::kaldi(FeatureKind::Fbank);
     features.mel.num_bins = IO.bins;
-    let mut cfg = ArchConfig::default_for(arch.trim_end_matches("+streaming"), IO).unwrap();
-    if let (STREAMING, ArchConfig::DsCnnS(c)) = (arch, &mut cfg) {
-        c.time_padding = TimePadding::Valid;
+    let name = arch.trim_end_matches("+streaming");
+    let mut cfg = ArchConfig::default_for(name, IO).unwrap();
+    if name != arch {
+        cfg = cfg.streaming_form().unwrap();
     }
     let device = Device::flex();
     device.seed(1);
@@ -232,7 +234,7 @@ fn onnxruntime(python: &str, models: &[(String, PathBuf)]) -> Option<serde_json:
 fn main() {
     let root = tempfile::tempdir().unwrap();
     let archs = std::env::var("HUSH_BENCH_ARCHS")
-        .unwrap_or_else(|_| format!("{},{STREAMING}", ARCH_NAMES.join(",")));
+        .unwrap_or_else(|_| format!("{},{}", ARCH_NAMES.join(","), STREAMING.join(",")));
     let mut rows = Vec::new();
     for arch in archs.split(',') {
         let dir = root.path().join(arch);

@@ -1,6 +1,6 @@
 //! The streaming form of a keyword spotter (`frames.onnx` + `head.onnx`, written for
-//! DS-CNN-S with valid time padding): a stream that runs it incrementally gives the
-//! whole-window model's probabilities at every hop, within 1e-4, for hops on and off the
+//! DS-CNN-S and BC-ResNet with valid time padding): a stream that runs it incrementally gives
+//! the whole-window model's probabilities at every hop, within 1e-4, for hops on and off the
 //! form's stride, also when a gate skips windows; a package without the form runs the whole
 //! window; a package with half the form is refused.
 
@@ -13,7 +13,7 @@ use burn::module::Module;
 use burn::tensor::Device;
 use hush_device::features::{FeatureConfig, FeatureKind};
 use hush_device::infer::{KwsClassifier, KwsStream, WindowVerdict};
-use hush_models::arch::{ArchConfig, DsCnnConfig, IoShape, KwsModel, TimePadding};
+use hush_models::arch::{ArchConfig, BcResNetConfig, DsCnnConfig, IoShape, KwsModel, TimePadding};
 use hush_models::export::nnef::{write_pulsed_trunk, NNEF, STREAM_FRAMES_NNEF, STREAM_HEAD_NNEF};
 use hush_models::export::{export_package, ExportFormat};
 use hush_models::package::{
@@ -22,24 +22,39 @@ use hush_models::package::{
 
 const RATE: usize = 16_000;
 
-/// A DS-CNN-S package over windows of `frames` frames (40 fbank bins, 10 ms apart).
-fn package(dir: &Path, time_padding: TimePadding, frames: usize) -> KwsModel {
-    let io = IoShape {
+/// Windows of `frames` frames of 40 fbank bins, 10 ms apart, into 5 classes.
+fn io(frames: usize) -> IoShape {
+    IoShape {
         frames,
         bins: 40,
         classes: 5,
-    };
+    }
+}
+
+/// A DS-CNN-S package over windows of `frames` frames.
+fn package(dir: &Path, time_padding: TimePadding, frames: usize) -> KwsModel {
     let arch = ArchConfig::DsCnnS(DsCnnConfig {
         time_padding,
-        ..DsCnnConfig::small(io)
+        ..DsCnnConfig::small(io(frames))
     });
+    package_of(dir, arch)
+}
+
+/// A package of `arch` with fresh weights and a sharpened classifier.
+fn package_of(dir: &Path, arch: ArchConfig) -> KwsModel {
     let device = Device::flex();
     device.seed(11);
     let mut model = arch.init(&device).unwrap().valid();
     // A sharper classifier than a fresh one, whose probabilities hardly depend on the
-    // input: a window scored from the wrong frames must score visibly differently.
-    if let KwsModel::DsCnn(m) = &mut model {
-        m.fc.weight = m.fc.weight.clone().map(|w| w.mul_scalar(200.0));
+    // input: a window scored from the wrong frames must score visibly differently. (A
+    // fresh BC-ResNet's pooled channels vary less from window to window.)
+    let scale = |w: &mut burn::module::Param<burn::tensor::Tensor<2>>, by: f32| {
+        *w = w.clone().map(|w| w.mul_scalar(by));
+    };
+    match &mut model {
+        KwsModel::DsCnn(m) => scale(&mut m.fc.weight, 200.0),
+        KwsModel::BcResNet(m) => scale(&mut m.fc.weight, 200.0),
+        KwsModel::LeakCnn(_) => {}
     }
     let mut features = FeatureConfig::kaldi(FeatureKind::Fbank);
     features.mel.num_bins = 40;
@@ -113,6 +128,19 @@ fn assert_same(incremental: &[WindowVerdict], whole: &[WindowVerdict]) {
     }
 }
 
+/// The windows' probabilities differ: scores from the wrong frames would be told apart.
+fn assert_windows_differ(windows: &[WindowVerdict], hop: usize) {
+    let first = &windows[0].probs;
+    let spread = windows
+        .iter()
+        .map(|v| (v.probs[0] - first[0]).abs())
+        .fold(0f32, f32::max);
+    assert!(
+        spread > 1e-2,
+        "hop {hop}: the probabilities hardly move ({spread}; first window {first:?})"
+    );
+}
+
 #[test]
 fn the_streaming_form_equals_the_whole_window_model_at_every_hop() {
     let tmp = tempfile::tempdir().unwrap();
@@ -124,26 +152,19 @@ fn the_streaming_form_equals_the_whole_window_model_at_every_hop() {
     let g = form.geometry();
     assert_eq!((g.receptive_field, g.stride, g.window_vectors), (26, 2, 8));
     let samples = audio(4);
-    for hop in [2, 10, 40] {
+    for hop in [2, 6, 10, 40] {
         let mut incremental = KwsStream::new(&clf, hop).unwrap();
         let mut whole = KwsStream::whole_window(&clf, hop).unwrap();
         assert!(incremental.is_incremental() && !whole.is_incremental());
         // On the stride, the trunk runs pulsed by tract when a run gives two output frames
-        // or more; a hop of one output frame runs the grid of output frames.
+        // or more (at a 6-frame hop, after two zero frames, so that its runs end where the
+        // 40-frame windows do); a hop of one output frame runs the grid of output frames.
         assert_eq!(incremental.is_pulsed(), hop >= 4, "hop {hop}");
         let a = verdicts(&mut incremental, &samples, |_| true);
         let b = verdicts(&mut whole, &samples, |_| true);
         assert!(a.len() >= 350 / hop, "hop {hop}: {} windows", a.len());
         assert_same(&a, &b);
-        // The windows differ: scores from the wrong frames would be told apart.
-        let spread = b
-            .iter()
-            .map(|v| (v.probs[0] - b[0].probs[0]).abs())
-            .fold(0f32, f32::max);
-        assert!(
-            spread > 1e-2,
-            "hop {hop}: the probabilities hardly move ({spread})"
-        );
+        assert_windows_differ(&b, hop);
     }
 }
 
@@ -266,16 +287,86 @@ fn each_output_frame_reads_only_its_own_input_frames() {
         burn::tensor::TensorData::new(features.clone(), [1, 98, bins]),
         &Device::flex(),
     );
-    let logits = hush_models::step::logits(&model, x).unwrap().concat();
-    let top = logits.iter().copied().fold(f32::NEG_INFINITY, f32::max);
-    let e: Vec<f32> = logits.iter().map(|v| (v - top).exp()).collect();
-    let burn: Vec<f32> = e.iter().map(|v| v / e.iter().sum::<f32>()).collect();
+    let burn = softmax(&hush_models::step::logits(&model, x).unwrap().concat());
     for ((a, b), c) in streamed.iter().zip(&window).zip(&burn) {
         assert!(
             (a - b).abs() <= 1e-5 && (b - c).abs() <= 1e-4,
             "streamed {streamed:?}, window {window:?}, burn {burn:?}"
         );
     }
+}
+
+/// BC-ResNet's streaming form (time stride 1, a receptive field of 33 frames, each block's
+/// shortcut cropped to the frames its temporal conv keeps) streams the whole-window
+/// model's probabilities at every hop, pulsed (where this build pulses, or from the host's
+/// archive) and not; and the whole window is burn's.
+#[test]
+fn bc_resnets_streaming_form_equals_its_whole_window_model() {
+    let tmp = tempfile::tempdir().unwrap();
+    let arch = ArchConfig::BcResNet(BcResNetConfig {
+        time_padding: TimePadding::Valid,
+        ..BcResNetConfig::new(io(40))
+    });
+    let model = package_of(tmp.path(), arch);
+    let clf = KwsClassifier::load(tmp.path()).unwrap();
+    let form = clf
+        .stream_form()
+        .expect("a valid-padded BC-ResNet package has a streaming form");
+    let g = form.geometry();
+    assert_eq!((g.receptive_field, g.stride, g.window_vectors), (33, 1, 8));
+    // Louder and quieter stretches, a few windows long, over the frame-to-frame jumps: a
+    // fresh BC-ResNet's pooled channels follow the loudness of the whole window.
+    let samples: Vec<f32> = audio(3)
+        .iter()
+        .enumerate()
+        .map(|(i, x)| x * 10f32.powf(3.0 * (i as f32 / 4000.0).sin()))
+        .collect();
+    for hop in [1, 3, 10] {
+        let mut incremental = KwsStream::new(&clf, hop).unwrap();
+        let mut whole = KwsStream::whole_window(&clf, hop).unwrap();
+        assert!(incremental.is_incremental());
+        // Hops of 3 and 10 frames run the trunk pulsed, a hop a run (3 after two zero
+        // frames: 40 is no multiple of 3); a hop of 1 recomputes its frame's receptive field.
+        assert_eq!(
+            incremental.is_pulsed(),
+            hop > 1 && cfg!(feature = "pulse"),
+            "hop {hop}"
+        );
+        let a = verdicts(&mut incremental, &samples, |_| true);
+        let b = verdicts(&mut whole, &samples, |_| true);
+        assert!(a.len() >= 250 / hop, "hop {hop}: {} windows", a.len());
+        assert_same(&a, &b);
+        assert_windows_differ(&b, hop);
+    }
+    // The trunk pulsed on the host and read back from its archive (tract-pulse-opl's delay
+    // lines alone, as a build without tract-pulse reads it) streams the same.
+    export_package(tmp.path(), ExportFormat::Nnef, None).unwrap();
+    write_pulsed_trunk(tmp.path(), 10).unwrap();
+    let from_archive = KwsClassifier::load(tmp.path()).unwrap();
+    let mut pulsed = KwsStream::new(&from_archive, 10).unwrap();
+    assert!(pulsed.is_pulsed());
+    let mut whole = KwsStream::whole_window(&clf, 10).unwrap();
+    assert_same(
+        &verdicts(&mut pulsed, &samples, |_| true),
+        &verdicts(&mut whole, &samples, |_| true),
+    );
+
+    let features: Vec<f32> = noise(40 * 40, 5).iter().map(|x| 8.0 * x).collect();
+    let window = clf.probs(&features, Path::new("window")).unwrap();
+    let x = burn::tensor::Tensor::<3>::from_data(
+        burn::tensor::TensorData::new(features.clone(), [1, 40, 40]),
+        &Device::flex(),
+    );
+    let burn = softmax(&hush_models::step::logits(&model, x).unwrap().concat());
+    for (a, b) in window.iter().zip(&burn) {
+        assert!((a - b).abs() <= 1e-4, "window {window:?}, burn {burn:?}");
+    }
+}
+
+fn softmax(logits: &[f32]) -> Vec<f32> {
+    let top = logits.iter().copied().fold(f32::NEG_INFINITY, f32::max);
+    let e: Vec<f32> = logits.iter().map(|v| (v - top).exp()).collect();
+    e.iter().map(|v| v / e.iter().sum::<f32>()).collect()
 }
 
 #[test]

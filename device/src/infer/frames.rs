@@ -1,7 +1,7 @@
 //! A keyword spotter's streaming form: the per-frame trunk (`frames.onnx`) and the head
 //! (`head.onnx`) a package carries beside `model.onnx` when its architecture can run
-//! incrementally (hush-models' `ArchConfig::stream_geometry`: DS-CNN-S with valid time
-//! padding). The trunk's output frame `j` depends only on input frames
+//! incrementally (hush-models' `ArchConfig::stream_geometry`: DS-CNN-S or BC-ResNet with
+//! valid time padding). The trunk's output frame `j` depends only on input frames
 //! `[j·stride, j·stride + receptive_field)`, and the whole-window model is the head over the
 //! mean of a window's output frames, so a stream computes each output frame once and a
 //! window costs the frames it adds ([`KwsStream`](super::KwsStream) does the bookkeeping).

@@ -17,7 +17,8 @@
 //!   trunk pulsed by tract
 //!   ([`StreamForm::pulsed_trunk`]): each layer keeps its own recent frames, so each input
 //!   frame goes through each layer once (after windows a gate skipped, the trunk starts
-//!   anew from the next window's first frame);
+//!   anew from the next window's first frame, after as many zero frames as make its runs
+//!   end where windows end);
 //! - otherwise it keeps the output frames of the last window it scored, one set per phase
 //!   of the window's start against the stride, and computes those the new window adds, each
 //!   from the input frames under its receptive field (all of them after skipped windows).
@@ -280,15 +281,39 @@ struct Grid {
 struct Pulsed {
     trunk: PulsedTrunk,
     state: TypedSimpleState,
-    /// The next input frame the state takes.
+    /// The next input frame of the stream the state takes.
     fed: u64,
-    /// Output frames the state gave since it started (the first `delay` are not frames of
-    /// the stream).
+    /// Zero frames the state takes before it ([`pulse_lead`]), at its start.
+    lead: usize,
+    /// Output frames the state gave since it started (the first `delay`, and the
+    /// `lead / stride` that read the zero frames, are not frames of the stream).
     given: u64,
     /// Output frames of the stream `first ..` (`channels` values each), oldest first.
     grid: Grid,
     /// A run's output frames.
     out: Vec<f32>,
+}
+
+impl Pulsed {
+    /// One run of the trunk on `chunk` (`pulse` frames): its output frames after the first
+    /// `skipped` the state gave go to the grid.
+    fn run(
+        &mut self,
+        form: &StreamForm,
+        chunk: &[f32],
+        skipped: u64,
+        channels: usize,
+    ) -> Result<(), InferError> {
+        self.out.clear();
+        form.pulse_vectors(&mut self.state, chunk, &mut self.out)?;
+        for v in self.out.chunks_exact(channels) {
+            if self.given >= skipped {
+                self.grid.vectors.extend_from_slice(v);
+            }
+            self.given += 1;
+        }
+        Ok(())
+    }
 }
 
 impl std::fmt::Debug for Pulsed {
@@ -302,17 +327,26 @@ impl std::fmt::Debug for Pulsed {
 }
 
 /// The frames per run of the pulsed trunk for windows of `frames` frames every `hop`: the
-/// largest divisor of the hop that is a multiple of the stride and after whose last whole run
-/// within a window the window's output frames are all out (a window's last input frames
-/// that no output frame reads may wait for the next run). `None` when no such divisor gives
-/// two output frames a run or more: a run per output frame cost more than recomputing the
-/// receptive field (BENCHMARKS.md, "Listening after folding, one-pass elementwise ops, block
-/// WAV reads and the pulsed trunk").
+/// largest divisor of the hop that is a multiple of the stride and has a [`pulse_lead`].
+/// `None` when no such divisor gives two output frames a run or more: a run per output
+/// frame cost more than recomputing the receptive field (BENCHMARKS.md, "Listening after
+/// folding, one-pass elementwise ops, block WAV reads and the pulsed trunk").
 pub(crate) fn pulse_for(g: StreamGeometry, hop: usize, frames: usize) -> Option<usize> {
+    (2 * g.stride..=hop).rev().find(|&p| {
+        hop.is_multiple_of(p) && p.is_multiple_of(g.stride) && pulse_lead(g, p, frames).is_some()
+    })
+}
+
+/// The zero frames the pulsed trunk takes before a window's first, so that its runs end
+/// where windows end: after the last whole run within a window, the window's output frames
+/// are all out (its last input frames that no output frame reads may wait for the next
+/// run). A multiple of the stride, so that the zero frames' output frames are whole ones
+/// before the window's; `None` when there is none under `pulse`.
+pub(crate) fn pulse_lead(g: StreamGeometry, pulse: usize, frames: usize) -> Option<usize> {
     let unread = (frames - g.receptive_field) % g.stride;
-    (2 * g.stride..=hop)
-        .rev()
-        .find(|&p| hop.is_multiple_of(p) && p.is_multiple_of(g.stride) && frames % p <= unread)
+    (0..pulse)
+        .step_by(g.stride)
+        .find(|lead| (frames + lead) % pulse <= unread)
 }
 
 impl Incremental {
@@ -326,9 +360,11 @@ impl Incremental {
             Some(trunk) => {
                 let state = spawn(&trunk)?;
                 Some(Pulsed {
+                    lead: pulse_lead(g, trunk.pulse, frames).unwrap_or(0),
                     trunk,
                     state,
-                    fed: 0,
+                    // Not started: the first window starts it.
+                    fed: u64::MAX,
                     given: 0,
                     grid: Grid::default(),
                     out: Vec::new(),
@@ -386,6 +422,7 @@ impl Incremental {
         let g = form.geometry();
         let (c, stride) = (form.channels(), g.stride as u64);
         let frames = (window.len() / dim.max(1)) as u64;
+        let skipped = p.trunk.delay as u64 + p.lead as u64 / stride;
         if p.fed < start || p.fed > start + frames {
             // The first window, or windows a gate skipped: start anew at this one.
             p.state = spawn(&p.trunk)?;
@@ -394,19 +431,19 @@ impl Incremental {
                 vectors: Vec::new(),
                 first: start / stride,
             };
+            if p.lead > 0 {
+                // The zero frames, then the window's first, in one run.
+                let real = p.trunk.pulse - p.lead;
+                let mut chunk = vec![0f32; p.trunk.pulse * dim];
+                chunk[p.lead * dim..].copy_from_slice(&window[..real * dim]);
+                p.run(form, &chunk, skipped, c)?;
+                p.fed += real as u64;
+            }
         }
         let pulse = p.trunk.pulse as u64;
         while p.fed + pulse <= start + frames {
             let from = ((p.fed - start) * dim as u64) as usize;
-            let chunk = &window[from..from + p.trunk.pulse * dim];
-            p.out.clear();
-            form.pulse_vectors(&mut p.state, chunk, &mut p.out)?;
-            for v in p.out.chunks_exact(c) {
-                if p.given >= p.trunk.delay as u64 {
-                    p.grid.vectors.extend_from_slice(v);
-                }
-                p.given += 1;
-            }
+            p.run(form, &window[from..from + p.trunk.pulse * dim], skipped, c)?;
             p.fed += pulse;
         }
         let first = start / stride;

@@ -173,7 +173,7 @@ pub struct KwsTrainConfig {
     /// ended.
     #[serde(default)]
     pub keep_last_epoch: bool,
-    /// Build the architecture's streaming form (DS-CNN-S with valid time padding, whose
+    /// Build the architecture's streaming form (DS-CNN-S or BC-ResNet with valid time padding, whose
     /// package carries `frames.onnx` and `head.onnx` for incremental inference); an
     /// architecture without one is refused.
     #[serde(default)]
@@ -261,7 +261,7 @@ impl KwsTrainConfig {
             return Err(TrainError::Option {
                 option: "streaming",
                 reason: format!(
-                    "{} as configured ({} frames) has no streaming form; ds-cnn-s has one",
+                    "{} as configured ({} frames) has no streaming form; ds-cnn-s and bc-resnet have one",
                     arch.name(),
                     io.frames
                 ),
@@ -799,9 +799,12 @@ mod tests {
         assert_eq!(ds.time_padding, TimePadding::Valid);
         assert!(arch.stream_geometry().is_some());
         cfg.arch_name = "bc-resnet".into();
+        let (_, _, arch) = cfg.resolve_arch().unwrap();
+        assert!(arch.stream_geometry().is_some(), "{arch:?}");
+        cfg.arch_name = "leak-cnn".into();
         let err = cfg.resolve_arch().unwrap_err().to_string();
         assert!(
-            err.contains("streaming") && err.contains("bc-resnet"),
+            err.contains("streaming") && err.contains("leak-cnn"),
             "{err}"
         );
         cfg.arch_name = "ds-cnn-s".into();

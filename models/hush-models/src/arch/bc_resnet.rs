@@ -9,6 +9,11 @@
 //! the first block of stages 2 and 3, like BC-ResNet-`width`. With `width = 2` over
 //! `[98, 40]` input and 12 classes it has 24 708 trainable parameters.
 //!
+//! With `time_padding` valid (the streaming form) no convolution pads the time axis, and
+//! each block's shortcut and frequency branch are cropped to the frames its temporal conv
+//! keeps (one on either side), so an output frame depends only on the 33 input frames
+//! under it (5 + 2 per block + 5 − 2).
+//!
 //! Layout (time on H, bins on W). Tensor names: `input_norm.*`, `conv1.weight`, `bn1.*`,
 //! `stages.{s}.{b}.{trans,trans_bn,freq_dw,freq_bn,time_dw,time_bn,pw}.*`,
 //! `head_dw.weight`, `head_pw.weight`, `head_bn.*`, `fc.*`.
@@ -26,7 +31,7 @@ use super::layers::{
     OwnWeights, TensorVisitor,
 };
 use super::onnx::OnnxGraph;
-use super::IoShape;
+use super::{IoShape, StreamGeometry, TimePadding};
 use crate::checkpoint::TensorSource;
 use crate::ModelError;
 
@@ -41,6 +46,10 @@ pub struct BcResNetConfig {
     pub blocks: [usize; 4],
     /// Channels of the 1×1 conv before pooling.
     pub head_channels: usize,
+    /// Padding of the time axis: "same" (`model.json` without the field), or valid for the
+    /// streaming form.
+    #[serde(default, skip_serializing_if = "TimePadding::is_same")]
+    pub time_padding: TimePadding,
 }
 
 impl BcResNetConfig {
@@ -51,7 +60,23 @@ impl BcResNetConfig {
             width: 2,
             blocks: [2, 2, 4, 4],
             head_channels: 64,
+            time_padding: TimePadding::Same,
         }
+    }
+
+    /// The time axis of the streaming form, when `time_padding` is valid: time stride 1
+    /// throughout, so output frame `j` reads input frames `[j, j + receptive_field)`. `None`
+    /// for "same" padding, or a window too short for the stack.
+    pub fn stream_geometry(&self) -> Option<StreamGeometry> {
+        // The 5-frame stem and head convs take 4 frames each, every block's 3-frame
+        // temporal conv 2.
+        let lost = 4 + 2 * self.blocks.iter().sum::<usize>() + 4;
+        let window_vectors = self.io.frames.checked_sub(lost)?;
+        (self.time_padding == TimePadding::Valid && window_vectors > 0).then_some(StreamGeometry {
+            receptive_field: lost + 1,
+            stride: 1,
+            window_vectors,
+        })
     }
 
     /// Builds the model with fresh weights.
@@ -63,13 +88,26 @@ impl BcResNetConfig {
                 "must be > 0",
             ));
         }
+        let valid = self.time_padding == TimePadding::Valid;
+        if valid && self.stream_geometry().is_none() {
+            return Err(ModelError::config(
+                "bc-resnet",
+                "time_padding",
+                format!(
+                    "valid time padding leaves no output frame of a {}-frame window",
+                    self.io.frames
+                ),
+            ));
+        }
+        // Padding in time of the 5-frame convs and of the 3-frame temporal convs.
+        let (p5, p3) = if valid { (0, 0) } else { (2, 1) };
         let w = self.width;
         let c0 = 16 * w;
         let stage_ch = [8 * w, 12 * w, 16 * w, 20 * w];
         let freq_stride = [1, 2, 2, 1];
         let conv1 = Conv2dConfig::new([1, c0], [5, 5])
             .with_stride([1, 2])
-            .with_padding(PaddingConfig2d::Explicit(2, 2, 2, 2))
+            .with_padding(PaddingConfig2d::Explicit(p5, 2, p5, 2))
             .with_bias(false)
             .init(device);
         let mut stages = Vec::new();
@@ -102,7 +140,7 @@ impl BcResNetConfig {
                     freq_bn: BatchNormConfig::new(cout).init(device),
                     time_dw: Conv2dConfig::new([cout, cout], [3, 1])
                         .with_groups(cout)
-                        .with_padding(PaddingConfig2d::Explicit(1, 0, 1, 0))
+                        .with_padding(PaddingConfig2d::Explicit(p3, 0, p3, 0))
                         .with_bias(false)
                         .init(device),
                     time_bn: BatchNormConfig::new(cout).init(device),
@@ -119,7 +157,7 @@ impl BcResNetConfig {
             stages,
             head_dw: Conv2dConfig::new([cin, cin], [5, 5])
                 .with_groups(cin)
-                .with_padding(PaddingConfig2d::Explicit(2, 2, 2, 2))
+                .with_padding(PaddingConfig2d::Explicit(p5, 2, p5, 2))
                 .with_bias(false)
                 .init(device),
             head_pw: Conv2dConfig::new([cin, self.head_channels], [1, 1])
@@ -152,17 +190,39 @@ pub struct BcBlock {
 }
 
 impl BcBlock {
+    /// Frames the temporal conv drops on either side of the time axis: 1 when it has no
+    /// time padding (the streaming form), 0 otherwise. The shortcut and the frequency
+    /// branch are cropped by as much before the sum.
+    fn time_crop(&self) -> usize {
+        let [_, _, kt, _] = self.time_dw.weight.dims();
+        let padded = match &self.time_dw.padding {
+            PaddingConfig2d::Explicit(top, _, bottom, _) => top + bottom,
+            PaddingConfig2d::Valid => 0,
+            PaddingConfig2d::Same => kt - 1,
+        };
+        (kt - 1).saturating_sub(padded) / 2
+    }
+
     fn forward<R: LayerRunner>(&self, x: Tensor<4>, r: &R) -> Tensor<4> {
         let (x, identity) = match (&self.trans, &self.trans_bn) {
             (Some(c), Some(bn)) => (relu(r.batch_norm(bn, r.conv(c, x))), false),
             _ => (x, true),
         };
         let aux = r.batch_norm(&self.freq_bn, r.conv(&self.freq_dw, x.clone()));
+        // Only an unstrided, non-transition block keeps the identity shortcut.
+        let identity = identity && aux.dims() == x.dims();
         let z = aux.clone().mean_dim(3);
         let z = relu(r.batch_norm(&self.time_bn, r.conv(&self.time_dw, z)));
         let z = r.conv(&self.pw, z);
-        // Only an unstrided, non-transition block keeps the identity shortcut.
-        let out = if identity && aux.dims() == x.dims() {
+        let crop = self.time_crop();
+        let kept = z.dims()[2];
+        let aux = if crop > 0 {
+            aux.narrow(2, crop, kept)
+        } else {
+            aux
+        };
+        let out = if identity {
+            let x = if crop > 0 { x.narrow(2, crop, kept) } else { x };
             x + aux + z
         } else {
             aux + z
@@ -274,7 +334,13 @@ impl BcResNet {
         Ok(self)
     }
 
-    pub(crate) fn write_onnx(&self, g: &mut OnnxGraph, input: &str) -> Result<String, ModelError> {
+    /// Input normalisation and the conv stack up to the head's ReLU: `[N, T, F]` →
+    /// `[N, C, T', F']`.
+    pub(crate) fn write_onnx_convs(
+        &self,
+        g: &mut OnnxGraph,
+        input: &str,
+    ) -> Result<String, ModelError> {
         let x = input_norm_onnx(g, &self.input_norm, input)?;
         let x = g.unsqueeze(&x, &[1]);
         let x = g.conv("conv1", &x, &self.conv1)?;
@@ -296,16 +362,85 @@ impl BcResNet {
                 let z = g.batch_norm(&format!("{p}.time_bn"), &z, &blk.time_bn)?;
                 let z = g.relu(&z);
                 let z = g.conv(&format!("{p}.pw"), &z, &blk.pw)?;
+                let crop = blk.time_crop() as i64;
+                let aux = if crop > 0 {
+                    g.slice(&aux, 2, crop, -crop)
+                } else {
+                    aux
+                };
                 let sum = g.add(&aux, &z);
-                let out = if identity { g.add(&x, &sum) } else { sum };
+                let out = if identity {
+                    let x = if crop > 0 {
+                        g.slice(&x, 2, crop, -crop)
+                    } else {
+                        x
+                    };
+                    g.add(&x, &sum)
+                } else {
+                    sum
+                };
                 x = g.relu(&out);
             }
         }
         let x = g.conv("head_dw", &x, &self.head_dw)?;
         let x = g.conv("head_pw", &x, &self.head_pw)?;
         let x = g.batch_norm("head_bn", &x, &self.head_bn)?;
-        let x = g.relu(&x);
-        let x = g.global_avg_pool_flat(&x);
-        g.linear("fc", &x, &self.fc)
+        Ok(g.relu(&x))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::arch::ArchConfig;
+
+    const IO: IoShape = IoShape {
+        frames: 98,
+        bins: 40,
+        classes: 12,
+    };
+
+    #[test]
+    fn valid_time_padding_has_a_streaming_geometry_and_same_has_none() {
+        let same = BcResNetConfig::new(IO);
+        assert_eq!(same.stream_geometry(), None);
+        let Some(ArchConfig::BcResNet(valid)) = ArchConfig::BcResNet(same).streaming_form() else {
+            panic!("BC-ResNet over 98 frames has a streaming form")
+        };
+        // Stem and head 5 frames each, twelve 3-frame temporal convs: 4 + 24 + 4 lost.
+        let want = StreamGeometry {
+            receptive_field: 33,
+            stride: 1,
+            window_vectors: 66,
+        };
+        assert_eq!(valid.stream_geometry(), Some(want));
+        let short = BcResNetConfig {
+            io: IoShape { frames: 32, ..IO },
+            ..valid
+        };
+        assert_eq!(short.stream_geometry(), None);
+        let err = short.init(&Device::flex()).unwrap_err().to_string();
+        assert!(err.contains("time_padding"), "{err}");
+    }
+
+    #[test]
+    fn the_streaming_form_keeps_the_same_weights_and_drops_the_time_edges() {
+        let device = Device::flex();
+        let same = BcResNetConfig::new(IO);
+        let valid = BcResNetConfig {
+            time_padding: TimePadding::Valid,
+            ..same.clone()
+        };
+        let (a, b) = (same.init(&device).unwrap(), valid.init(&device).unwrap());
+        let x = Tensor::<3>::zeros([2, 98, 40], &device);
+        assert_eq!(b.forward(x).dims(), [2, 12]);
+        let names = |m: BcResNet| {
+            let tensors = crate::arch::KwsModel::BcResNet(m).named_tensors().unwrap();
+            tensors
+                .into_iter()
+                .map(|t| (t.name, t.shape))
+                .collect::<Vec<_>>()
+        };
+        assert_eq!(names(a), names(b));
     }
 }

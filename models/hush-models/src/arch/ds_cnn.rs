@@ -32,7 +32,7 @@ use super::layers::{
     OwnWeights, TensorVisitor,
 };
 use super::onnx::OnnxGraph;
-use super::{IoShape, StreamGeometry};
+use super::{IoShape, StreamGeometry, TimePadding};
 use crate::checkpoint::TensorSource;
 use crate::ModelError;
 
@@ -54,26 +54,6 @@ pub struct DsCnnConfig {
     /// How the convolutions pad the time axis ("same" when absent).
     #[serde(default, skip_serializing_if = "TimePadding::is_same")]
     pub time_padding: TimePadding,
-}
-
-/// How a keyword spotter's convolutions pad the time axis.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum TimePadding {
-    /// Zero padding on both sides, (k − 1) / 2 frames: each convolution keeps the frame
-    /// count (up to its stride); the edges of a window see zeros.
-    #[default]
-    Same,
-    /// No padding: each output frame depends only on the input frames under its kernel, so
-    /// the model runs incrementally over a stream (see [`DsCnnConfig::stream_geometry`]).
-    Valid,
-}
-
-impl TimePadding {
-    /// Whether this is [`TimePadding::Same`], the default.
-    pub fn is_same(&self) -> bool {
-        *self == TimePadding::Same
-    }
 }
 
 impl DsCnnConfig {
@@ -253,36 +233,12 @@ impl DsCnn {
         Ok(self)
     }
 
-    pub(crate) fn write_onnx(&self, g: &mut OnnxGraph, input: &str) -> Result<String, ModelError> {
-        let x = self.write_onnx_convs(g, input)?;
-        let x = g.global_avg_pool_flat(&x);
-        g.linear("fc", &x, &self.fc)
-    }
-
-    /// The streaming trunk: `[1, T, F]` → `[1, T', C]`, each output frame's channels
-    /// averaged over frequency (with valid time padding, frame `j` reads only its own
-    /// input frames).
-    pub(crate) fn write_onnx_frames(
+    /// Input normalisation and the conv stack: `[N, T, F]` → `[N, C, T', F']`.
+    pub(crate) fn write_onnx_convs(
         &self,
         g: &mut OnnxGraph,
         input: &str,
     ) -> Result<String, ModelError> {
-        let x = self.write_onnx_convs(g, input)?;
-        let x = g.reduce_mean(&x, &[3], false);
-        Ok(g.transpose(&x, &[0, 2, 1]))
-    }
-
-    /// The streaming head: the frames' mean `[N, C]` → logits.
-    pub(crate) fn write_onnx_head(
-        &self,
-        g: &mut OnnxGraph,
-        pooled: &str,
-    ) -> Result<String, ModelError> {
-        g.linear("fc", pooled, &self.fc)
-    }
-
-    /// Input normalisation and the conv stack: `[N, T, F]` → `[N, C, T', F']`.
-    fn write_onnx_convs(&self, g: &mut OnnxGraph, input: &str) -> Result<String, ModelError> {
         let x = input_norm_onnx(g, &self.input_norm, input)?;
         let x = g.unsqueeze(&x, &[1]);
         let x = g.conv("conv1", &x, &self.conv1)?;
@@ -350,8 +306,8 @@ mod tests {
         assert_eq!(cfg.stream_geometry(), None);
         let short = ArchConfig::DsCnnS(DsCnnConfig::small(cfg.io));
         assert_eq!(short.streaming_form(), None);
-        let bc = ArchConfig::BcResNet(crate::arch::BcResNetConfig::new(IO));
-        assert_eq!(bc.streaming_form(), None);
+        let leak = ArchConfig::LeakCnn(crate::arch::LeakCnnConfig::new(IO));
+        assert_eq!(leak.streaming_form(), None);
         let err = cfg.init(&Device::flex()).unwrap_err().to_string();
         assert!(err.contains("time_padding"), "{err}");
     }

@@ -38,7 +38,7 @@ use layers::{
 use onnx::{OnnxGraph, INPUT, POOLED};
 
 pub use bc_resnet::{BcResNet, BcResNetConfig};
-pub use ds_cnn::{DsCnn, DsCnnConfig, TimePadding};
+pub use ds_cnn::{DsCnn, DsCnnConfig};
 pub use leak_cnn::{LeakCnn, LeakCnnConfig};
 
 /// What goes in and out of a keyword spotter.
@@ -65,6 +65,26 @@ impl IoShape {
             return Err(ModelError::config(arch, "io.classes", "at least 2 classes"));
         }
         Ok(())
+    }
+}
+
+/// How a keyword spotter's convolutions pad the time axis.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum TimePadding {
+    /// Zero padding on both sides, (k − 1) / 2 frames: each convolution keeps the frame
+    /// count (up to its stride); the edges of a window see zeros.
+    #[default]
+    Same,
+    /// No padding: each output frame depends only on the input frames under its kernel, so
+    /// the model runs incrementally over a stream (see [`ArchConfig::stream_geometry`]).
+    Valid,
+}
+
+impl TimePadding {
+    /// Whether this is [`TimePadding::Same`], the default.
+    pub fn is_same(&self) -> bool {
+        *self == TimePadding::Same
     }
 }
 
@@ -146,28 +166,31 @@ impl ArchConfig {
     }
 
     /// The streaming form's time axis, when the architecture and its configuration have
-    /// one (DS-CNN-S with valid time padding).
+    /// one (DS-CNN-S or BC-ResNet with valid time padding).
     pub fn stream_geometry(&self) -> Option<StreamGeometry> {
         match self {
             Self::DsCnnS(c) => c.stream_geometry(),
-            Self::BcResNet(_) | Self::LeakCnn(_) => None,
+            Self::BcResNet(c) => c.stream_geometry(),
+            Self::LeakCnn(_) => None,
         }
     }
 
     /// The streaming form of this configuration, with the same weights (time padding is not
-    /// a weight): a DS-CNN-S with valid time padding, when its window leaves it a streaming
-    /// geometry; `None` for the other architectures.
+    /// a weight): DS-CNN-S or BC-ResNet with valid time padding, when the window leaves it a
+    /// streaming geometry; `None` for leak-CNN.
     pub fn streaming_form(&self) -> Option<ArchConfig> {
-        match self {
-            Self::DsCnnS(c) => {
-                let valid = DsCnnConfig {
-                    time_padding: TimePadding::Valid,
-                    ..c.clone()
-                };
-                valid.stream_geometry().map(|_| Self::DsCnnS(valid))
-            }
-            Self::BcResNet(_) | Self::LeakCnn(_) => None,
-        }
+        let valid = match self {
+            Self::DsCnnS(c) => Self::DsCnnS(DsCnnConfig {
+                time_padding: TimePadding::Valid,
+                ..c.clone()
+            }),
+            Self::BcResNet(c) => Self::BcResNet(BcResNetConfig {
+                time_padding: TimePadding::Valid,
+                ..c.clone()
+            }),
+            Self::LeakCnn(_) => return None,
+        };
+        valid.stream_geometry().map(|_| valid)
     }
 
     /// Builds a freshly initialised model on `device` (seed it with `device.seed`).
@@ -370,8 +393,14 @@ impl KwsModel {
     pub fn to_onnx(&self, cfg: &ArchConfig) -> Result<Vec<u8>, ModelError> {
         let mut g = OnnxGraph::new();
         let logits = match self {
-            Self::DsCnn(m) => m.write_onnx(&mut g, INPUT)?,
-            Self::BcResNet(m) => m.write_onnx(&mut g, INPUT)?,
+            Self::DsCnn(m) => {
+                let x = m.write_onnx_convs(&mut g, INPUT)?;
+                g.pooled_classifier(&x, &m.fc)?
+            }
+            Self::BcResNet(m) => {
+                let x = m.write_onnx_convs(&mut g, INPUT)?;
+                g.pooled_classifier(&x, &m.fc)?
+            }
             Self::LeakCnn(m) => m.write_onnx(&mut g, INPUT)?,
         };
         let io = cfg.io();
@@ -383,16 +412,22 @@ impl KwsModel {
     /// the head (`pooled` `[N, C]`, the mean of a window's frames → `logits`, `probs`), as
     /// encoded ONNX graphs.
     pub fn to_onnx_stream(&self, cfg: &ArchConfig) -> Result<Option<StreamOnnx>, ModelError> {
-        let (Self::DsCnn(m), Some(_)) = (self, cfg.stream_geometry()) else {
+        if cfg.stream_geometry().is_none() {
             return Ok(None);
-        };
+        }
         let io = cfg.io();
-        let channels = m.fc.weight.val().dims()[0];
         let mut g = OnnxGraph::new();
-        let frames = m.write_onnx_frames(&mut g, INPUT)?;
+        let (frames, fc) = match self {
+            Self::DsCnn(m) => (m.write_onnx_convs(&mut g, INPUT)?, &m.fc),
+            Self::BcResNet(m) => (m.write_onnx_convs(&mut g, INPUT)?, &m.fc),
+            Self::LeakCnn(_) => return Ok(None),
+        };
+        let frames = g.frame_vectors(&frames);
+        let channels = fc.weight.val().dims()[0];
         let trunk = g.finish_frames(&frames, io.bins, channels, cfg.name());
         let mut g = OnnxGraph::new();
-        let logits = m.write_onnx_head(&mut g, POOLED)?;
+        // The head: the classifier over the mean of a window's frames.
+        let logits = g.linear("fc", POOLED, fc)?;
         let head = g.finish_head(&logits, channels, io.classes, cfg.name());
         Ok(Some(StreamOnnx {
             frames: trunk,

@@ -253,6 +253,16 @@ impl OnnxGraph {
         self.node("Unsqueeze", &[x, &a], vec![])
     }
 
+    /// `Slice` of `axis` from `start` to `end` (negative: counted from the axis's end).
+    pub fn slice(&mut self, x: &str, axis: i64, start: i64, end: i64) -> String {
+        let mut input = |v: i64| {
+            let name = self.fresh("slice");
+            self.initializer_i64(&name, &[v])
+        };
+        let (starts, ends, axes) = (input(start), input(end), input(axis));
+        self.node("Slice", &[x, &starts, &ends, &axes], vec![])
+    }
+
     /// `ReduceMean` over `axes` (opset 17: axes as an attribute).
     pub fn reduce_mean(&mut self, x: &str, axes: &[i64], keepdims: bool) -> String {
         self.node(
@@ -269,6 +279,21 @@ impl OnnxGraph {
     pub fn global_avg_pool_flat(&mut self, x: &str) -> String {
         let p = self.node("GlobalAveragePool", &[x], vec![]);
         self.flatten(&p)
+    }
+
+    /// A conv stack's output `[N, C, T, F]` averaged over time and frequency, then the
+    /// classifier `fc`: `[N, classes]` logits.
+    pub fn pooled_classifier(&mut self, x: &str, fc: &Linear) -> Result<String, ModelError> {
+        let pooled = self.global_avg_pool_flat(x);
+        self.linear("fc", &pooled, fc)
+    }
+
+    /// A streaming trunk's output: the conv stack's `[1, C, T', F]` averaged over frequency,
+    /// one `C`-vector per output frame, `[1, T', C]` (with valid time padding, frame `j`
+    /// reads only its own input frames).
+    pub fn frame_vectors(&mut self, x: &str) -> String {
+        let x = self.reduce_mean(x, &[3], false);
+        self.transpose(&x, &[0, 2, 1])
     }
 
     /// `MaxPool`, no padding.

@@ -59,7 +59,18 @@ pub fn pulse_trunk(trunk: &TypedModel, pulse: usize) -> TractResult<TypedModel> 
             )))
         }
     };
-    PulsedModel::new(trunk, time, &pulse.to_dim())?.into_typed()
+    let mut pulsed = PulsedModel::new(trunk, time, &pulse.to_dim())?.into_typed()?;
+    // A slice along the stream (BC-ResNet's cropped shortcuts) only moves the pulsed
+    // stream's delay, and then runs as an identity that NNEF has no form for: out with it.
+    for id in pulsed.eval_order()? {
+        let node = pulsed.node(id);
+        if node.op_is::<tract_pulse_opl::ops::PulsedAxisSlice>() {
+            if let Some(patch) = TypedModelPatch::shunt_one_op(&pulsed, node)? {
+                patch.apply(&mut pulsed)?;
+            }
+        }
+    }
+    pulsed.into_compact()
 }
 
 /// Writes into the keyword-spotting package in `dir` the archive of its streaming form's

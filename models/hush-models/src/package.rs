@@ -378,19 +378,10 @@ pub fn load_package(dir: &Path, device: &Device) -> Result<(ModelCard, KwsModel)
     Ok((card, model))
 }
 
-/// Reads a package's card and builds `arch` on `device` with the package's weights: its
-/// architecture in another form that has the same weights ([`ArchConfig::streaming_form`]).
-pub fn load_package_as(
-    dir: &Path,
-    arch: &ArchConfig,
-    device: &Device,
-) -> Result<(ModelCard, KwsModel), ModelError> {
-    let card = ModelCard::read(dir)?;
-    let model = load_weights_as(dir, &card, arch, device)?;
-    Ok((card, model))
-}
-
-fn load_weights_as(
+/// Builds `arch` on `device` with the weights of the package in `dir` (its `card`, read
+/// already): the card's architecture, or another form of it with the same weights
+/// ([`ArchConfig::streaming_form`]). Every tensor is checked against `arch` and the card.
+pub fn load_weights_as(
     dir: &Path,
     card: &ModelCard,
     arch: &ArchConfig,

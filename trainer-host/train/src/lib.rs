@@ -173,9 +173,9 @@ pub struct KwsTrainConfig {
     /// ended.
     #[serde(default)]
     pub keep_last_epoch: bool,
-    /// Build the architecture's streaming form (DS-CNN-S or BC-ResNet with valid time padding, whose
-    /// package carries `frames.onnx` and `head.onnx` for incremental inference); an
-    /// architecture without one is refused.
+    /// Build the architecture's streaming form (DS-CNN-S or BC-ResNet with valid time
+    /// padding, whose package carries `frames.onnx` and `head.onnx` for incremental
+    /// inference); an architecture without one is refused.
     #[serde(default)]
     pub streaming: bool,
 }
@@ -574,7 +574,7 @@ pub fn train_kws_on(
     let mut model = arch.init(&device)?;
     model.set_input_norm(&mean, &scale)?;
     if let Some(dir) = &cfg.init_from {
-        let card = hush_models::package::ModelCard::read(dir)?;
+        let card = ModelCard::read(dir)?;
         // A streaming run may start from the same-padded form: the weights are the same.
         let same_weights = card.arch == arch
             || (cfg.streaming && card.arch.streaming_form().as_ref() == Some(&arch));
@@ -591,7 +591,7 @@ pub fn train_kws_on(
                 ),
             ));
         }
-        model = hush_models::package::load_package_as(dir, &arch, &device)?.1;
+        model = hush_models::package::load_weights_as(dir, &card, &arch, &device)?;
     }
     let mut optimizer = AdamWConfig::new()
         .with_weight_decay(cfg.weight_decay)

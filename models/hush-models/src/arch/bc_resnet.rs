@@ -214,16 +214,11 @@ impl BcBlock {
         let z = aux.clone().mean_dim(3);
         let z = relu(r.batch_norm(&self.time_bn, r.conv(&self.time_dw, z)));
         let z = r.conv(&self.pw, z);
-        let crop = self.time_crop();
-        let kept = z.dims()[2];
-        let aux = if crop > 0 {
-            aux.narrow(2, crop, kept)
-        } else {
-            aux
-        };
+        // The frames the temporal conv kept (all of them with time padding).
+        let (crop, kept) = (self.time_crop(), z.dims()[2]);
+        let aux = aux.narrow(2, crop, kept);
         let out = if identity {
-            let x = if crop > 0 { x.narrow(2, crop, kept) } else { x };
-            x + aux + z
+            x.narrow(2, crop, kept) + aux + z
         } else {
             aux + z
         };

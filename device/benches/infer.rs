@@ -3,9 +3,9 @@
 //! window (`[1, 98, 40]`) with tract as it ships (its own optimisation of `model.onnx`) and
 //! as hush runs it (`KwsClassifier::probs`: hush-tract-ops' kernels swapped in), and of one
 //! streaming step (`KwsStream::push` of 100 ms of audio at hop 10: 10 new fbank frames, then
-//! the model on the last 98 — or, for `ds-cnn-s+streaming` and `bc-resnet+streaming`, the
-//! architecture with valid time padding, its streaming form over the output frames the hop
-//! adds), each the median of `HUSH_BENCH_REPS` runs (default 200) after
+//! the model on the last 98 — or, for `ds-cnn-s+streaming`, `bc-resnet+streaming` and
+//! `leak-cnn+streaming`, the architecture's streaming form (valid time padding) over the
+//! output frames the hop adds), each the median of `HUSH_BENCH_REPS` runs (default 200) after
 //! warm-up. Each run is timed twice: wall clock, and the thread's CPU time
 //! (`CLOCK_THREAD_CPUTIME_ID`; both runtimes compute on the calling thread), which the
 //! machine's other load does not inflate: on a shared machine a run longer than a scheduler
@@ -109,9 +109,14 @@ struct Timing {
     cpu: f64,
 }
 
-/// The streaming forms' rows: DS-CNN-S and BC-ResNet with valid time padding, whose stream
-/// steps run their streaming form (each hop computes only its new output frames).
-const STREAMING: [&str; 2] = ["ds-cnn-s+streaming", "bc-resnet+streaming"];
+/// The streaming forms' rows: DS-CNN-S and BC-ResNet with valid time padding and leak-CNN,
+/// whose stream steps run their streaming form (each hop computes only its new output
+/// frames).
+const STREAMING: [&str; 3] = [
+    "ds-cnn-s+streaming",
+    "bc-resnet+streaming",
+    "leak-cnn+streaming",
+];
 
 /// Writes a package of `arch` (default size, initial weights; `NAME+streaming` for the
 /// architecture's streaming form) into `dir`.

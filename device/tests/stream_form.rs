@@ -1,5 +1,6 @@
 //! The streaming form of a keyword spotter (`frames.onnx` + `head.onnx`, written for
-//! DS-CNN-S and BC-ResNet with valid time padding): a stream that runs it incrementally gives
+//! DS-CNN-S and BC-ResNet with valid time padding and for leak-CNN configured `streaming`):
+//! a stream that runs it incrementally gives
 //! the whole-window model's probabilities at every hop, within 1e-4, for hops on and off the
 //! form's stride, also when a gate skips windows; a package without the form runs the whole
 //! window; a package with half the form is refused.
@@ -13,7 +14,9 @@ use burn::module::Module;
 use burn::tensor::Device;
 use hush_device::features::{FeatureConfig, FeatureKind};
 use hush_device::infer::{KwsClassifier, KwsStream, WindowVerdict};
-use hush_models::arch::{ArchConfig, BcResNetConfig, DsCnnConfig, IoShape, KwsModel, TimePadding};
+use hush_models::arch::{
+    ArchConfig, BcResNetConfig, DsCnnConfig, IoShape, KwsModel, LeakCnnConfig, TimePadding,
+};
 use hush_models::export::nnef::{write_pulsed_trunk, NNEF, STREAM_FRAMES_NNEF, STREAM_HEAD_NNEF};
 use hush_models::export::{export_package, ExportFormat};
 use hush_models::package::{
@@ -133,11 +136,57 @@ fn assert_windows_differ(windows: &[WindowVerdict], hop: usize) {
     let first = &windows[0].probs;
     let spread = windows
         .iter()
-        .map(|v| (v.probs[0] - first[0]).abs())
+        .flat_map(|v| v.probs.iter().zip(first).map(|(p, q)| (p - q).abs()))
         .fold(0f32, f32::max);
     assert!(
         spread > 1e-2,
         "hop {hop}: the probabilities hardly move ({spread}; first window {first:?})"
+    );
+}
+
+/// A stream at `hop` that runs the streaming form (pulsed or not, as `pulsed` says) gives
+/// the whole-window model's probabilities on every window of `samples` (at least
+/// `min_windows` of them), and those move from window to window.
+fn assert_hop_streams_the_whole_window(
+    clf: &KwsClassifier,
+    samples: &[f32],
+    hop: usize,
+    pulsed: bool,
+    min_windows: usize,
+) {
+    let mut incremental = KwsStream::new(clf, hop).unwrap();
+    let mut whole = KwsStream::whole_window(clf, hop).unwrap();
+    assert!(incremental.is_incremental() && !whole.is_incremental());
+    assert_eq!(incremental.is_pulsed(), pulsed, "hop {hop}");
+    let a = verdicts(&mut incremental, samples, |_| true);
+    let b = verdicts(&mut whole, samples, |_| true);
+    assert!(a.len() >= min_windows, "hop {hop}: {} windows", a.len());
+    assert_same(&a, &b);
+    assert_windows_differ(&b, hop);
+}
+
+/// The package in `dir` exported as NNEF archives, its trunk pulsed on the host `pulse`
+/// frames at a time and its ONNX files removed (what a device built without ONNX or
+/// tract-pulse reads: tract-pulse-opl's delay lines alone), streams at a `pulse`-frame hop
+/// what `clf` streams whole.
+fn assert_host_pulsed_archive_streams_the_same(
+    dir: &Path,
+    clf: &KwsClassifier,
+    samples: &[f32],
+    pulse: usize,
+) {
+    export_package(dir, ExportFormat::Nnef, None).unwrap();
+    write_pulsed_trunk(dir, pulse).unwrap();
+    for f in [STREAM_FRAMES, STREAM_HEAD, "model.onnx"] {
+        std::fs::remove_file(dir.join(f)).unwrap();
+    }
+    let from_archive = KwsClassifier::load(dir).unwrap();
+    let mut pulsed = KwsStream::new(&from_archive, pulse).unwrap();
+    assert!(pulsed.is_pulsed());
+    let mut whole = KwsStream::whole_window(clf, pulse).unwrap();
+    assert_same(
+        &verdicts(&mut pulsed, samples, |_| true),
+        &verdicts(&mut whole, samples, |_| true),
     );
 }
 
@@ -153,18 +202,10 @@ fn the_streaming_form_equals_the_whole_window_model_at_every_hop() {
     assert_eq!((g.receptive_field, g.stride, g.window_vectors), (26, 2, 8));
     let samples = audio(4);
     for hop in [2, 6, 10, 40] {
-        let mut incremental = KwsStream::new(&clf, hop).unwrap();
-        let mut whole = KwsStream::whole_window(&clf, hop).unwrap();
-        assert!(incremental.is_incremental() && !whole.is_incremental());
         // On the stride, the trunk runs pulsed by tract when a run gives two output frames
         // or more (at a 6-frame hop, after two zero frames, so that its runs end where the
         // 40-frame windows do); a hop of one output frame runs the grid of output frames.
-        assert_eq!(incremental.is_pulsed(), hop >= 4, "hop {hop}");
-        let a = verdicts(&mut incremental, &samples, |_| true);
-        let b = verdicts(&mut whole, &samples, |_| true);
-        assert!(a.len() >= 350 / hop, "hop {hop}: {} windows", a.len());
-        assert_same(&a, &b);
-        assert_windows_differ(&b, hop);
+        assert_hop_streams_the_whole_window(&clf, &samples, hop, hop >= 4, 350 / hop);
     }
 }
 
@@ -322,34 +363,12 @@ fn bc_resnets_streaming_form_equals_its_whole_window_model() {
         .map(|(i, x)| x * 10f32.powf(3.0 * (i as f32 / 4000.0).sin()))
         .collect();
     for hop in [1, 3, 10] {
-        let mut incremental = KwsStream::new(&clf, hop).unwrap();
-        let mut whole = KwsStream::whole_window(&clf, hop).unwrap();
-        assert!(incremental.is_incremental());
         // Hops of 3 and 10 frames run the trunk pulsed, a hop a run (3 after two zero
         // frames: 40 is no multiple of 3); a hop of 1 recomputes its frame's receptive field.
-        assert_eq!(
-            incremental.is_pulsed(),
-            hop > 1 && cfg!(feature = "pulse"),
-            "hop {hop}"
-        );
-        let a = verdicts(&mut incremental, &samples, |_| true);
-        let b = verdicts(&mut whole, &samples, |_| true);
-        assert!(a.len() >= 250 / hop, "hop {hop}: {} windows", a.len());
-        assert_same(&a, &b);
-        assert_windows_differ(&b, hop);
+        let pulsed = hop > 1 && cfg!(feature = "pulse");
+        assert_hop_streams_the_whole_window(&clf, &samples, hop, pulsed, 250 / hop);
     }
-    // The trunk pulsed on the host and read back from its archive (tract-pulse-opl's delay
-    // lines alone, as a build without tract-pulse reads it) streams the same.
-    export_package(tmp.path(), ExportFormat::Nnef, None).unwrap();
-    write_pulsed_trunk(tmp.path(), 10).unwrap();
-    let from_archive = KwsClassifier::load(tmp.path()).unwrap();
-    let mut pulsed = KwsStream::new(&from_archive, 10).unwrap();
-    assert!(pulsed.is_pulsed());
-    let mut whole = KwsStream::whole_window(&clf, 10).unwrap();
-    assert_same(
-        &verdicts(&mut pulsed, &samples, |_| true),
-        &verdicts(&mut whole, &samples, |_| true),
-    );
+    assert_host_pulsed_archive_streams_the_same(tmp.path(), &clf, &samples, 10);
 
     let features: Vec<f32> = noise(40 * 40, 5).iter().map(|x| 8.0 * x).collect();
     let window = clf.probs(&features, Path::new("window")).unwrap();
@@ -361,6 +380,39 @@ fn bc_resnets_streaming_form_equals_its_whole_window_model() {
     for (a, b) in window.iter().zip(&burn) {
         assert!((a - b).abs() <= 1e-4, "window {window:?}, burn {burn:?}");
     }
+}
+
+/// Leak-CNN's streaming form (its conv stack per output frame, the two FC layers over a
+/// window's frames in order) streams the whole-window model's probabilities at every hop,
+/// pulsed (where this build pulses, or from the host's archive) and not.
+#[test]
+fn leak_cnns_streaming_form_equals_its_whole_window_model() {
+    let tmp = tempfile::tempdir().unwrap();
+    let arch = ArchConfig::LeakCnn(LeakCnnConfig {
+        channels: [4, 8],
+        hidden: 16,
+        ..LeakCnnConfig::new(io(40))
+    });
+    assert!(arch.stream_geometry().is_none(), "opt-in: {arch:?}");
+    let arch = arch.streaming_form().unwrap();
+    package_of(tmp.path(), arch);
+    let clf = KwsClassifier::load(tmp.path()).unwrap();
+    let form = clf
+        .stream_form()
+        .expect("a leak-CNN package configured `streaming` has a streaming form");
+    let g = form.geometry();
+    assert_eq!((g.receptive_field, g.stride, g.window_vectors), (10, 4, 8));
+    // 8 channels × 8 bins after two 2×2 pools of 40 bins.
+    assert_eq!(form.channels(), 64);
+    let samples = audio(3);
+    for hop in [1, 4, 8, 12] {
+        // Hops of 8 and 12 frames run the trunk pulsed, a hop a run (8 with no zero frames:
+        // 40 − 10 leaves 2 input frames no output frame reads; 12 after 8 zero frames);
+        // hops of 1 and 4 are one output frame at most, recomputed.
+        let pulsed = hop >= 8 && cfg!(feature = "pulse");
+        assert_hop_streams_the_whole_window(&clf, &samples, hop, pulsed, 250 / hop);
+    }
+    assert_host_pulsed_archive_streams_the_same(tmp.path(), &clf, &samples, 8);
 }
 
 fn softmax(logits: &[f32]) -> Vec<f32> {

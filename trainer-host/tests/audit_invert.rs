@@ -21,6 +21,7 @@ fn small_arch(frames: usize, bins: usize, classes: usize) -> ArchConfig {
         channels: [4, 8],
         hidden: 16,
         dropout: 0.0,
+        streaming: false,
     })
 }
 

@@ -1,10 +1,12 @@
 //! A keyword spotter's streaming form: the per-frame trunk (`frames.onnx`) and the head
 //! (`head.onnx`) a package carries beside `model.onnx` when its architecture can run
 //! incrementally (hush-models' `ArchConfig::stream_geometry`: DS-CNN-S or BC-ResNet with
-//! valid time padding). The trunk's output frame `j` depends only on input frames
-//! `[j·stride, j·stride + receptive_field)`, and the whole-window model is the head over the
-//! mean of a window's output frames, so a stream computes each output frame once and a
-//! window costs the frames it adds ([`KwsStream`](super::KwsStream) does the bookkeeping).
+//! valid time padding, leak-CNN configured `streaming`). The trunk's output frame `j`
+//! depends only on input frames `[j·stride, j·stride + receptive_field)`, and the
+//! whole-window model is the head over a window's output frames (their mean, or for
+//! leak-CNN the frames in order: `HeadInput`), so a stream computes each output frame once
+//! and a window costs the frames it adds ([`KwsStream`](super::KwsStream) does the
+//! bookkeeping).
 //!
 //! The trunk's frame count is symbolic in the file; it is fixed per chunk length when a
 //! length is first asked for ([`StreamForm::trunk_plan`]), so that tract and hush's kernels
@@ -44,6 +46,8 @@ pub struct StreamForm {
     head_path: PathBuf,
     geometry: StreamGeometry,
     channels: usize,
+    /// Values the head takes ([`StreamGeometry::head_width`]).
+    head_width: usize,
     bins: usize,
 }
 
@@ -105,7 +109,8 @@ impl StreamForm {
                 ))
             }
         };
-        let (head, head_path) = load_head(&head_path, channels, io.classes)?;
+        let head_width = geometry.head_width(channels);
+        let (head, head_path) = load_head(&head_path, head_width, io.classes)?;
         let form = Self {
             trunk: Arc::new(trunk),
             trunk_path,
@@ -115,6 +120,7 @@ impl StreamForm {
             head_path,
             geometry,
             channels,
+            head_width,
             bins: io.bins,
         };
         Ok(Some(form))
@@ -261,9 +267,16 @@ impl StreamForm {
         Ok(())
     }
 
-    /// Class probabilities from the mean of a window's output frames (`channels` values).
+    /// Class probabilities from what the head reads of a window's output frames
+    /// ([`StreamGeometry::head_width`] values: their mean, or the frames in order).
     pub fn probs(&self, pooled: &[f32]) -> Result<Vec<f32>, InferError> {
-        run_plan(&self.head, pooled, &[1, self.channels], 1, &self.head_path)
+        run_plan(
+            &self.head,
+            pooled,
+            &[1, self.head_width],
+            1,
+            &self.head_path,
+        )
     }
 }
 
@@ -299,13 +312,13 @@ pub struct PulsedTrunk {
     pub delay: usize,
 }
 
-/// `head.onnx`, checked: input `pooled` `[1, channels]` (the trunk's), outputs `logits` and
-/// `probs` `[1, classes]`.
-fn load_head(path: &Path, channels: usize, classes: usize) -> Result<(Plan, PathBuf), InferError> {
+/// `head.onnx`, checked: input `pooled` `[1, width]` (what it reads of a window's output
+/// frames), outputs `logits` and `probs` `[1, classes]`.
+fn load_head(path: &Path, width: usize, classes: usize) -> Result<(Plan, PathBuf), InferError> {
     let file = ModelFile::read(path)?;
     let path = file.path();
     let foreign = |reason: String| InferError::foreign(path, reason);
-    file.expect_inputs(&format!("`{POOLED}` [N, {channels}]"))?;
+    file.expect_inputs(&format!("`{POOLED}` [N, {width}]"))?;
     let names = file.output_names();
     if names.iter().position(|n| n == PROBS) != Some(1) {
         return Err(foreign(format!(
@@ -313,10 +326,10 @@ fn load_head(path: &Path, channels: usize, classes: usize) -> Result<(Plan, Path
         )));
     }
     let model = file
-        .typed(&[&[Dim::Is(1), Dim::Is(channels)]])
-        .map_err(|e| foreign(format!("input [1, {channels}] f32: {e:#}")))?;
+        .typed(&[&[Dim::Is(1), Dim::Is(width)]])
+        .map_err(|e| foreign(format!("input [1, {width}] f32: {e:#}")))?;
     let (model, _) = hush_tract_ops::optimize(model)
-        .map_err(|e| foreign(format!("input [1, {channels}]: {e:#}")))?;
+        .map_err(|e| foreign(format!("input [1, {width}]: {e:#}")))?;
     let shape: Vec<String> = model
         .output_fact(1)
         .map_err(|e| InferError::load(path, format!("{e:#}")))?

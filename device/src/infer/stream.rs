@@ -9,8 +9,8 @@
 //! bounded by the model's window, whatever the stream's length.
 //!
 //! When the package has a streaming form ([`StreamForm`]) and the features are not
-//! normalised per window, the stream runs it incrementally and scores the mean of a window's
-//! output frames with the head:
+//! normalised per window, the stream runs it incrementally and scores a window's output
+//! frames with the head (their mean, or the frames in order):
 //!
 //! - when the hop is a multiple of the form's stride (of two strides or more) and the trunk
 //!   can be pulsed for it (by tract-pulse here, or from the host's archive), through the
@@ -42,7 +42,7 @@ use std::path::{Path, PathBuf};
 
 use serde::Serialize;
 
-use hush_models::arch::StreamGeometry;
+use hush_models::arch::{HeadInput, StreamGeometry};
 use tract_nnef::prelude::TypedSimpleState;
 
 use super::frames::PulsedTrunk;
@@ -265,7 +265,7 @@ struct Incremental {
     pulsed: Option<Pulsed>,
     plans: Vec<(usize, Plan)>,
     grids: Vec<Grid>,
-    /// The mean of a window's output frames, handed to the head.
+    /// What the head reads of a window's output frames: their mean, or the frames.
     pooled: Vec<f32>,
 }
 
@@ -403,14 +403,32 @@ impl Incremental {
             None => &grids[(start % g.stride as u64) as usize],
         };
         pooled.clear();
-        pooled.resize(c, 0.0);
-        for v in grid.vectors.chunks_exact(c).take(g.window_vectors) {
-            for (p, x) in pooled.iter_mut().zip(v) {
-                *p += x;
+        match g.head {
+            HeadInput::Mean => {
+                pooled.resize(c, 0.0);
+                for v in grid.vectors.chunks_exact(c).take(g.window_vectors) {
+                    for (p, x) in pooled.iter_mut().zip(v) {
+                        *p += x;
+                    }
+                }
+                let n = g.window_vectors as f32;
+                pooled.iter_mut().for_each(|p| *p /= n);
+            }
+            HeadInput::Frames => {
+                let frames =
+                    grid.vectors
+                        .get(..g.window_vectors * c)
+                        .ok_or_else(|| InferError::Run {
+                            path: PathBuf::from("<stream>"),
+                            reason: format!(
+                                "{} output frames for a window of {}",
+                                grid.vectors.len() / c.max(1),
+                                g.window_vectors
+                            ),
+                        })?;
+                pooled.extend_from_slice(frames);
             }
         }
-        let n = g.window_vectors as f32;
-        pooled.iter_mut().for_each(|p| *p /= n);
         form.probs(pooled)
     }
 

@@ -27,8 +27,9 @@ pub struct ModelArgs {
     #[arg(long)]
     pub arch: Option<String>,
     /// KWS: train the architecture's streaming form (ds-cnn-s or bc-resnet with no padding
-    /// in time), so that the package also carries frames.onnx and head.onnx and
-    /// `hush-device listen` runs it incrementally, each hop computing only its new frames.
+    /// in time; leak-cnn as it is), so that the package also carries frames.onnx and
+    /// head.onnx and `hush-device listen` runs it incrementally, each hop computing only
+    /// its new frames.
     #[arg(long)]
     pub streaming: bool,
     /// Keywords, comma-separated (default: yes,no,up,down,left,right,on,off,stop,go);

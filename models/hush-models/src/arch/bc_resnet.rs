@@ -31,7 +31,7 @@ use super::layers::{
     OwnWeights, TensorVisitor,
 };
 use super::onnx::OnnxGraph;
-use super::{IoShape, StreamGeometry, TimePadding};
+use super::{HeadInput, IoShape, StreamGeometry, TimePadding};
 use crate::checkpoint::TensorSource;
 use crate::ModelError;
 
@@ -76,6 +76,7 @@ impl BcResNetConfig {
             receptive_field: lost + 1,
             stride: 1,
             window_vectors,
+            head: HeadInput::Mean,
         })
     }
 
@@ -407,6 +408,7 @@ mod tests {
             receptive_field: 33,
             stride: 1,
             window_vectors: 66,
+            head: HeadInput::Mean,
         };
         assert_eq!(valid.stream_geometry(), Some(want));
         let short = BcResNetConfig {

@@ -32,7 +32,7 @@ use super::layers::{
     OwnWeights, TensorVisitor,
 };
 use super::onnx::OnnxGraph;
-use super::{IoShape, StreamGeometry, TimePadding};
+use super::{HeadInput, IoShape, StreamGeometry, TimePadding};
 use crate::checkpoint::TensorSource;
 use crate::ModelError;
 
@@ -86,6 +86,7 @@ impl DsCnnConfig {
                 receptive_field: kt + depthwise_reach * st,
                 stride: st,
                 window_vectors,
+                head: HeadInput::Mean,
             },
         )
     }
@@ -298,6 +299,7 @@ mod tests {
             receptive_field: 26,
             stride: 2,
             window_vectors: 37,
+            head: HeadInput::Mean,
         };
         assert_eq!(cfg.stream_geometry(), Some(want));
         let same = ArchConfig::DsCnnS(DsCnnConfig::small(IO));
@@ -306,8 +308,15 @@ mod tests {
         assert_eq!(cfg.stream_geometry(), None);
         let short = ArchConfig::DsCnnS(DsCnnConfig::small(cfg.io));
         assert_eq!(short.streaming_form(), None);
-        let leak = ArchConfig::LeakCnn(crate::arch::LeakCnnConfig::new(IO));
-        assert_eq!(leak.streaming_form(), None);
+        // Leak-CNN pads nothing: its streaming form only asks that the package carry it.
+        let leak = crate::arch::LeakCnnConfig::new(IO);
+        let streaming = crate::arch::LeakCnnConfig {
+            streaming: true,
+            ..leak.clone()
+        };
+        let leak = ArchConfig::LeakCnn(leak);
+        assert_eq!(leak.stream_geometry(), None);
+        assert_eq!(leak.streaming_form(), Some(ArchConfig::LeakCnn(streaming)));
         let err = cfg.init(&Device::flex()).unwrap_err().to_string();
         assert!(err.contains("time_padding"), "{err}");
     }

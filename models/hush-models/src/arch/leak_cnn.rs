@@ -7,6 +7,11 @@
 //! has 1.53 M trainable parameters, almost all in that FC — the layer whose gradient the
 //! leakage audit inverts. No batch norm: every example's gradient is its own.
 //!
+//! No convolution pads, so the model streams as it is: an output frame of the conv stack
+//! reads input frames `[4j, 4j + 10)` only. With `streaming` a package also carries that
+//! form (`frames.onnx`, the conv stack per frame; `head.onnx`, the two FC layers over a
+//! window's frames in order: [`LeakCnnConfig::stream_geometry`]), with the same weights.
+//!
 //! Tensor names: `input_norm.*`, `conv1.*`, `conv2.*`, `fc1.*`, `fc2.*`.
 
 use burn::module::Module;
@@ -23,7 +28,7 @@ use super::layers::{
     TensorVisitor,
 };
 use super::onnx::OnnxGraph;
-use super::IoShape;
+use super::{HeadInput, IoShape, StreamGeometry};
 use crate::checkpoint::TensorSource;
 use crate::ModelError;
 
@@ -38,6 +43,9 @@ pub struct LeakCnnConfig {
     pub hidden: usize,
     /// Dropout before the last FC (training only).
     pub dropout: f64,
+    /// Whether a package carries the streaming form (false when absent).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub streaming: bool,
 }
 
 impl LeakCnnConfig {
@@ -48,7 +56,21 @@ impl LeakCnnConfig {
             channels: [32, 64],
             hidden: 128,
             dropout: 0.5,
+            streaming: false,
         }
+    }
+
+    /// The time axis of the streaming form, with `streaming`: each conv reads 3 frames and
+    /// each pool 2 at a stride of 2, so an output frame reads 10 input frames, 4 apart, and
+    /// the head reads a window's [`LeakCnnConfig::pooled`] frames in order.
+    pub fn stream_geometry(&self) -> Option<StreamGeometry> {
+        let (window_vectors, _) = self.pooled();
+        (self.streaming && window_vectors > 0).then_some(StreamGeometry {
+            receptive_field: 10,
+            stride: 4,
+            window_vectors,
+            head: HeadInput::Frames,
+        })
     }
 
     /// `(frames, bins)` after both conv + pool stages.
@@ -144,6 +166,17 @@ impl LeakCnn {
     }
 
     pub(crate) fn write_onnx(&self, g: &mut OnnxGraph, input: &str) -> Result<String, ModelError> {
+        let x = self.write_onnx_convs(g, input)?;
+        let x = g.flatten(&x);
+        self.write_onnx_fcs(g, &x)
+    }
+
+    /// The conv stack: `[N, T, bins]` → `[N, C, T', F']`.
+    pub(crate) fn write_onnx_convs(
+        &self,
+        g: &mut OnnxGraph,
+        input: &str,
+    ) -> Result<String, ModelError> {
         let x = input_norm_onnx(g, &self.input_norm, input)?;
         let x = g.unsqueeze(&x, &[1]);
         let x = g.conv("conv1", &x, &self.conv1)?;
@@ -151,10 +184,81 @@ impl LeakCnn {
         let x = g.max_pool(&x, [2, 2], [2, 2]);
         let x = g.conv("conv2", &x, &self.conv2)?;
         let x = g.relu(&x);
-        let x = g.max_pool(&x, [2, 2], [2, 2]);
+        Ok(g.max_pool(&x, [2, 2], [2, 2]))
+    }
+
+    /// `(C, F')` of one output frame of the conv stack, for windows of `frames` output
+    /// frames (the first FC reads `C × frames × F'` values).
+    pub(crate) fn frame_shape(&self, frames: usize) -> (usize, usize) {
+        let c = self.conv2.weight.val().dims()[0];
+        let read = self.fc1.weight.val().dims()[0];
+        (c, read / (c * frames).max(1))
+    }
+
+    /// The streaming head: `[N, frames × C × F']`, a window's `frames` output frames one
+    /// after another (each `C × F'`, channel-major), reordered as the whole window's
+    /// flatten orders them (`[N, C, T', F']`), then the two FC layers.
+    pub(crate) fn write_onnx_head(
+        &self,
+        g: &mut OnnxGraph,
+        input: &str,
+        frames: usize,
+    ) -> Result<String, ModelError> {
+        let (c, f) = self.frame_shape(frames);
+        let x = g.reshape(input, &[-1, frames as i64, c as i64, f as i64]);
+        let x = g.transpose(&x, &[0, 2, 1, 3]);
         let x = g.flatten(&x);
-        let x = g.linear("fc1", &x, &self.fc1)?;
+        self.write_onnx_fcs(g, &x)
+    }
+
+    /// FC → ReLU → FC over flattened `[N, C·T'·F']`.
+    fn write_onnx_fcs(&self, g: &mut OnnxGraph, x: &str) -> Result<String, ModelError> {
+        let x = g.linear("fc1", x, &self.fc1)?;
         let x = g.relu(&x);
         g.linear("fc2", &x, &self.fc2)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_streaming_geometry_is_opt_in_and_matches_the_pooled_frames() {
+        let io = |frames, bins| IoShape {
+            frames,
+            bins,
+            classes: 12,
+        };
+        let mut cfg = LeakCnnConfig::new(io(98, 40));
+        assert_eq!(cfg.stream_geometry(), None);
+        cfg.streaming = true;
+        // 98 → conv 96 → pool 48 → conv 46 → pool 23; frame j reads frames 4j .. 4j + 10.
+        let want = StreamGeometry {
+            receptive_field: 10,
+            stride: 4,
+            window_vectors: 23,
+            head: HeadInput::Frames,
+        };
+        assert_eq!(cfg.stream_geometry(), Some(want));
+        assert_eq!(cfg.pooled(), (23, 8));
+        for frames in 10..120 {
+            cfg.io = io(frames, 40);
+            let g = cfg.stream_geometry().unwrap();
+            // The last output frame's input frames lie in the window; one more would not.
+            let last = (g.window_vectors - 1) * g.stride + g.receptive_field;
+            assert!(
+                last <= frames && last + g.stride > frames,
+                "{frames}: {g:?}"
+            );
+        }
+        cfg.io = io(9, 40);
+        assert_eq!(cfg.stream_geometry(), None);
+        // The streaming form serialises its flag; the plain one leaves it out.
+        let plain = serde_json::to_string(&LeakCnnConfig::new(io(49, 20))).unwrap();
+        assert!(!plain.contains("streaming"), "{plain}");
+        let back: LeakCnnConfig =
+            serde_json::from_str(&serde_json::to_string(&cfg).unwrap()).unwrap();
+        assert!(back.streaming);
     }
 }

@@ -25,7 +25,7 @@ pub mod leak_cnn;
 pub mod onnx;
 
 use burn::module::Module;
-use burn::nn::BatchNorm;
+use burn::nn::{BatchNorm, Linear};
 use burn::optim::GradientsParams;
 use burn::tensor::{Device, Tensor};
 use serde::{Deserialize, Serialize};
@@ -90,8 +90,8 @@ impl TimePadding {
 
 /// The time axis of a keyword spotter's streaming form: the per-frame trunk's output frame
 /// `j` depends only on input frames `[j·stride, j·stride + receptive_field)`, and the
-/// classifier reads the mean of the last `window_vectors` of them (the window's). A window
-/// starting at input frame `s` pools output frames `s / stride ..`, so a stream's windows
+/// classifier reads the `window_vectors` of them a window covers ([`HeadInput`]). A window
+/// starting at input frame `s` reads output frames `s / stride ..`, so a stream's windows
 /// share frames exactly when their starts differ by a multiple of `stride`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct StreamGeometry {
@@ -99,8 +99,30 @@ pub struct StreamGeometry {
     pub receptive_field: usize,
     /// Input frames from one output frame to the next.
     pub stride: usize,
-    /// Output frames of one window, pooled by the head.
+    /// Output frames of one window, read by the head.
     pub window_vectors: usize,
+    /// What the head reads of them.
+    pub head: HeadInput,
+}
+
+impl StreamGeometry {
+    /// Values the head takes for a window of output frames of `channels` values each.
+    pub fn head_width(&self, channels: usize) -> usize {
+        match self.head {
+            HeadInput::Mean => channels,
+            HeadInput::Frames => self.window_vectors * channels,
+        }
+    }
+}
+
+/// What a streaming form's head reads of a window's output frames.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum HeadInput {
+    /// Their mean, `[N, channels]`: DS-CNN-S and BC-ResNet pool over time.
+    Mean,
+    /// The frames themselves, oldest first, one after another: `[N, window_vectors ×
+    /// channels]`. Leak-CNN's classifier weighs each time position of the window apart.
+    Frames,
 }
 
 /// A keyword spotter's streaming form as encoded ONNX graphs ([`KwsModel::to_onnx_stream`]).
@@ -166,18 +188,19 @@ impl ArchConfig {
     }
 
     /// The streaming form's time axis, when the architecture and its configuration have
-    /// one (DS-CNN-S or BC-ResNet with valid time padding).
+    /// one (DS-CNN-S or BC-ResNet with valid time padding, leak-CNN with `streaming`).
     pub fn stream_geometry(&self) -> Option<StreamGeometry> {
         match self {
             Self::DsCnnS(c) => c.stream_geometry(),
             Self::BcResNet(c) => c.stream_geometry(),
-            Self::LeakCnn(_) => None,
+            Self::LeakCnn(c) => c.stream_geometry(),
         }
     }
 
     /// The streaming form of this configuration, with the same weights (time padding is not
-    /// a weight): DS-CNN-S or BC-ResNet with valid time padding, when the window leaves it a
-    /// streaming geometry; `None` for leak-CNN.
+    /// a weight): DS-CNN-S or BC-ResNet with valid time padding, leak-CNN (whose
+    /// convolutions pad nothing) with its streaming form written, when the window leaves it
+    /// a streaming geometry.
     pub fn streaming_form(&self) -> Option<ArchConfig> {
         let valid = match self {
             Self::DsCnnS(c) => Self::DsCnnS(DsCnnConfig {
@@ -188,7 +211,10 @@ impl ArchConfig {
                 time_padding: TimePadding::Valid,
                 ..c.clone()
             }),
-            Self::LeakCnn(_) => return None,
+            Self::LeakCnn(c) => Self::LeakCnn(LeakCnnConfig {
+                streaming: true,
+                ..c.clone()
+            }),
         };
         valid.stream_geometry().map(|_| valid)
     }
@@ -409,26 +435,44 @@ impl KwsModel {
 
     /// The streaming form, when `cfg` has one ([`ArchConfig::stream_geometry`]): the
     /// per-frame trunk (`features` `[1, T, bins]`, T symbolic → `frames` `[1, T', C]`) and
-    /// the head (`pooled` `[N, C]`, the mean of a window's frames → `logits`, `probs`), as
-    /// encoded ONNX graphs.
+    /// the head (`pooled` `[N, width]`, what it reads of a window's frames
+    /// ([`StreamGeometry::head_width`]) → `logits`, `probs`), as encoded ONNX graphs.
     pub fn to_onnx_stream(&self, cfg: &ArchConfig) -> Result<Option<StreamOnnx>, ModelError> {
-        if cfg.stream_geometry().is_none() {
+        let Some(geometry) = cfg.stream_geometry() else {
             return Ok(None);
-        }
+        };
         let io = cfg.io();
         let mut g = OnnxGraph::new();
-        let (frames, fc) = match self {
-            Self::DsCnn(m) => (m.write_onnx_convs(&mut g, INPUT)?, &m.fc),
-            Self::BcResNet(m) => (m.write_onnx_convs(&mut g, INPUT)?, &m.fc),
-            Self::LeakCnn(_) => return Ok(None),
+        let mut head = OnnxGraph::new();
+        // DS-CNN-S and BC-ResNet: frames averaged over frequency, the classifier over
+        // their mean.
+        let mean_head = |frames: String, head: &mut OnnxGraph, fc: &Linear| {
+            let logits = head.linear("fc", POOLED, fc)?;
+            Ok::<_, ModelError>((frames, fc.weight.val().dims()[0], logits))
         };
-        let frames = g.frame_vectors(&frames);
-        let channels = fc.weight.val().dims()[0];
+        let (frames, channels, logits) = match self {
+            Self::DsCnn(m) => {
+                let x = m.write_onnx_convs(&mut g, INPUT)?;
+                mean_head(g.frame_vectors(&x), &mut head, &m.fc)?
+            }
+            Self::BcResNet(m) => {
+                let x = m.write_onnx_convs(&mut g, INPUT)?;
+                mean_head(g.frame_vectors(&x), &mut head, &m.fc)?
+            }
+            Self::LeakCnn(m) => {
+                let x = m.write_onnx_convs(&mut g, INPUT)?;
+                let (channels, bins) = m.frame_shape(geometry.window_vectors);
+                let logits = m.write_onnx_head(&mut head, POOLED, geometry.window_vectors)?;
+                (
+                    g.flat_frame_vectors(&x, channels * bins),
+                    channels * bins,
+                    logits,
+                )
+            }
+        };
         let trunk = g.finish_frames(&frames, io.bins, channels, cfg.name());
-        let mut g = OnnxGraph::new();
-        // The head: the classifier over the mean of a window's frames.
-        let logits = g.linear("fc", POOLED, fc)?;
-        let head = g.finish_head(&logits, channels, io.classes, cfg.name());
+        let width = geometry.head_width(channels);
+        let head = head.finish_head(&logits, width, io.classes, cfg.name());
         Ok(Some(StreamOnnx {
             frames: trunk,
             head,

@@ -296,6 +296,13 @@ impl OnnxGraph {
         self.transpose(&x, &[0, 2, 1])
     }
 
+    /// A streaming trunk's output that keeps frequency apart: the conv stack's
+    /// `[1, C, T', F]` as one `C·F`-vector per output frame (`width` values), `[1, T', C·F]`.
+    pub fn flat_frame_vectors(&mut self, x: &str, width: usize) -> String {
+        let x = self.transpose(x, &[0, 2, 1, 3]);
+        self.reshape(&x, &[1, -1, width as i64])
+    }
+
     /// `MaxPool`, no padding.
     pub fn max_pool(&mut self, x: &str, kernel: [usize; 2], stride: [usize; 2]) -> String {
         self.node(

@@ -131,7 +131,7 @@ impl StreamForm {
         self.geometry
     }
 
-    /// Values in one output frame (the trunk's channels).
+    /// Values in one output frame (the trunk's channels; for leak-CNN channels × bins).
     pub fn channels(&self) -> usize {
         self.channels
     }

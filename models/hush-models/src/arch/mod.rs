@@ -130,7 +130,8 @@ pub enum HeadInput {
 pub struct StreamOnnx {
     /// The per-frame trunk (`frames.onnx`).
     pub frames: Vec<u8>,
-    /// The head over a window's mean frame (`head.onnx`).
+    /// The head over a window's output frames (`head.onnx`: their mean, or for leak-CNN the
+    /// frames in order).
     pub head: Vec<u8>,
 }
 

@@ -34,7 +34,7 @@ pub const LOGITS: &str = "logits";
 pub const PROBS: &str = "probs";
 /// Name of a streaming trunk's per-frame output.
 pub const FRAMES: &str = "frames";
-/// Name of a streaming head's input: the mean of a window's frames.
+/// Name of a streaming head's input: what it reads of a window's frames (`HeadInput`).
 pub const POOLED: &str = "pooled";
 /// Name of the per-step log-probabilities output of a CTC model.
 pub const LOG_PROBS: &str = "log_probs";

@@ -1,10 +1,11 @@
 //! Frames in, feature rows out: pre-FFT chain, spectrum, mel filterbank, log, cepstra.
 //!
 //! Frames are *staged* one by one (chain and FFT, the spectrum kept in the next of
-//! [`LANES`] lanes) and *flushed* together: the filterbank runs on all staged frames at
-//! once ([`MelBank::apply_lanes`]), which is where batching pays. Every frame's numbers are
-//! the same however the frames are grouped, so streaming in any chunk size still equals
-//! the whole-signal result. Every buffer and plan is made in [`FramePipeline::new`];
+//! [`LANES`] lanes) and *flushed* together: the filterbank runs on a full block of staged
+//! frames at once ([`MelBank::apply_lanes`]), which is where batching pays, and on the
+//! frames of a partial block one by one ([`MelBank::apply_lane`]: a stream fed a frame's
+//! worth of samples at a time). Every frame's numbers are the same however the frames
+//! are grouped, so streaming in any chunk size still equals the whole-signal result. Every buffer and plan is made in [`FramePipeline::new`];
 //! computing frames allocates nothing.
 
 use super::config::{FeatureConfig, FeatureKind, LogKind, SpectrumOptions};
@@ -100,9 +101,13 @@ impl FramePipeline {
         // small chunks) only of its own rows, so a lone frame costs one frame's logs.
         let block_log = n == LANES;
         if let Some(mel) = &self.mel {
-            mel.apply_lanes(&self.spectra, &mut self.mel_lanes);
             if block_log {
+                mel.apply_lanes(&self.spectra, &mut self.mel_lanes);
                 compress(self.mel_lanes.as_flattened_mut(), log, floor);
+            } else {
+                for lane in 0..n {
+                    mel.apply_lane(&self.spectra, lane, &mut self.mel_lanes);
+                }
             }
         }
         for (lane, &row) in rows.iter().enumerate().take(n) {

@@ -26,9 +26,8 @@ use hush_models::export::nnef::pulsed_trunk_archive;
 use hush_models::export::onnx::{FRAMES, POOLED, PROBS};
 use hush_models::package::{ModelCard, STREAM_FRAMES, STREAM_HEAD};
 use tract_nnef::prelude::*;
-use tract_pulse_opl::WithPulse;
 
-use super::graph::{archive_path, Dim, ModelFile};
+use super::graph::{self, archive_path, Dim, ModelFile};
 use super::{run_plan, InferError, Plan};
 
 /// The streaming form of a keyword spotter, loaded and checked.
@@ -146,7 +145,7 @@ impl StreamForm {
     pub fn pulsed_trunk(&self, pulse: usize) -> Result<Option<PulsedTrunk>, InferError> {
         let archive = self.dir.join(pulsed_trunk_archive(pulse));
         let (model, path) = if archive.is_file() {
-            let model = WithPulse::with_pulse(tract_nnef::nnef())
+            let model = graph::nnef_reader()
                 .model_for_path(&archive)
                 .map_err(|e| InferError::load(&archive, format!("{e:#}")))?;
             (model, archive)

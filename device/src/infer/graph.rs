@@ -10,8 +10,11 @@
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
+use std::sync::OnceLock;
 
+use tract_nnef::framework::Nnef;
 use tract_nnef::tract_core::internal::*;
+use tract_pulse_opl::WithPulse;
 
 use super::InferError;
 
@@ -40,6 +43,14 @@ impl std::fmt::Display for Dim {
 pub(crate) fn shape_text(dims: &[Dim]) -> String {
     let dims: Vec<String> = dims.iter().map(Dim::to_string).collect();
     format!("[{}]", dims.join(", "))
+}
+
+/// tract's NNEF reader with the pulsed delay lines' operators, built once per process and
+/// shared by every archive read: building one parses NNEF's standard library of fragments,
+/// which costs more than reading one of hush's archives.
+pub(crate) fn nnef_reader() -> &'static Nnef {
+    static NNEF: OnceLock<Nnef> = OnceLock::new();
+    NNEF.get_or_init(|| tract_nnef::nnef().with_pulse())
 }
 
 /// A model file read by tract, its input shapes not yet fixed.
@@ -87,7 +98,7 @@ impl ModelFile {
             };
             return Err(InferError::load(onnx, reason));
         }
-        let model = tract_nnef::nnef()
+        let model = nnef_reader()
             .model_for_path(&nnef)
             .map_err(|e| InferError::load(&nnef, format!("{e:#}")))?;
         Ok(Self {

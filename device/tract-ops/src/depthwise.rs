@@ -1,10 +1,15 @@
 //! Depthwise 2-D convolution over NCHW f32 data, as a tract op ([`DepthwiseNchw`]) that
 //! replaces tract's `Conv` with one group per channel.
 //!
-//! Each plane is copied into a zero-padded plane ([`Window2d::pad_into`]), then
-//! [`ROWS`] output rows × one SIMD vector of neighbouring outputs are accumulated together,
-//! tap by tap, in registers: independent accumulators, so that one tap's multiply-add does
-//! not wait for the previous one's. The SIMD width is picked at run time through `pulp`
+//! Each plane is copied into a zero-padded plane ([`Window2d::pad_into`]). With a width
+//! stride of 1, an output `x` of row `y` reads the padded values from `y · stride · width +
+//! x` on at each tap's offset, so a run of outputs along the padded plane's rows is one
+//! long row: up to [`BLOCK`] SIMD vectors of neighbouring outputs are accumulated together,
+//! tap by tap, in registers (independent accumulators, so that one tap's multiply-add does
+//! not wait for the previous one's). With a height stride of 1 the whole plane is one such
+//! run, and a small plane (a pulsed trunk's few frames × 10 bins) fills its vectors instead
+//! of leaving most of each row's last vector idle; the outputs that fall on the padding
+//! between rows are computed and dropped. The SIMD width is picked at run time through `pulp`
 //! (AVX2 + FMA on x86-64, NEON on aarch64, scalar elsewhere). Its `mul_add_e` is fused where
 //! the target has FMA and a plain multiply and add where it has not (32-bit ARM's VFPv3),
 //! rather than a software fused multiply-add there.
@@ -18,7 +23,11 @@ use tract_core::internal::*;
 use tract_core::ops::cnn::conv::{Conv, KernelFormat};
 
 use crate::affine::{follow, Affine, Chain};
-use crate::window::{Window2d, ROWS};
+use crate::window::Window2d;
+
+/// The most SIMD vectors of outputs accumulated together (eight accumulators, a weight and
+/// an input: ten of AVX2's sixteen registers).
+pub const BLOCK: usize = 8;
 
 /// tract's depthwise convolution (`Conv` with one group per channel) over NCHW (or CHW) f32
 /// data. Inputs as tract's: the images, the kernel `[c, 1, kh, kw]`, the bias (`[c]` or one
@@ -116,14 +125,8 @@ impl DepthwiseNchw {
     }
 
     /// Convolves `images` with `kernel` (`[channels, 1, kh, kw]`) plus `bias` (one per
-    /// channel, or one for all) into `out`.
-    pub fn run(
-        &self,
-        images: &[f32],
-        kernel: &[f32],
-        bias: &[f32],
-        out: &mut [f32],
-    ) -> TractResult<()> {
+    /// channel, or one for all): the output planes, one after another.
+    pub fn run(&self, images: &[f32], kernel: &[f32], bias: &[f32]) -> TractResult<Vec<f32>> {
         let w = &self.window;
         let taps = w.kernel[0] * w.kernel[1];
         ensure!(
@@ -138,16 +141,22 @@ impl DepthwiseNchw {
             bias.len(),
             w.channels
         );
-        w.images(images, out)?;
+        let per_image = w.channels * w.plane_len();
+        ensure!(
+            images.len().is_multiple_of(per_image),
+            "{} values are not whole images of {w:?}",
+            images.len()
+        );
+        let mut out = Vec::with_capacity(images.len() / w.plane_len() * w.output_plane_len());
         pulp::Arch::new().dispatch(Convolve {
             w,
             relu: self.relu,
             images,
             kernel,
             bias,
-            out,
+            out: &mut out,
         });
-        Ok(())
+        Ok(out)
     }
 }
 
@@ -165,7 +174,8 @@ struct Convolve<'a> {
     images: &'a [f32],
     kernel: &'a [f32],
     bias: &'a [f32],
-    out: &'a mut [f32],
+    /// Where the output planes are appended.
+    out: &'a mut Vec<f32>,
 }
 
 impl pulp::WithSimd for Convolve<'_> {
@@ -184,97 +194,115 @@ impl pulp::WithSimd for Convolve<'_> {
         let taps = w.kernel[0] * w.kernel[1];
         let mut padded = w.padded_plane(0.0);
         let offsets = w.tap_offsets();
-        let planes = images
-            .chunks_exact(w.plane_len())
-            .zip(out.chunks_exact_mut(w.output_plane_len()));
-        for (plane, (input, output)) in planes.enumerate() {
+        let width = w.padded_width();
+        let [oh, ow] = w.output;
+        // The runs of outputs along the padded rows: (where its first output reads, how
+        // many), each written to `scratch` at the row its first output is on.
+        let runs: Vec<(usize, usize)> = if w.strides[0] == 1 {
+            vec![(0, (oh - 1) * width + ow)]
+        } else {
+            (0..oh).map(|y| (y * w.strides[0] * width, ow)).collect()
+        };
+        let mut scratch = vec![0f32; oh * width + S::F32_LANES];
+        for (plane, input) in images.chunks_exact(w.plane_len()).enumerate() {
             let c = plane % w.channels;
             w.pad_into(input, &mut padded);
             let k = &kernel[c * taps..(c + 1) * taps];
             let b = if bias.len() == 1 { bias[0] } else { bias[c] };
-            if w.strides[1] == 1 {
-                convolve_plane(simd, w, &padded, &offsets, k, b, relu, output);
+            let conv = Taps {
+                padded: &padded,
+                offsets: &offsets,
+                kernel: k,
+                bias: b,
+                relu,
+            };
+            if w.strides[1] != 1 {
+                conv.strided(w, &mut scratch);
             } else {
-                convolve_plane_strided(w, &padded, &offsets, k, b, relu, output);
-            }
-        }
-    }
-}
-
-/// The SIMD vector of `plane` from `at` on.
-#[inline(always)]
-fn load<S: pulp::Simd>(plane: &[f32], at: usize) -> S::f32s {
-    let (vector, _) = S::as_simd_f32s(&plane[at..at + S::F32_LANES]);
-    vector[0]
-}
-
-/// One plane of a convolution with a width stride of 1, from its padded plane; `relu`:
-/// negative outputs stored as 0.
-#[allow(clippy::too_many_arguments)]
-#[inline(always)]
-fn convolve_plane<S: pulp::Simd>(
-    simd: S,
-    w: &Window2d,
-    padded: &[f32],
-    offsets: &[usize],
-    kernel: &[f32],
-    bias: f32,
-    relu: bool,
-    output: &mut [f32],
-) {
-    let [oh, ow] = w.output;
-    let lanes = S::F32_LANES;
-    // One output row to the next, in the padded plane; how far a block of outputs reads.
-    let step = w.strides[0] * w.padded_width();
-    let span = offsets.iter().max().copied().unwrap_or(0) + (ROWS - 1) * step + lanes;
-    let weights: Vec<S::f32s> = kernel.iter().map(|&k| simd.splat_f32s(k)).collect();
-    for oy in (0..oh).step_by(ROWS) {
-        for start in (0..ow).step_by(lanes) {
-            let window = &padded[oy * step + start..][..span];
-            let mut acc = [simd.splat_f32s(bias); ROWS];
-            for (&at, &wt) in offsets.iter().zip(&weights) {
-                let [a0, a1, a2, a3] = &mut acc;
-                *a0 = simd.mul_add_e_f32s(wt, load::<S>(window, at), *a0);
-                *a1 = simd.mul_add_e_f32s(wt, load::<S>(window, at + step), *a1);
-                *a2 = simd.mul_add_e_f32s(wt, load::<S>(window, at + 2 * step), *a2);
-                *a3 = simd.mul_add_e_f32s(wt, load::<S>(window, at + 3 * step), *a3);
-            }
-            if relu {
-                acc = acc.map(|a| simd.max_f32s(a, simd.splat_f32s(0.0)));
-            }
-            for (r, acc) in acc.iter().enumerate().take(oh - oy) {
-                let dst = &mut output[(oy + r) * ow + start..][..lanes.min(ow - start)];
-                match S::as_mut_simd_f32s(dst) {
-                    ([whole], _) => *whole = *acc,
-                    (_, part) => simd.partial_store_f32s(part, *acc),
+                for (y, &(from, len)) in runs.iter().enumerate() {
+                    let to = if runs.len() == 1 { 0 } else { y * width };
+                    conv.run(simd, from, len, &mut scratch[to..]);
                 }
             }
+            for row in scratch.chunks(width).take(oh) {
+                out.extend_from_slice(&row[..ow]);
+            }
         }
     }
 }
 
-/// One plane of a convolution strided along the width, output by output (no hush model
-/// has one; kept correct, not fast).
-fn convolve_plane_strided(
-    w: &Window2d,
-    padded: &[f32],
-    offsets: &[usize],
-    kernel: &[f32],
+/// One plane's padded values and the kernel taps over them.
+struct Taps<'a> {
+    padded: &'a [f32],
+    offsets: &'a [usize],
+    kernel: &'a [f32],
     bias: f32,
     relu: bool,
-    output: &mut [f32],
-) {
-    let width = w.padded_width();
-    let [sh, sw] = w.strides;
-    for (oy, row) in output.chunks_exact_mut(w.output[1]).enumerate() {
-        for (ox, o) in row.iter_mut().enumerate() {
-            let at = oy * sh * width + ox * sw;
-            let sum = offsets
-                .iter()
-                .zip(kernel)
-                .fold(bias, |acc, (off, k)| acc + k * padded[at + off]);
-            *o = if relu { sum.max(0.0) } else { sum };
+}
+
+impl Taps<'_> {
+    /// The `len` outputs whose first reads the padded plane at `from`, into `out` (which
+    /// has room for `len` rounded up to whole vectors).
+    #[inline(always)]
+    fn run<S: pulp::Simd>(&self, simd: S, from: usize, len: usize, out: &mut [f32]) {
+        let lanes = S::F32_LANES;
+        let vectors = len.div_ceil(lanes);
+        let mut v = 0;
+        while vectors - v >= BLOCK {
+            self.block::<S, BLOCK>(simd, from + v * lanes, &mut out[v * lanes..]);
+            v += BLOCK;
         }
+        // The rest in one block, so that its vectors too accumulate side by side.
+        let (at, out) = (from + v * lanes, &mut out[v * lanes..]);
+        match vectors - v {
+            0 => {}
+            1 => self.block::<S, 1>(simd, at, out),
+            2 => self.block::<S, 2>(simd, at, out),
+            3 => self.block::<S, 3>(simd, at, out),
+            4 => self.block::<S, 4>(simd, at, out),
+            5 => self.block::<S, 5>(simd, at, out),
+            6 => self.block::<S, 6>(simd, at, out),
+            _ => self.block::<S, 7>(simd, at, out),
+        }
+    }
+
+    /// The outputs of a convolution strided along the width, one by one, into `scratch`'s
+    /// rows (no hush model has one; kept correct, not fast).
+    fn strided(&self, w: &Window2d, scratch: &mut [f32]) {
+        let width = w.padded_width();
+        let [sh, sw] = w.strides;
+        for (oy, row) in scratch.chunks_mut(width).take(w.output[0]).enumerate() {
+            for (ox, o) in row[..w.output[1]].iter_mut().enumerate() {
+                let at = oy * sh * width + ox * sw;
+                let sum = self
+                    .offsets
+                    .iter()
+                    .zip(self.kernel)
+                    .fold(self.bias, |acc, (off, k)| acc + k * self.padded[at + off]);
+                *o = if self.relu { sum.max(0.0) } else { sum };
+            }
+        }
+    }
+
+    /// `B` vectors of outputs, the first reading the padded plane at `at`, into the start
+    /// of `out`.
+    #[inline(always)]
+    fn block<S: pulp::Simd, const B: usize>(&self, simd: S, at: usize, out: &mut [f32]) {
+        let lanes = S::F32_LANES;
+        let mut acc = [simd.splat_f32s(self.bias); B];
+        for (&offset, &k) in self.offsets.iter().zip(self.kernel) {
+            let weight = simd.splat_f32s(k);
+            let (inputs, _) = S::as_simd_f32s(&self.padded[at + offset..][..B * lanes]);
+            for (a, &x) in acc.iter_mut().zip(inputs) {
+                *a = simd.mul_add_e_f32s(weight, x, *a);
+            }
+        }
+        if self.relu {
+            let zero = simd.splat_f32s(0.0);
+            acc = acc.map(|a| simd.max_f32s(a, zero));
+        }
+        let (dst, _) = S::as_mut_simd_f32s(&mut out[..B * lanes]);
+        dst.copy_from_slice(&acc);
     }
 }
 
@@ -301,12 +329,10 @@ impl EvalOp for DepthwiseNchw {
         let (images, kernel, bias) = args_3!(inputs);
         let w = &self.window;
         let n = if w.batch { images.shape()[0] } else { 1 };
-        let mut out = vec![0f32; n * w.channels * w.output_plane_len()];
-        self.run(
+        let out = self.run(
             images.try_as_plain_ram()?.as_slice::<f32>()?,
             kernel.try_as_plain_ram()?.as_slice::<f32>()?,
             bias.try_as_plain_ram()?.as_slice::<f32>()?,
-            &mut out,
         )?;
         let out = tract_ndarray::ArrayD::from_shape_vec(&*w.output_shape(n), out)?;
         Ok(tvec!(out.into_tensor().into_tvalue()))
@@ -322,4 +348,66 @@ impl TypedOp for DepthwiseNchw {
     }
 
     as_op!();
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The scalar path (32-bit ARM's, one lane a vector) gives what the widest path this
+    /// machine has gives, on planes whose runs end inside a block, on a block's edge and
+    /// past several blocks, with both strides.
+    #[test]
+    fn the_scalar_path_equals_the_widest_one() {
+        for (input, kernel, strides, pad) in [
+            ([5, 10], [3, 3], [1, 1], [0, 1]),
+            ([2, 3], [1, 3], [1, 1], [0, 1]),
+            ([24, 20], [3, 3], [1, 1], [1, 1]),
+            ([9, 23], [3, 1], [2, 1], [1, 0]),
+            ([7, 11], [2, 3], [1, 2], [2, 1]),
+        ] {
+            let output = [0, 1].map(|a| (input[a] + 2 * pad[a] - kernel[a]) / strides[a] + 1);
+            let op = DepthwiseNchw {
+                window: Window2d {
+                    channels: 3,
+                    input,
+                    kernel,
+                    strides,
+                    dilations: [1, 1],
+                    pad_before: pad,
+                    output,
+                    batch: true,
+                },
+                relu: true,
+            };
+            let values = |n: usize, k: usize| -> Vec<f32> {
+                (0..n).map(|i| ((i * k) % 23) as f32 / 7.0 - 1.5).collect()
+            };
+            let images = values(2 * 3 * input[0] * input[1], 7);
+            let weights = values(3 * kernel[0] * kernel[1], 5);
+            let bias = values(3, 3);
+            let widest = op.run(&images, &weights, &bias).unwrap();
+            let mut scalar = Vec::new();
+            pulp::WithSimd::with_simd(
+                Convolve {
+                    w: &op.window,
+                    relu: true,
+                    images: &images,
+                    kernel: &weights,
+                    bias: &bias,
+                    out: &mut scalar,
+                },
+                pulp::Scalar::new(),
+            );
+            assert_eq!(widest.len(), 2 * 3 * output[0] * output[1]);
+            assert_eq!(widest.len(), scalar.len());
+            for (i, (a, b)) in widest.iter().zip(&scalar).enumerate() {
+                assert!(
+                    (a - b).abs() <= 1e-5,
+                    "{input:?} {kernel:?} {strides:?}: {i}"
+                );
+            }
+            assert!(widest.iter().any(|&v| v > 0.0) && widest.contains(&0.0));
+        }
+    }
 }

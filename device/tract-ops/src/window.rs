@@ -1,8 +1,11 @@
 //! The shape of a 2-D sliding window over planes of f32 data (a depthwise convolution, a
 //! pooling), read from tract's [`PoolSpec`], and the padded scratch plane both ops read
 //! from: each (image, channel) plane is copied into a plane whose border holds the padding
-//! value and whose rows are long enough that every tap of every block of outputs reads in
-//! bounds, so the ops' inner loops have no edge cases.
+//! value, rows one after another, so the ops' inner loops have no edge cases. A row is as
+//! wide as the input with its padding on both sides, so that an output row's taps read
+//! inside its own row; a few values of slack after the last row let a SIMD vector that
+//! starts at any output read past it (the depthwise kernel computes along the rows as if
+//! the plane were one long row, and drops the outputs that straddle two rows).
 
 use tract_core::internal::*;
 use tract_core::ops::cnn::PoolSpec;
@@ -10,8 +13,6 @@ use tract_core::ops::nn::DataFormat;
 
 /// The widest SIMD vector any dispatch target has, in f32 lanes (AVX-512).
 pub const MAX_LANES: usize = 16;
-/// Output rows an op may compute together: the padded plane has rows for them all.
-pub const ROWS: usize = 4;
 
 /// A 2-D window over `channels` planes: every size is per spatial axis, `[height, width]`.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
@@ -105,37 +106,37 @@ impl Window2d {
         shape
     }
 
-    /// Length of a padded row: a vector of up to [`MAX_LANES`] outputs from the last
-    /// output of the row on, taps included, reads inside it.
+    /// Length of a padded row: the input row with its padding before and after, at least
+    /// as long as the columns an output row reads.
     pub fn padded_width(&self) -> usize {
-        (self.output[1] - 1 + MAX_LANES) * self.strides[1]
-            + (self.kernel[1] - 1) * self.dilations[1]
-            + 1
+        let read =
+            (self.output[1] - 1) * self.strides[1] + (self.kernel[1] - 1) * self.dilations[1] + 1;
+        (self.pad_before[1] + self.input[1]).max(read)
     }
 
-    /// Rows of the padded plane: the last block of [`ROWS`] output rows reads inside it.
+    /// Rows of the padded plane: the input's with its padding above and below, at least as
+    /// many as the outputs read.
     pub fn padded_rows(&self) -> usize {
-        (self.output[0].next_multiple_of(ROWS) - 1) * self.strides[0]
-            + (self.kernel[0] - 1) * self.dilations[0]
-            + 1
+        let read =
+            (self.output[0] - 1) * self.strides[0] + (self.kernel[0] - 1) * self.dilations[0] + 1;
+        (self.pad_before[0] + self.input[0]).max(read)
     }
 
-    /// A padded plane, every value `fill`.
+    /// A padded plane, every value `fill`, with [`MAX_LANES`] values of slack after its
+    /// last row.
     pub fn padded_plane(&self, fill: f32) -> Vec<f32> {
-        vec![fill; self.padded_rows() * self.padded_width()]
+        vec![fill; self.padded_rows() * self.padded_width() + MAX_LANES]
     }
 
     /// Copies one input plane into `padded` (from [`Window2d::padded_plane`]) at its place;
     /// the border keeps its fill.
     pub fn pad_into(&self, plane: &[f32], padded: &mut [f32]) {
-        let [h, w] = self.input;
+        let [_, w] = self.input;
         let width = self.padded_width();
         let [top, left] = self.pad_before;
-        let rows = h.min(self.padded_rows().saturating_sub(top));
-        let cols = w.min(width.saturating_sub(left));
-        for y in 0..rows {
-            let dst = (top + y) * width + left;
-            padded[dst..dst + cols].copy_from_slice(&plane[y * w..y * w + cols]);
+        let rows = padded[top * width..].chunks_exact_mut(width);
+        for (src, row) in plane.chunks_exact(w).zip(rows) {
+            row[left..left + w].copy_from_slice(src);
         }
     }
 

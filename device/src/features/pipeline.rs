@@ -5,8 +5,9 @@
 //! frames at once ([`MelBank::apply_lanes`]), which is where batching pays, and on the
 //! frames of a partial block one by one ([`MelBank::apply_lane`]: a stream fed a frame's
 //! worth of samples at a time). Every frame's numbers are the same however the frames
-//! are grouped, so streaming in any chunk size still equals the whole-signal result. Every buffer and plan is made in [`FramePipeline::new`];
-//! computing frames allocates nothing.
+//! are grouped, so streaming in any chunk size still equals the whole-signal result.
+//! Every buffer and plan is made in [`FramePipeline::new`]; computing frames allocates
+//! nothing.
 
 use super::config::{FeatureConfig, FeatureKind, LogKind, SpectrumOptions};
 use super::mel::{MelBank, LANES};

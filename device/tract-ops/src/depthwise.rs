@@ -196,12 +196,13 @@ impl pulp::WithSimd for Convolve<'_> {
         let offsets = w.tap_offsets();
         let width = w.padded_width();
         let [oh, ow] = w.output;
-        // The runs of outputs along the padded rows: (where its first output reads, how
-        // many), each written to `scratch` at the row its first output is on.
-        let runs: Vec<(usize, usize)> = if w.strides[0] == 1 {
-            vec![(0, (oh - 1) * width + ow)]
+        // The runs of outputs along the padded rows: the whole plane at a height stride of
+        // 1, else one run an output row. Run `y` reads the padded plane from `y · stride ·
+        // width` on and is written to `scratch` from row `y` on.
+        let (runs, run_len) = if w.strides[0] == 1 {
+            (1, (oh - 1) * width + ow)
         } else {
-            (0..oh).map(|y| (y * w.strides[0] * width, ow)).collect()
+            (oh, ow)
         };
         let mut scratch = vec![0f32; oh * width + S::F32_LANES];
         for (plane, input) in images.chunks_exact(w.plane_len()).enumerate() {
@@ -219,9 +220,9 @@ impl pulp::WithSimd for Convolve<'_> {
             if w.strides[1] != 1 {
                 conv.strided(w, &mut scratch);
             } else {
-                for (y, &(from, len)) in runs.iter().enumerate() {
-                    let to = if runs.len() == 1 { 0 } else { y * width };
-                    conv.run(simd, from, len, &mut scratch[to..]);
+                for y in 0..runs {
+                    let from = y * w.strides[0] * width;
+                    conv.run(simd, from, run_len, &mut scratch[y * width..]);
                 }
             }
             for row in scratch.chunks(width).take(oh) {

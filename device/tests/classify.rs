@@ -346,7 +346,7 @@ fn the_device_plan_equals_burn_on_every_architecture() {
         // declutter pass moves depthwise convolutions of 16 channels or more channels-last and
         // runs them itself (with the means over frequency around them); elsewhere hush's run.
         let tract_depthwise = cfg!(target_arch = "aarch64");
-        let k = clf.hush_kernels();
+        let k = clf.hush_kernels().unwrap();
         match arch {
             // Each depthwise convolution with the batch norm's multiply and the ReLU after it
             // folded in (and its add, which tract drops here: an untrained model's adds 0).

@@ -3,7 +3,8 @@
 //! a stream that runs it incrementally gives
 //! the whole-window model's probabilities at every hop, within 1e-4, for hops on and off the
 //! form's stride, also when a gate skips windows; a package without the form runs the whole
-//! window; a package with half the form is refused.
+//! window; a package with half the form is refused; a classifier loaded for streams reads
+//! the whole-window model only when asked for it.
 
 // Test helpers panic on failure, like the tests that call them.
 #![allow(clippy::unwrap_used)]
@@ -20,7 +21,7 @@ use hush_models::arch::{
 use hush_models::export::nnef::{write_pulsed_trunk, NNEF, STREAM_FRAMES_NNEF, STREAM_HEAD_NNEF};
 use hush_models::export::{export_package, ExportFormat};
 use hush_models::package::{
-    write_package, ModelCard, MODEL_JSON, STREAM_FRAMES, STREAM_HEAD, WEIGHTS,
+    write_package, ModelCard, MODEL_JSON, ONNX, STREAM_FRAMES, STREAM_HEAD, WEIGHTS,
 };
 
 const RATE: usize = 16_000;
@@ -488,6 +489,42 @@ fn a_same_padded_package_has_no_streaming_form() {
     let clf = KwsClassifier::load(tmp.path()).unwrap();
     assert!(clf.stream_form().is_none());
     assert!(!KwsStream::new(&clf, 10).unwrap().is_incremental());
+}
+
+/// A stream runs the streaming form, so a classifier loaded for streams leaves the
+/// whole-window model (`model.onnx`) unread until something asks for it, while `load` reads
+/// and checks it at once; a package without the form is checked at load either way.
+#[test]
+fn a_classifier_loaded_for_streams_reads_the_whole_window_model_when_asked() {
+    let tmp = tempfile::tempdir().unwrap();
+    package(tmp.path(), TimePadding::Valid, 40);
+    let samples = audio(3);
+    let samples = first_windows(&samples, 10);
+    let clf = KwsClassifier::load(tmp.path()).unwrap();
+    let good = verdicts(&mut KwsStream::new(&clf, 10).unwrap(), samples, |_| true);
+    assert!(good.len() > 10);
+
+    std::fs::write(tmp.path().join(ONNX), b"not a model").unwrap();
+    let refused = |e: String| e.contains(ONNX) && e.contains("cannot load this model");
+    let e = KwsClassifier::load(tmp.path()).unwrap_err().to_string();
+    assert!(refused(e.clone()), "{e}");
+    let clf = KwsClassifier::load_for_streams(tmp.path()).unwrap();
+    let mut stream = KwsStream::new(&clf, 10).unwrap();
+    assert!(stream.is_incremental());
+    assert_eq!(verdicts(&mut stream, samples, |_| true), good);
+    // Asked for, the whole-window model is read then, and refused with the same error.
+    let e = clf.probs(&[0.0; 40 * 40], Path::new("window")).unwrap_err();
+    assert!(refused(e.to_string()), "{e}");
+    let mut whole = KwsStream::whole_window(&clf, 10).unwrap();
+    let e = whole.push(samples, &mut Vec::new()).unwrap_err();
+    assert!(refused(e.to_string()), "{e}");
+
+    package(tmp.path(), TimePadding::Same, 40);
+    std::fs::write(tmp.path().join(ONNX), b"not a model").unwrap();
+    let e = KwsClassifier::load_for_streams(tmp.path())
+        .unwrap_err()
+        .to_string();
+    assert!(refused(e.clone()), "{e}");
 }
 
 #[test]

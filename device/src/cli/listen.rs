@@ -147,7 +147,7 @@ impl Listener {
 /// Streams the file or the microphone through the spotter; prints detections, and a
 /// summary on stderr.
 pub fn run(args: ListenArgs) -> anyhow::Result<()> {
-    let clf = KwsClassifier::load(&args.model)
+    let clf = KwsClassifier::load_for_streams(&args.model)
         .with_context(|| format!("loading model {}", args.model.display()))?;
     let rate = clf.features().frame.sample_rate;
     let mut listener = Listener::new(&clf, &args)?;

@@ -38,9 +38,6 @@ pub struct StreamForm {
     trunk_path: PathBuf,
     /// The package.
     dir: PathBuf,
-    /// The trunk's plan for a whole window (built at load to check the file), and its
-    /// frame count.
-    window_plan: (usize, Plan),
     head: Plan,
     head_path: PathBuf,
     geometry: StreamGeometry,
@@ -85,15 +82,18 @@ impl StreamForm {
                 format!("outputs are {names:?}; expected one output named `{FRAMES}`"),
             ));
         }
-        // A whole window's frames: the shape every later chunk follows.
-        let plan = trunk_plan(&trunk, &trunk_path, io.frames, io.bins)?;
-        let shape: Vec<usize> = plan
-            .model()
-            .output_fact(0)
-            .map_err(|e| InferError::load(&trunk_path, format!("{e:#}")))?
-            .shape
-            .as_concrete()
-            .map(|s| s.to_vec())
+        // A whole window's frames: the shape every later chunk follows. (Typed only: the
+        // chunks a stream runs are optimised when it first asks for them.)
+        let window = [Dim::Is(1), Dim::Is(io.frames), Dim::Is(io.bins)];
+        let shape: Vec<usize> = trunk
+            .typed(&[&window])
+            .and_then(|m| Ok(m.output_fact(0)?.shape.as_concrete().map(<[usize]>::to_vec)))
+            .map_err(|e| {
+                InferError::foreign(
+                    &trunk_path,
+                    format!("input {} f32: {e:#}", graph::shape_text(&window)),
+                )
+            })?
             .unwrap_or_default();
         let channels = match shape[..] {
             [1, vectors, channels] if vectors == geometry.window_vectors => channels,
@@ -114,7 +114,6 @@ impl StreamForm {
             trunk: Arc::new(trunk),
             trunk_path,
             dir: dir.to_path_buf(),
-            window_plan: (io.frames, plan),
             head,
             head_path,
             geometry,
@@ -243,13 +242,10 @@ impl StreamForm {
         Ok(())
     }
 
-    /// The trunk, optimised for chunks of `frames` input frames (a whole window's plan is
-    /// the one built at load).
+    /// The trunk, optimised for chunks of `frames` input frames (built at each call: a
+    /// stream keeps the plans it uses).
     pub fn trunk_plan(&self, frames: usize) -> Result<Plan, InferError> {
-        match &self.window_plan {
-            (window, plan) if *window == frames => Ok(plan.clone()),
-            _ => trunk_plan(&self.trunk, &self.trunk_path, frames, self.bins),
-        }
+        trunk_plan(&self.trunk, &self.trunk_path, frames, self.bins)
     }
 
     /// Runs `plan` (from [`StreamForm::trunk_plan`] for `frames`) over `features`

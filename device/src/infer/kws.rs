@@ -5,9 +5,12 @@
 //! architecture, loads `model.onnx` (or its NNEF archive, [`super::graph`]) into tract for a
 //! batch of one and checks its input and `probs` output against `model.json` — so a foreign
 //! or mismatched model file is refused at load time with the reason, not at the first clip.
+//! [`KwsClassifier::load_for_streams`] (what `listen` loads) leaves the whole-window model
+//! of a package with a streaming form until something asks for it: a stream runs the form.
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
+use std::sync::OnceLock;
 
 use hush_models::export::onnx::PROBS;
 use hush_models::package::{ModelCard, ONNX};
@@ -34,38 +37,69 @@ pub struct Classification {
     pub scores: BTreeMap<String, f32>,
 }
 
-/// A loaded keyword spotter. Cloning is cheap: the optimised model is shared.
+/// A loaded keyword spotter. Cloning is cheap: the optimised models are shared.
 #[derive(Debug, Clone)]
 pub struct KwsClassifier {
     card: ModelCard,
     features: FeatureConfig,
-    plan: Plan,
-    swapped: hush_tract_ops::Swapped,
+    /// `model.onnx` (or its archive: [`ModelFile::read`] says which).
+    whole_path: PathBuf,
+    /// The whole-window model, once loaded.
+    whole: Arc<OnceLock<WholeWindow>>,
     stream: Option<StreamForm>,
-    probs_output: usize,
     frames: usize,
     bins: usize,
 }
 
+/// The whole-window model (`model.onnx`), loaded and checked.
+#[derive(Debug)]
+struct WholeWindow {
+    plan: Plan,
+    swapped: hush_tract_ops::Swapped,
+    probs_output: usize,
+}
+
 impl KwsClassifier {
-    /// Loads the model package in `dir`.
+    /// Loads the model package in `dir`: every model file in it is read and checked now.
     pub fn load(dir: &Path) -> Result<Self, InferError> {
+        let clf = Self::load_for_streams(dir)?;
+        clf.whole()?;
+        Ok(clf)
+    }
+
+    /// Loads the model package in `dir` for streams ([`KwsStream`](super::KwsStream),
+    /// `listen`): as [`KwsClassifier::load`], except that when the package has a streaming
+    /// form, which is what a stream runs, the whole-window model (`model.onnx`) is read
+    /// and checked the first time something asks for it, not at load. Listening then
+    /// neither spends the time nor keeps the memory of a model it does not run.
+    pub fn load_for_streams(dir: &Path) -> Result<Self, InferError> {
         let card = ModelCard::read(dir)?;
         let features = card_features(&card, dir)?;
         let io = card.arch.io();
-        let onnx_path = dir.join(ONNX);
-        let (plan, swapped, probs_output) = load_plan(&onnx_path, io.frames, io.bins, io.classes)?;
         let stream = StreamForm::load(dir, &card)?;
-        Ok(Self {
+        let clf = Self {
             card,
             features,
-            plan,
-            swapped,
+            whole_path: dir.join(ONNX),
+            whole: Arc::default(),
             stream,
-            probs_output,
             frames: io.frames,
             bins: io.bins,
-        })
+        };
+        if clf.stream.is_none() {
+            clf.whole()?;
+        }
+        Ok(clf)
+    }
+
+    /// The whole-window model, loaded at the first call.
+    fn whole(&self) -> Result<&WholeWindow, InferError> {
+        if let Some(whole) = self.whole.get() {
+            return Ok(whole);
+        }
+        let io = self.card.arch.io();
+        let whole = load_whole(&self.whole_path, io.frames, io.bins, io.classes)?;
+        Ok(self.whole.get_or_init(|| whole))
     }
 
     /// The model's card.
@@ -83,18 +117,21 @@ impl KwsClassifier {
         self.stream.as_ref()
     }
 
-    /// Which of tract's ops this model runs with hush's own kernels (`hush_tract_ops`).
-    pub fn hush_kernels(&self) -> hush_tract_ops::Swapped {
-        self.swapped
+    /// Which of tract's ops the whole-window model runs with hush's own kernels
+    /// (`hush_tract_ops`); loads that model if it is not yet.
+    pub fn hush_kernels(&self) -> Result<hush_tract_ops::Swapped, InferError> {
+        Ok(self.whole()?.swapped)
     }
 
-    /// Class probabilities (label order) of one clip of features, `frames × bins`.
+    /// Class probabilities (label order) of one clip of features, `frames × bins`, from the
+    /// whole-window model (loaded at the first call if it is not yet).
     pub fn probs(&self, features: &[f32], origin: &Path) -> Result<Vec<f32>, InferError> {
+        let whole = self.whole()?;
         run_plan(
-            &self.plan,
+            &whole.plan,
             features,
             &[1, self.frames, self.bins],
-            self.probs_output,
+            whole.probs_output,
             origin,
         )
     }
@@ -193,12 +230,14 @@ pub fn parse_features(
     Ok(features)
 }
 
-fn load_plan(
+/// `model.onnx` (or its archive) at `path`, checked against the card: input `features`
+/// `[N, frames, bins]`, an output `probs` `[1, classes]` for one clip.
+fn load_whole(
     path: &Path,
     frames: usize,
     bins: usize,
     classes: usize,
-) -> Result<(Plan, hush_tract_ops::Swapped, usize), InferError> {
+) -> Result<WholeWindow, InferError> {
     let file = ModelFile::read(path)?;
     let path = file.path();
     let load = |reason: String| InferError::load(path, reason);
@@ -233,7 +272,11 @@ fn load_plan(
         )));
     }
     let plan = model.into_runnable().map_err(|e| load(format!("{e:#}")))?;
-    Ok((plan, swapped, probs_output))
+    Ok(WholeWindow {
+        plan,
+        swapped,
+        probs_output,
+    })
 }
 
 /// Walks `paths` (files, or directories recursively) for WAV/FLAC files, sorted per

@@ -80,7 +80,7 @@ fn hop_frames(clf: &KwsClassifier, hop_ms: u32) -> (usize, f64) {
 pub fn write_listen_archive(
     dir: &std::path::Path,
 ) -> Result<Option<std::path::PathBuf>, InferError> {
-    let clf = KwsClassifier::load(dir)?;
+    let clf = KwsClassifier::load_for_streams(dir)?;
     let Some(form) = clf.stream_form() else {
         return Ok(None);
     };

@@ -108,7 +108,7 @@ fn every_kws_architecture_read_from_its_archive_gives_the_onnx_files_probabiliti
         }
         // On x86-64 hush's kernels go into the archive's graph as into the ONNX file's. (On
         // aarch64, where tract keeps its own depthwise kernel, the two graphs reach hush's
-        // swaps in different forms: a sum over trailing axes is swapped in one only.)
+        // swaps in different forms: a sum is swapped in one only.)
         if cfg!(target_arch = "x86_64") {
             assert_eq!(
                 a.hush_kernels().unwrap(),

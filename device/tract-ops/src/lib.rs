@@ -8,7 +8,7 @@
 //!   at all (its channels-last kernel is aarch64 and wasm only). A batch norm and a ReLU
 //!   after it are folded into it.
 //! - [`maxpool`]: 2-D max pooling over NCHW data.
-//! - [`sum`]: a sum over the trailing axes (a mean over frequency, a global average pool).
+//! - [`sum`]: a sum over consecutive axes (a mean over frequency, a global average pool).
 //! - [`affine`]: chains of multiplies, adds and subtracts by constants along one axis, and
 //!   a ReLU after them, as one pass: what tract's codegen could not fuse into a matrix
 //!   product (a model's input normalisation, a batch norm after a change of axes).
@@ -32,7 +32,7 @@ use tract_core::ops::nn::Reduce;
 pub use affine::AxisAffine;
 pub use depthwise::DepthwiseNchw;
 pub use maxpool::MaxPoolNchw;
-pub use sum::SumTrailing;
+pub use sum::SumAxes;
 pub use window::Window2d;
 
 /// How many of each of tract's ops [`swap_in`] replaced.
@@ -45,7 +45,7 @@ pub struct Swapped {
     pub folded: usize,
     /// Max poolings.
     pub max_pool: usize,
-    /// Sums over trailing axes.
+    /// Sums over consecutive axes.
     pub sum: usize,
     /// Elementwise ops by constants along one axis that tract left unfused after its
     /// codegen, replaced by [`AxisAffine`]s.
@@ -64,7 +64,7 @@ pub fn optimize(model: TypedModel) -> TractResult<(TypedModel, Swapped)> {
 
 /// Replaces, in a decluttered `model`, each op this crate runs faster by its own: tract's
 /// depthwise `Conv`s by [`DepthwiseNchw`], `MaxPool`s by [`MaxPoolNchw`], `Reduce<Sum>`s over
-/// trailing axes by [`SumTrailing`], where the data is f32 of a known shape (the others stay
+/// consecutive axes by [`SumAxes`], where the data is f32 of a known shape (the others stay
 /// tract's). Run it after `declutter` and before `optimize`, which would otherwise lower
 /// them to tract's own kernels.
 pub fn swap_in(model: &mut TypedModel) -> TractResult<Swapped> {
@@ -84,7 +84,7 @@ pub fn swap_in(model: &mut TypedModel) -> TractResult<Swapped> {
                 Box::new(op) as _
             })
         } else if let Some(reduce) = node.op_as::<Reduce>() {
-            SumTrailing::for_reduce(model, node, reduce).map(|op| {
+            SumAxes::for_reduce(model, node, reduce).map(|op| {
                 swapped.sum += 1;
                 Box::new(op) as _
             })

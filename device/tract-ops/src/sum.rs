@@ -1,7 +1,9 @@
-//! A sum over the trailing axes of f32 data, as a tract op ([`SumTrailing`]) that replaces
-//! tract's `Reduce<Sum>` when the axes it reduces are the last ones (a mean over frequency,
-//! a global average pool): each output is the sum of one contiguous run of the input.
-//! tract's generic reduction walks such runs an element at a time through ndarray views.
+//! A sum over consecutive axes of f32 data, as a tract op ([`SumAxes`]) that replaces
+//! tract's `Reduce<Sum>` when the axes it reduces follow one another: a mean over frequency
+//! or a global average pool (the last axes: each output is the sum of one contiguous run of
+//! the input), or a mean over frequency in a channels-last layout (a middle axis: each
+//! output row is the sum of a few contiguous rows). tract's generic reduction walks either
+//! an element at a time through ndarray views.
 
 use tract_core::internal::*;
 use tract_core::ops::nn::{Reduce, Reducer};
@@ -9,28 +11,33 @@ use tract_core::ops::nn::{Reduce, Reducer};
 /// Partial sums kept apart in a long run, so that the additions can run side by side.
 const PARTIAL_SUMS: usize = 8;
 
-/// tract's `Reduce<Sum>` over the axes from `first_axis` to the last, f32; the reduced axes
-/// stay, with size 1, as in tract.
+/// tract's `Reduce<Sum>` over the axes `first_axis..end_axis`, f32; the reduced axes stay,
+/// with size 1, as in tract.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
-pub struct SumTrailing {
+pub struct SumAxes {
     /// The first reduced axis.
     pub first_axis: usize,
+    /// The axis after the last reduced one (the rank when the last axes are reduced).
+    pub end_axis: usize,
 }
 
-impl SumTrailing {
-    /// The op for `reduce` at `node`, when it is an f32 sum over trailing axes.
+impl SumAxes {
+    /// The op for `reduce` at `node`, when it is an f32 sum over consecutive axes.
     pub fn for_reduce(model: &TypedModel, node: &TypedNode, reduce: &Reduce) -> Option<Self> {
         let input = model.outlet_fact(*node.inputs.first()?).ok()?;
-        let rank = input.rank();
         let mut axes = reduce.axes.to_vec();
         axes.sort_unstable();
-        let first_axis = *axes.first()?;
-        let trailing = axes == (first_axis..rank).collect::<Vec<_>>();
+        let (first_axis, end_axis) = (*axes.first()?, axes.last()? + 1);
+        let consecutive = axes == (first_axis..end_axis).collect::<Vec<_>>();
         (matches!(reduce.reducer, Reducer::Sum)
-            && trailing
+            && consecutive
+            && end_axis <= input.rank()
             && input.datum_type == f32::datum_type()
             && node.inputs.len() == 1)
-            .then_some(SumTrailing { first_axis })
+            .then_some(SumAxes {
+                first_axis,
+                end_axis,
+            })
     }
 
     /// Sums each run of `run` values of `input` into one value of `out`.
@@ -54,15 +61,57 @@ impl SumTrailing {
         }
         Ok(())
     }
+
+    /// Sums each group of `rows` consecutive rows of `inner` values of `input` into one row
+    /// of `out`, row after row.
+    pub fn run_rows(input: &[f32], rows: usize, inner: usize, out: &mut [f32]) -> TractResult<()> {
+        ensure!(
+            rows > 0 && inner > 0 && input.len() == rows * out.len(),
+            "a sum of {} values in groups of {rows} rows of {inner} into {} values",
+            input.len(),
+            out.len()
+        );
+        for (o, group) in out
+            .chunks_exact_mut(inner)
+            .zip(input.chunks_exact(rows * inner))
+        {
+            let mut group = group.chunks_exact(inner);
+            if let Some(first) = group.next() {
+                o.copy_from_slice(first);
+            }
+            for row in group {
+                for (s, v) in o.iter_mut().zip(row) {
+                    *s += v;
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// The output shape for an input of `shape`: the reduced axes at 1.
+    fn reduced<D: Clone>(&self, shape: &[D], one: D) -> TractResult<TVec<D>> {
+        ensure!(
+            self.first_axis < self.end_axis && self.end_axis <= shape.len(),
+            "a sum over axes {}..{} of a rank-{} tensor",
+            self.first_axis,
+            self.end_axis,
+            shape.len()
+        );
+        let mut out: TVec<D> = shape.into();
+        out[self.first_axis..self.end_axis]
+            .iter_mut()
+            .for_each(|d| *d = one.clone());
+        Ok(out)
+    }
 }
 
-impl Op for SumTrailing {
+impl Op for SumAxes {
     fn name(&self) -> StaticName {
-        "HushSumTrailing".into()
+        "HushSumAxes".into()
     }
 
     fn info(&self) -> TractResult<Vec<String>> {
-        Ok(vec![format!("axes {}..", self.first_axis)])
+        Ok(vec![format!("axes {}..{}", self.first_axis, self.end_axis)])
     }
 
     fn validation(&self) -> Validation {
@@ -72,42 +121,33 @@ impl Op for SumTrailing {
     op_as_typed_op!();
 }
 
-impl EvalOp for SumTrailing {
+impl EvalOp for SumAxes {
     op_out_of_plan!();
 
     fn eval(&self, _ctx: &EvalContext, inputs: TVec<TValue>) -> TractResult<TVec<TValue>> {
         let input = args_1!(inputs);
         let shape = input.shape();
-        ensure!(
-            self.first_axis < shape.len(),
-            "a sum from axis {} of a rank-{} tensor",
-            self.first_axis,
-            shape.len()
-        );
-        let run: usize = shape[self.first_axis..].iter().product();
-        let mut out_shape: TVec<usize> = shape.into();
-        out_shape[self.first_axis..].iter_mut().for_each(|d| *d = 1);
+        let out_shape = self.reduced(shape, 1)?;
+        let rows: usize = shape[self.first_axis..self.end_axis].iter().product();
+        let inner: usize = shape[self.end_axis..].iter().product();
         let mut out = vec![0f32; out_shape.iter().product()];
-        Self::run(input.try_as_plain_ram()?.as_slice::<f32>()?, run, &mut out)?;
+        let values = input.try_as_plain_ram()?.as_slice::<f32>()?;
+        if inner == 1 {
+            Self::run(values, rows, &mut out)?;
+        } else {
+            Self::run_rows(values, rows, inner, &mut out)?;
+        }
         let out = tract_ndarray::ArrayD::from_shape_vec(&*out_shape, out)?;
         Ok(tvec!(out.into_tensor().into_tvalue()))
     }
 }
 
-impl TypedOp for SumTrailing {
+impl TypedOp for SumAxes {
     fn output_facts(&self, inputs: &[&TypedFact]) -> TractResult<TVec<TypedFact>> {
         ensure!(inputs.len() == 1, "a sum takes one input");
-        let mut shape = inputs[0].shape.to_tvec();
-        ensure!(
-            self.first_axis < shape.len(),
-            "a sum from axis {} of a rank-{} tensor",
-            self.first_axis,
-            shape.len()
-        );
-        shape[self.first_axis..]
-            .iter_mut()
-            .for_each(|d| *d = 1.to_dim());
-        Ok(tvec!(f32::fact(shape)))
+        Ok(tvec!(f32::fact(
+            self.reduced(&inputs[0].shape, 1.to_dim())?
+        )))
     }
 
     as_op!();

@@ -245,7 +245,18 @@ impl StreamForm {
     /// The trunk, optimised for chunks of `frames` input frames (built at each call: a
     /// stream keeps the plans it uses).
     pub fn trunk_plan(&self, frames: usize) -> Result<Plan, InferError> {
-        trunk_plan(&self.trunk, &self.trunk_path, frames, self.bins)
+        let (path, bins) = (&self.trunk_path, self.bins);
+        let model = self
+            .trunk
+            .typed(&[&[Dim::Is(1), Dim::Is(frames), Dim::Is(bins)]])
+            .map_err(|e| {
+                InferError::foreign(path, format!("input [1, {frames}, {bins}] f32: {e:#}"))
+            })?;
+        let (model, _) = hush_tract_ops::optimize(model)
+            .map_err(|e| InferError::foreign(path, format!("a {frames}-frame chunk: {e:#}")))?;
+        model
+            .into_runnable()
+            .map_err(|e| InferError::load(path, format!("{e:#}")))
     }
 
     /// Runs `plan` (from [`StreamForm::trunk_plan`] for `frames`) over `features`
@@ -273,26 +284,6 @@ impl StreamForm {
             &self.head_path,
         )
     }
-}
-
-/// `trunk` (`frames.onnx` or its archive, read from `path`) optimised for chunks of `frames`
-/// input frames.
-fn trunk_plan(
-    trunk: &ModelFile,
-    path: &Path,
-    frames: usize,
-    bins: usize,
-) -> Result<Plan, InferError> {
-    let model = trunk
-        .typed(&[&[Dim::Is(1), Dim::Is(frames), Dim::Is(bins)]])
-        .map_err(|e| {
-            InferError::foreign(path, format!("input [1, {frames}, {bins}] f32: {e:#}"))
-        })?;
-    let (model, _) = hush_tract_ops::optimize(model)
-        .map_err(|e| InferError::foreign(path, format!("a {frames}-frame chunk: {e:#}")))?;
-    model
-        .into_runnable()
-        .map_err(|e| InferError::load(path, format!("{e:#}")))
 }
 
 /// The trunk as tract-pulse runs it ([`StreamForm::pulsed_trunk`]).

@@ -14,6 +14,11 @@
 //! the target has FMA and a plain multiply and add where it has not (32-bit ARM's VFPv3),
 //! rather than a software fused multiply-add there.
 //!
+//! A plane padded along its width alone, with no stride (a pulsed trunk's few frames × 10
+//! bins, valid in time), is not copied at all: it is read where it lies, the taps that
+//! would read padding masked to 0 (`Convolve::in_place`), with the same outputs bit for
+//! bit.
+//!
 //! A batch norm after the convolution (a per-channel multiply and add, as tract's declutter
 //! pass leaves it) and a ReLU after that are folded into the op ([`DepthwiseNchw::swap`]):
 //! the kernel and bias are scaled and shifted once when the model is prepared, and the ReLU
@@ -155,6 +160,7 @@ impl DepthwiseNchw {
             kernel,
             bias,
             out: &mut out,
+            in_place: true,
         });
         Ok(out)
     }
@@ -176,6 +182,9 @@ struct Convolve<'a> {
     bias: &'a [f32],
     /// Where the output planes are appended.
     out: &'a mut Vec<f32>,
+    /// Whether planes [`Convolve::in_place`] can run are read in place (else every plane
+    /// is padded; the tests compare the two).
+    in_place: bool,
 }
 
 impl pulp::WithSimd for Convolve<'_> {
@@ -183,6 +192,18 @@ impl pulp::WithSimd for Convolve<'_> {
 
     #[inline(always)]
     fn with_simd<S: pulp::Simd>(self, simd: S) {
+        let columns = self.in_place.then(|| ColumnMasks::for_window::<S>(self.w));
+        match columns.flatten() {
+            Some(columns) => self.in_place(simd, &columns),
+            None => self.padded(simd),
+        }
+    }
+}
+
+impl Convolve<'_> {
+    /// Each plane copied into a zero-padded plane and convolved there.
+    #[inline(always)]
+    fn padded<S: pulp::Simd>(self, simd: S) {
         let Convolve {
             w,
             relu,
@@ -190,6 +211,7 @@ impl pulp::WithSimd for Convolve<'_> {
             kernel,
             bias,
             out,
+            ..
         } = self;
         let taps = w.kernel[0] * w.kernel[1];
         let mut padded = w.padded_plane(0.0);
@@ -208,14 +230,13 @@ impl pulp::WithSimd for Convolve<'_> {
         for (plane, input) in images.chunks_exact(w.plane_len()).enumerate() {
             let c = plane % w.channels;
             w.pad_into(input, &mut padded);
-            let k = &kernel[c * taps..(c + 1) * taps];
-            let b = if bias.len() == 1 { bias[0] } else { bias[c] };
             let conv = Taps {
                 padded: &padded,
                 offsets: &offsets,
-                kernel: k,
-                bias: b,
+                kernel: &kernel[c * taps..(c + 1) * taps],
+                bias: if bias.len() == 1 { bias[0] } else { bias[c] },
                 relu,
+                masks: None,
             };
             if w.strides[1] != 1 {
                 conv.strided(w, &mut scratch);
@@ -230,6 +251,128 @@ impl pulp::WithSimd for Convolve<'_> {
             }
         }
     }
+
+    /// The planes read where they lie, for windows padded along their width alone: with
+    /// strides of 1, no padding above or below and as much padding left and right as the
+    /// kernel is wide, an output plane is as wide as its input, so output `p` of a plane
+    /// (`y · width + x`) reads input `p + dy · dh · width + dx · dw − left` at tap
+    /// `(dy, dx)`, and the whole plane is one run of outputs with no padding to copy in and
+    /// no rows to copy out. A tap column that reaches past a row's end for some outputs
+    /// reads the next or the previous row there, so its inputs are masked to 0 on those
+    /// lanes ([`ColumnMasks`]): exactly what the padding gives, so the outputs are the
+    /// padded path's, bit for bit. This is a pulsed trunk's depthwise convolution (a few
+    /// frames × 10 bins, no padding in time), where copying each small plane in and out
+    /// cost more than convolving it.
+    #[inline(always)]
+    fn in_place<S: pulp::Simd>(self, simd: S, columns: &ColumnMasks) {
+        let Convolve {
+            w,
+            relu,
+            images,
+            kernel,
+            bias,
+            out,
+            ..
+        } = self;
+        let lanes = S::F32_LANES;
+        let taps = w.kernel[0] * w.kernel[1];
+        let left = w.pad_before[1];
+        let plane_len = w.plane_len();
+        let run_len = w.output_plane_len();
+        // Each tap's offset in the unpadded plane from the value `left` before the one its
+        // output reads.
+        let (kw, [dh, dw], width) = (w.kernel[1], w.dilations, w.input[1]);
+        let offsets: Vec<usize> = (0..taps)
+            .map(|t| (t / kw) * dh * width + (t % kw) * dw)
+            .collect();
+        // What a plane's outputs read, from `left` values before the plane on.
+        let reach = run_len.div_ceil(lanes) * lanes + offsets[taps - 1];
+        // A plane whose reads would leave `images` (the first, the last, a plane smaller
+        // than a vector) is read from a copy with zeros around it.
+        let mut edge = vec![0f32; left + plane_len.max(reach)];
+        // A plane's last vector may spill into the next plane's outputs, which are written
+        // after it, and past the last plane into room that is cut off at the end.
+        let start = out.len();
+        let planes = images.len() / plane_len;
+        out.resize(start + planes * run_len + lanes, 0.0);
+        let mut plane = 0;
+        while plane < planes {
+            for c in 0..w.channels {
+                let at = plane * plane_len;
+                let (source, from) = if at >= left && at - left + reach <= images.len() {
+                    (images, at - left)
+                } else {
+                    edge[left..left + plane_len].copy_from_slice(&images[at..at + plane_len]);
+                    (&edge[..], 0)
+                };
+                let conv = Taps {
+                    padded: source,
+                    offsets: &offsets,
+                    kernel: &kernel[c * taps..(c + 1) * taps],
+                    bias: if bias.len() == 1 { bias[0] } else { bias[c] },
+                    relu,
+                    masks: Some(columns),
+                };
+                conv.run(simd, from, run_len, &mut out[start + plane * run_len..]);
+                plane += 1;
+            }
+        }
+        out.truncate(start + planes * run_len);
+    }
+}
+
+/// For a convolution [`Convolve::in_place`] runs, which input lanes each tap column may
+/// read: one mask vector per vector of a plane's outputs and column, all ones where the
+/// column's input lies inside the output's row and zero where it lies in the row before or
+/// after.
+struct ColumnMasks {
+    /// Lanes in a vector.
+    lanes: usize,
+    /// Where each tap's masks start in `bits`, if its column reaches past a row's ends for
+    /// some output.
+    taps: Vec<Option<usize>>,
+    /// The masks, `[column][vector][lane]`.
+    bits: Vec<u32>,
+}
+
+impl ColumnMasks {
+    /// The masks of `w` at `S`'s vector width, when [`Convolve::in_place`] runs `w`.
+    fn for_window<S: pulp::Simd>(w: &Window2d) -> Option<ColumnMasks> {
+        let [kh, kw] = w.kernel;
+        let [dh, dw] = w.dilations;
+        let [ih, iw] = w.input;
+        let fits = w.strides == [1, 1]
+            && w.pad_before[0] == 0
+            && w.output[0] + (kh - 1) * dh == ih
+            && w.output[1] == iw
+            && w.pad_before[1] <= (kw - 1) * dw;
+        if !fits {
+            return None;
+        }
+        let lanes = S::F32_LANES;
+        let vectors = w.output_plane_len().div_ceil(lanes);
+        let mut masked = vec![false; kw];
+        let mut bits = vec![0u32; kw * vectors * lanes];
+        for (dx, column) in bits.chunks_exact_mut(vectors * lanes).enumerate() {
+            for (p, bit) in column.iter_mut().enumerate() {
+                let x = (p % iw + dx * dw).checked_sub(w.pad_before[1]);
+                let inside = x.is_some_and(|x| x < iw);
+                *bit = if inside { u32::MAX } else { 0 };
+                masked[dx] |= !inside && p < w.output_plane_len();
+            }
+        }
+        let taps = (0..kh * kw)
+            .map(|t| masked[t % kw].then_some(t % kw * vectors * lanes))
+            .collect();
+        Some(ColumnMasks { lanes, taps, bits })
+    }
+
+    /// The masks of tap `tap`'s column from output vector `vector` on, if it needs them.
+    #[inline(always)]
+    fn of(&self, tap: usize, vector: usize) -> Option<&[u32]> {
+        let at = self.taps[tap]? + vector * self.lanes;
+        Some(&self.bits[at..])
+    }
 }
 
 /// One plane's padded values and the kernel taps over them.
@@ -239,6 +382,8 @@ struct Taps<'a> {
     kernel: &'a [f32],
     bias: f32,
     relu: bool,
+    /// For [`Convolve::in_place`]: the lanes each tap column may read.
+    masks: Option<&'a ColumnMasks>,
 }
 
 impl Taps<'_> {
@@ -250,20 +395,20 @@ impl Taps<'_> {
         let vectors = len.div_ceil(lanes);
         let mut v = 0;
         while vectors - v >= BLOCK {
-            self.block::<S, BLOCK>(simd, from + v * lanes, &mut out[v * lanes..]);
+            self.block::<S, BLOCK>(simd, from, v, &mut out[v * lanes..]);
             v += BLOCK;
         }
         // The rest in one block, so that its vectors too accumulate side by side.
-        let (at, out) = (from + v * lanes, &mut out[v * lanes..]);
+        let out = &mut out[v * lanes..];
         match vectors - v {
             0 => {}
-            1 => self.block::<S, 1>(simd, at, out),
-            2 => self.block::<S, 2>(simd, at, out),
-            3 => self.block::<S, 3>(simd, at, out),
-            4 => self.block::<S, 4>(simd, at, out),
-            5 => self.block::<S, 5>(simd, at, out),
-            6 => self.block::<S, 6>(simd, at, out),
-            _ => self.block::<S, 7>(simd, at, out),
+            1 => self.block::<S, 1>(simd, from, v, out),
+            2 => self.block::<S, 2>(simd, from, v, out),
+            3 => self.block::<S, 3>(simd, from, v, out),
+            4 => self.block::<S, 4>(simd, from, v, out),
+            5 => self.block::<S, 5>(simd, from, v, out),
+            6 => self.block::<S, 6>(simd, from, v, out),
+            _ => self.block::<S, 7>(simd, from, v, out),
         }
     }
 
@@ -285,22 +430,43 @@ impl Taps<'_> {
         }
     }
 
-    /// `B` vectors of outputs, the first reading the padded plane at `at`, into the start
-    /// of `out`.
+    /// `B` vectors of outputs from the run's vector `v` on (the run's first output reads the
+    /// padded plane at `from`), into the start of `out`.
     #[inline(always)]
-    fn block<S: pulp::Simd, const B: usize>(&self, simd: S, at: usize, out: &mut [f32]) {
+    fn block<S: pulp::Simd, const B: usize>(
+        &self,
+        simd: S,
+        from: usize,
+        v: usize,
+        out: &mut [f32],
+    ) {
         let lanes = S::F32_LANES;
+        let at = from + v * lanes;
         let mut acc = [simd.splat_f32s(self.bias); B];
-        for (&offset, &k) in self.offsets.iter().zip(self.kernel) {
+        for (tap, (&offset, &k)) in self.offsets.iter().zip(self.kernel).enumerate() {
             let weight = simd.splat_f32s(k);
             let (inputs, _) = S::as_simd_f32s(&self.padded[at + offset..][..B * lanes]);
-            for (a, &x) in acc.iter_mut().zip(inputs) {
-                *a = simd.mul_add_e_f32s(weight, x, *a);
+            match self.masks.and_then(|m| m.of(tap, v)) {
+                None => {
+                    for (a, &x) in acc.iter_mut().zip(inputs) {
+                        *a = simd.mul_add_e_f32s(weight, x, *a);
+                    }
+                }
+                Some(masks) => {
+                    let (masks, _) = S::as_simd_u32s(&masks[..B * lanes]);
+                    for ((a, &x), &m) in acc.iter_mut().zip(inputs).zip(masks) {
+                        let x =
+                            simd.transmute_f32s_u32s(simd.and_u32s(simd.transmute_u32s_f32s(x), m));
+                        *a = simd.mul_add_e_f32s(weight, x, *a);
+                    }
+                }
             }
         }
         if self.relu {
             let zero = simd.splat_f32s(0.0);
-            acc = acc.map(|a| simd.max_f32s(a, zero));
+            for a in &mut acc {
+                *a = simd.max_f32s(*a, zero);
+            }
         }
         let (dst, _) = S::as_mut_simd_f32s(&mut out[..B * lanes]);
         dst.copy_from_slice(&acc);
@@ -397,6 +563,7 @@ mod tests {
                     kernel: &weights,
                     bias: &bias,
                     out: &mut scalar,
+                    in_place: true,
                 },
                 pulp::Scalar::new(),
             );
@@ -410,5 +577,73 @@ mod tests {
             }
             assert!(widest.iter().any(|&v| v > 0.0) && widest.contains(&0.0));
         }
+    }
+
+    /// Planes read in place give the padded path's outputs bit for bit, at the widest
+    /// SIMD width and the scalar one: every width padding that keeps a plane as wide as its
+    /// input (all left, all right, split), dilated or not, planes smaller than a vector and
+    /// larger than a block, one image and several, a ReLU or not, one bias or one a channel.
+    #[test]
+    fn planes_read_in_place_equal_padded_planes_bit_for_bit() {
+        let mut cases = 0;
+        for (input, kernel, dilations) in [
+            ([5, 10], [3, 3], [1, 1]),
+            ([3, 10], [3, 3], [1, 1]),
+            ([1, 1], [1, 1], [1, 1]),
+            ([4, 2], [2, 3], [1, 1]),
+            ([6, 7], [2, 3], [2, 2]),
+            ([9, 23], [3, 5], [1, 1]),
+            ([40, 33], [3, 3], [1, 1]),
+            ([7, 13], [1, 4], [1, 3]),
+        ] {
+            let span = (kernel[1] - 1) * dilations[1];
+            for left in 0..=span {
+                for (relu, channels, images) in [(true, 3, 2), (false, 1, 1), (true, 2, 3)] {
+                    let output = [input[0] - (kernel[0] - 1) * dilations[0], input[1]];
+                    let window = Window2d {
+                        channels,
+                        input,
+                        kernel,
+                        strides: [1, 1],
+                        dilations,
+                        pad_before: [0, left],
+                        output,
+                        batch: true,
+                    };
+                    let values = |n: usize, k: usize| -> Vec<f32> {
+                        (0..n).map(|i| ((i * k) % 29) as f32 / 9.0 - 1.5).collect()
+                    };
+                    let data = values(images * channels * input[0] * input[1], 7);
+                    let weights = values(channels * kernel[0] * kernel[1], 5);
+                    let bias = values(if relu { channels } else { 1 }, 3);
+                    let run = |in_place: bool, scalar: bool| {
+                        let mut out = vec![];
+                        let conv = Convolve {
+                            w: &window,
+                            relu,
+                            images: &data,
+                            kernel: &weights,
+                            bias: &bias,
+                            out: &mut out,
+                            in_place,
+                        };
+                        if scalar {
+                            pulp::WithSimd::with_simd(conv, pulp::Scalar::new());
+                        } else {
+                            pulp::Arch::new().dispatch(conv);
+                        }
+                        out.iter().map(|v| v.to_bits()).collect::<Vec<_>>()
+                    };
+                    assert!(ColumnMasks::for_window::<pulp::Scalar>(&window).is_some());
+                    for scalar in [false, true] {
+                        let padded = run(false, scalar);
+                        assert_eq!(padded.len(), images * channels * output[0] * output[1]);
+                        assert_eq!(run(true, scalar), padded, "{window:?}, scalar {scalar}");
+                    }
+                    cases += 1;
+                }
+            }
+        }
+        assert!(cases > 40);
     }
 }

@@ -155,10 +155,12 @@ impl DepthwiseNchw {
         let mut out = Vec::with_capacity(images.len() / w.plane_len() * w.output_plane_len());
         pulp::Arch::new().dispatch(Convolve {
             w,
-            relu: self.relu,
+            weights: Weights {
+                kernel,
+                bias,
+                relu: self.relu,
+            },
             images,
-            kernel,
-            bias,
             out: &mut out,
             in_place: true,
         });
@@ -176,15 +178,42 @@ fn constant(model: &TypedModel, outlet: OutletId) -> TractResult<Vec<f32>> {
 /// One call of the convolution, for `pulp` to run with the widest SIMD the CPU has.
 struct Convolve<'a> {
     w: &'a Window2d,
-    relu: bool,
+    weights: Weights<'a>,
     images: &'a [f32],
-    kernel: &'a [f32],
-    bias: &'a [f32],
     /// Where the output planes are appended.
     out: &'a mut Vec<f32>,
     /// Whether planes [`Convolve::in_place`] can run are read in place (else every plane
     /// is padded; the tests compare the two).
     in_place: bool,
+}
+
+/// The kernel and bias of a call, per channel, and whether a ReLU follows.
+struct Weights<'a> {
+    kernel: &'a [f32],
+    bias: &'a [f32],
+    relu: bool,
+}
+
+impl Weights<'_> {
+    /// Channel `c`'s taps over `padded`, read at `offsets` (one a tap) and masked by `masks`.
+    #[inline(always)]
+    fn channel<'b>(
+        &'b self,
+        c: usize,
+        padded: &'b [f32],
+        offsets: &'b [usize],
+        masks: Option<&'b ColumnMasks>,
+    ) -> Taps<'b> {
+        let taps = offsets.len();
+        Taps {
+            padded,
+            offsets,
+            kernel: &self.kernel[c * taps..(c + 1) * taps],
+            bias: self.bias[if self.bias.len() == 1 { 0 } else { c }],
+            relu: self.relu,
+            masks,
+        }
+    }
 }
 
 impl pulp::WithSimd for Convolve<'_> {
@@ -206,14 +235,11 @@ impl Convolve<'_> {
     fn padded<S: pulp::Simd>(self, simd: S) {
         let Convolve {
             w,
-            relu,
+            weights,
             images,
-            kernel,
-            bias,
             out,
             ..
         } = self;
-        let taps = w.kernel[0] * w.kernel[1];
         let mut padded = w.padded_plane(0.0);
         let offsets = w.tap_offsets();
         let width = w.padded_width();
@@ -230,14 +256,7 @@ impl Convolve<'_> {
         for (plane, input) in images.chunks_exact(w.plane_len()).enumerate() {
             let c = plane % w.channels;
             w.pad_into(input, &mut padded);
-            let conv = Taps {
-                padded: &padded,
-                offsets: &offsets,
-                kernel: &kernel[c * taps..(c + 1) * taps],
-                bias: if bias.len() == 1 { bias[0] } else { bias[c] },
-                relu,
-                masks: None,
-            };
+            let conv = weights.channel(c, &padded, &offsets, None);
             if w.strides[1] != 1 {
                 conv.strided(w, &mut scratch);
             } else {
@@ -267,10 +286,8 @@ impl Convolve<'_> {
     fn in_place<S: pulp::Simd>(self, simd: S, columns: &ColumnMasks) {
         let Convolve {
             w,
-            relu,
+            weights,
             images,
-            kernel,
-            bias,
             out,
             ..
         } = self;
@@ -305,14 +322,7 @@ impl Convolve<'_> {
                     edge[left..left + plane_len].copy_from_slice(&images[at..at + plane_len]);
                     (&edge[..], 0)
                 };
-                let conv = Taps {
-                    padded: source,
-                    offsets: &offsets,
-                    kernel: &kernel[c * taps..(c + 1) * taps],
-                    bias: if bias.len() == 1 { bias[0] } else { bias[c] },
-                    relu,
-                    masks: Some(columns),
-                };
+                let conv = weights.channel(c, source, &offsets, Some(columns));
                 conv.run(simd, from, run_len, &mut out[start + plane * run_len..]);
                 plane += 1;
             }
@@ -558,10 +568,12 @@ mod tests {
             pulp::WithSimd::with_simd(
                 Convolve {
                     w: &op.window,
-                    relu: true,
+                    weights: Weights {
+                        kernel: &weights,
+                        bias: &bias,
+                        relu: true,
+                    },
                     images: &images,
-                    kernel: &weights,
-                    bias: &bias,
                     out: &mut scalar,
                     in_place: true,
                 },
@@ -620,10 +632,12 @@ mod tests {
                         let mut out = vec![];
                         let conv = Convolve {
                             w: &window,
-                            relu,
+                            weights: Weights {
+                                kernel: &weights,
+                                bias: &bias,
+                                relu,
+                            },
                             images: &data,
-                            kernel: &weights,
-                            bias: &bias,
                             out: &mut out,
                             in_place,
                         };

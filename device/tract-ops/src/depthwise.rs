@@ -241,8 +241,8 @@ impl Convolve<'_> {
             ..
         } = self;
         let mut padded = w.padded_plane(0.0);
-        let offsets = w.tap_offsets();
         let width = w.padded_width();
+        let offsets = w.tap_offsets(width);
         let [oh, ow] = w.output;
         // The runs of outputs along the padded rows: the whole plane at a height stride of
         // 1, else one run an output row. Run `y` reads the padded plane from `y · stride ·
@@ -298,10 +298,7 @@ impl Convolve<'_> {
         let run_len = w.output_plane_len();
         // Each tap's offset in the unpadded plane from the value `left` before the one its
         // output reads.
-        let (kw, [dh, dw], width) = (w.kernel[1], w.dilations, w.input[1]);
-        let offsets: Vec<usize> = (0..taps)
-            .map(|t| (t / kw) * dh * width + (t % kw) * dw)
-            .collect();
+        let offsets = w.tap_offsets(w.input[1]);
         // What a plane's outputs read, from `left` values before the plane on.
         let reach = run_len.div_ceil(lanes) * lanes + offsets[taps - 1];
         // A plane whose reads would leave `images` (the first, the last, a plane smaller
@@ -354,8 +351,7 @@ impl ColumnMasks {
         let fits = w.strides == [1, 1]
             && w.pad_before[0] == 0
             && w.output[0] + (kh - 1) * dh == ih
-            && w.output[1] == iw
-            && w.pad_before[1] <= (kw - 1) * dw;
+            && w.output[1] == iw;
         if !fits {
             return None;
         }

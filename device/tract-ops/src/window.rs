@@ -140,11 +140,12 @@ impl Window2d {
         }
     }
 
-    /// Each tap's offset in the padded plane from the top-left value its output reads.
-    pub fn tap_offsets(&self) -> Vec<usize> {
+    /// Each tap's offset from the top-left value its output reads, in a plane whose rows are
+    /// `width` values apart (the padded plane's [`Window2d::padded_width`], or the input's
+    /// own width for a plane read where it lies).
+    pub fn tap_offsets(&self, width: usize) -> Vec<usize> {
         let [kh, kw] = self.kernel;
         let [dh, dw] = self.dilations;
-        let width = self.padded_width();
         (0..kh * kw)
             .map(|t| (t / kw) * dh * width + (t % kw) * dw)
             .collect()

@@ -14,7 +14,7 @@ use std::path::Path;
 use burn::module::Module;
 use burn::tensor::Device;
 use hush_device::features::{FeatureConfig, FeatureKind};
-use hush_device::infer::{KwsClassifier, KwsStream, WindowVerdict};
+use hush_device::infer::{listen_files, BuildReads, KwsClassifier, KwsStream, WindowVerdict};
 use hush_models::arch::{
     ArchConfig, BcResNetConfig, DsCnnConfig, IoShape, KwsModel, LeakCnnConfig, TimePadding,
 };
@@ -301,6 +301,39 @@ fn the_listen_archive_is_the_trunk_pulsed_at_the_default_hop() {
         hush_device::infer::write_listen_archive(same.path()).unwrap(),
         None
     );
+}
+
+/// What a device downloads to listen with a package: its ONNX files, or in a build without
+/// tract's ONNX parser their archives, and in one that does not pulse the trunk itself the
+/// trunk pulsed as `listen` runs it (the archive `write_listen_archive` writes).
+#[test]
+fn listen_files_names_the_onnx_files_or_their_archives() {
+    let tmp = tempfile::tempdir().unwrap();
+    package(tmp.path(), TimePadding::Valid, 40);
+    let build = |onnx, pulse| BuildReads { onnx, pulse };
+    let files = |dir: &Path, b| listen_files(dir, b).unwrap();
+    assert_eq!(
+        files(tmp.path(), build(true, true)),
+        ["model.onnx", "frames.onnx", "head.onnx"]
+    );
+    assert_eq!(
+        files(tmp.path(), build(false, true)),
+        ["model.nnef.tar", "frames.nnef.tar", "head.nnef.tar"]
+    );
+    assert_eq!(
+        files(tmp.path(), build(false, false)),
+        [
+            "model.nnef.tar",
+            "frames.nnef.tar",
+            "head.nnef.tar",
+            "frames.pulse10.nnef.tar"
+        ]
+    );
+    // Without a streaming form, the whole model only.
+    let same = tempfile::tempdir().unwrap();
+    package(same.path(), TimePadding::Same, 40);
+    assert_eq!(files(same.path(), build(true, false)), ["model.onnx"]);
+    assert_eq!(files(same.path(), build(false, false)), ["model.nnef.tar"]);
 }
 
 /// The trunk's output frame `j` reads only input frames `[2j, 2j + 26)`: a chunk of those

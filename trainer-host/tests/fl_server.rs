@@ -6,7 +6,8 @@
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
-use hush_device::client::HostClient;
+use hush_device::client::{DeviceState, HostClient};
+use hush_device::infer::{listen_files, BuildReads, KwsClassifier};
 use hush_device::protocol::{
     checksum_hex, encode_update, ApiError, Assignment, CheckInRequest, RegisterResponse,
     StatusReport, TrainTask, Update, UploadReceipt, CHECKSUM_HEADER,
@@ -19,11 +20,13 @@ use hush_host::ledger::sqlite::SqliteLedgerStore;
 use hush_host::ledger::{LedgerStore, ReleaseRecord};
 use hush_host::server::{start_host, HostHandle};
 use hush_models::checkpoint::NamedTensor;
-use hush_models::export::nnef::{onnx_to_nnef, NNEF};
+use hush_models::export::nnef::{
+    onnx_to_nnef, write_pulsed_trunk, NNEF, STREAM_FRAMES_NNEF, STREAM_HEAD_NNEF,
+};
 use hush_models::export::{export_package, ExportFormat};
 
 mod common;
-use common::{fixture, trainable_tensors, update, Fixture};
+use common::{fixture, fixture_with, trainable_tensors, update, Fixture};
 
 // ---------------------------------------------------------------- helpers
 
@@ -292,10 +295,20 @@ fn happy_path_releases_a_round_records_it_and_publishes_the_model() {
     host.shutdown().unwrap();
 }
 
+/// A model that comes with its streaming form and NNEF archives (`hush-host export --format
+/// nnef`, and a pulsed trunk) keeps them in every version the host publishes, made from that
+/// version's weights; a device downloads the ones its build listens with.
 #[test]
-fn published_versions_keep_the_nnef_archive_the_initial_model_has() {
-    let f = fixture();
+fn published_versions_keep_the_archives_the_initial_model_has() {
+    let f = fixture_with(true);
     export_package(&f.model, ExportFormat::Nnef, None).unwrap();
+    write_pulsed_trunk(&f.model, 4).unwrap();
+    let archives = [
+        NNEF,
+        STREAM_FRAMES_NNEF,
+        STREAM_HEAD_NNEF,
+        "frames.pulse4.nnef.tar",
+    ];
     let host = start_host(config(&f, 1)).unwrap();
     let a = register(&host, "a");
     let before = trainable(&host);
@@ -308,16 +321,122 @@ fn published_versions_keep_the_nnef_archive_the_initial_model_has() {
     wait_until("model v1", || status(&host).model_version == 1);
 
     let models = f.data.join("models");
-    let v0 = std::fs::read(models.join("v0").join(NNEF)).unwrap();
-    assert_eq!(v0, std::fs::read(f.model.join(NNEF)).unwrap());
-    // v1's archive is v1's own weights, as tract's writer makes it from v1's ONNX file.
-    let v1 = std::fs::read(models.join("v1").join(NNEF)).unwrap();
-    let onnx = std::fs::read(models.join("v1").join("model.onnx")).unwrap();
-    assert_eq!(v1, onnx_to_nnef(&onnx, &models.join("v1")).unwrap());
-    assert_ne!(v1, v0, "the archive follows the weights");
-    // Devices can download it, with their token.
-    let got = get(&host, "/v1/models/1/model.nnef.tar", Some(&a.token));
-    assert_eq!((got.status, got.body == v1), (200, true));
+    let read = |v: &str, name: &str| std::fs::read(models.join(v).join(name)).unwrap();
+    for name in archives {
+        assert_eq!(read("v0", name), std::fs::read(f.model.join(name)).unwrap());
+    }
+    // v1's archives are v1's own weights, as tract's writer makes them from v1's ONNX files.
+    let v1 = models.join("v1");
+    for (onnx, archive) in [
+        ("model.onnx", NNEF),
+        ("frames.onnx", STREAM_FRAMES_NNEF),
+        ("head.onnx", STREAM_HEAD_NNEF),
+    ] {
+        let made = onnx_to_nnef(&read("v1", onnx), &v1).unwrap();
+        assert_eq!(read("v1", archive), made, "{archive}");
+    }
+    let again = tempfile::tempdir().unwrap();
+    std::fs::copy(v1.join("frames.onnx"), again.path().join("frames.onnx")).unwrap();
+    let pulsed = write_pulsed_trunk(again.path(), 4).unwrap();
+    assert_eq!(
+        read("v1", "frames.pulse4.nnef.tar"),
+        std::fs::read(pulsed).unwrap()
+    );
+    for name in archives {
+        assert_ne!(
+            read("v1", name),
+            read("v0", name),
+            "{name} follows the weights"
+        );
+    }
+    // Devices can download each of them, with their token.
+    for name in archives {
+        let got = get(&host, &format!("/v1/models/1/{name}"), Some(&a.token));
+        assert_eq!(
+            (got.status, got.body == read("v1", name)),
+            (200, true),
+            "{name}"
+        );
+    }
+    let missing = get(&host, "/v1/models/1/frames.pulse8.nnef.tar", Some(&a.token));
+    assert_eq!(missing.status, 404);
+    // A device gets the card, the weights and what its build listens with: ONNX files, or
+    // their archives (and the pulsed trunk, where listening pulses one) in a build without
+    // tract's ONNX parser; that package loads with its streaming form.
+    let nnef_only = BuildReads {
+        onnx: false,
+        pulse: false,
+    };
+    for build in [BuildReads::THIS_BUILD, nnef_only] {
+        let (_state, dir) = download(&host, &a.token, 1, build);
+        let mut want = vec!["model.json".to_string(), "weights.safetensors".into()];
+        want.extend(listen_files(&v1, build).unwrap());
+        want.sort();
+        assert_eq!(held(&dir), want, "{build:?}");
+        for name in &want {
+            assert_eq!(
+                std::fs::read(dir.join(name)).unwrap(),
+                read("v1", name),
+                "{name}"
+            );
+        }
+        let clf = KwsClassifier::load(&dir).unwrap();
+        assert!(clf.stream_form().is_some(), "{build:?}");
+    }
+    host.shutdown().unwrap();
+}
+
+/// Model version `version` as `DeviceState::ensure_model` downloads it for `build`, in a new
+/// state directory (returned to keep it).
+fn download(
+    host: &HostHandle,
+    token: &str,
+    version: u64,
+    build: BuildReads,
+) -> (tempfile::TempDir, PathBuf) {
+    let state = tempfile::tempdir().unwrap();
+    let client = HostClient::new(&host.url(), Duration::from_secs(10))
+        .unwrap()
+        .with_token(token);
+    let dir = DeviceState::open(state.path())
+        .unwrap()
+        .ensure_model(&client, version, build)
+        .unwrap();
+    (state, dir)
+}
+
+/// The names of the files in `dir`, sorted.
+fn held(dir: &Path) -> Vec<String> {
+    let mut names: Vec<String> = std::fs::read_dir(dir)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .collect();
+    names.sort();
+    names
+}
+
+/// A device built to read NNEF archives, of a model published without them, still gets the
+/// card and weights it trains with; `listen` then names the archive it lacks.
+#[test]
+fn a_device_downloads_the_model_files_the_host_publishes_and_skips_the_others() {
+    let f = fixture_with(true);
+    let host = start_host(config(&f, 1)).unwrap();
+    let a = register(&host, "a");
+    let nnef_only = BuildReads {
+        onnx: false,
+        pulse: false,
+    };
+    let v0 = f.data.join("models").join("v0");
+    let wanted = listen_files(&v0, nnef_only).unwrap();
+    assert_eq!(wanted, [NNEF, STREAM_FRAMES_NNEF, STREAM_HEAD_NNEF]);
+    for name in &wanted {
+        let got = get(&host, &format!("/v1/models/0/{name}"), Some(&a.token));
+        assert_eq!(got.status, 404, "{name}");
+    }
+    let (_state, dir) = download(&host, &a.token, 0, nnef_only);
+    assert_eq!(held(&dir), ["model.json", "weights.safetensors"]);
+    let e = KwsClassifier::load(&dir).unwrap_err().to_string();
+    assert!(e.contains("model.nnef.tar"), "{e}");
     host.shutdown().unwrap();
 }
 

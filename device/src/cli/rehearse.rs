@@ -9,6 +9,9 @@ use hush_device::protocol::{encode_update, LocalTraining, TrainTask, UpdateClip}
 use hush_device::training::{local_update, LocalData};
 use hush_models::package::ModelCard;
 
+/// The demo's local learning rate, `--lr`'s default.
+const DEFAULT_LR: f32 = 0.3;
+
 /// Arguments of `hush-device rehearse`; the defaults are the demo's round recipe.
 #[derive(clap::Args)]
 pub struct RehearseArgs {
@@ -28,7 +31,7 @@ pub struct RehearseArgs {
     #[arg(long, default_value_t = 8)]
     pub batch_size: u32,
     /// Local SGD learning rate.
-    #[arg(long, default_value_t = 0.3)]
+    #[arg(long, default_value_t = DEFAULT_LR)]
     pub lr: f32,
     /// Flat L2 bound on the whole update (the user-level clip).
     #[arg(long, default_value_t = 1.0)]
@@ -76,6 +79,23 @@ pub fn run(args: RehearseArgs) -> anyhow::Result<()> {
     };
     let (update, report) =
         local_update(&args.model, &data, &task, 0).context("training the local round")?;
+    if !report.mean_loss.is_finite() {
+        let zero = update
+            .layers
+            .iter()
+            .all(|l| l.data.iter().all(|v| *v == 0.0));
+        eprintln!(
+            "warning: training diverged (mean loss {}){}; try a smaller --lr (the default {} \
+             suits the demo's leak-CNN; the bundled kws-12 trains at 0.001)",
+            report.mean_loss,
+            if zero {
+                ": the update is all zeros (clipping drops a non-finite one)"
+            } else {
+                ""
+            },
+            DEFAULT_LR
+        );
+    }
     let body = encode_update(&update).context("encoding the update")?;
     if let Some(out) = &args.out {
         std::fs::write(out, &body).with_context(|| format!("writing {}", out.display()))?;

@@ -10,6 +10,7 @@ use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
+use crate::infer::BuildReads;
 use crate::protocol::{encode_update, Assignment, CheckInRequest, TrainTask};
 use crate::training::{local_update, LocalData, LocalRoundReport};
 use hush_models::package::ModelCard;
@@ -311,7 +312,7 @@ fn train_and_upload(
     stop: &AtomicBool,
     events: &mut dyn FnMut(JoinEvent<'_>),
 ) -> Result<Option<bool>, ClientError> {
-    let package = state.ensure_model(client, task.model_version)?;
+    let package = state.ensure_model(client, task.model_version, BuildReads::THIS_BUILD)?;
     let data = cache.get(cfg, &package)?;
     let (update, report) = local_update(&package, data, task, device_id)?;
     events(JoinEvent::Trained {

@@ -1,16 +1,21 @@
 //! The device's state directory: `device.json` (server, device id, token; written
-//! atomically, readable only by its owner) and `models/v{N}/` (downloaded packages,
-//! each renamed into place only when complete).
+//! atomically, readable only by its owner) and `models/v{N}/` (downloaded packages: the
+//! card, the weights and the model files this build listens with; each renamed into place
+//! only when complete).
 
 use std::fs;
 use std::path::{Path, PathBuf};
 
+use hush_models::package::{MODEL_JSON, WEIGHTS};
 use serde::{Deserialize, Serialize};
 
 use super::{ClientError, HostClient};
+use crate::infer::BuildReads;
 
-/// Files of a model package a device downloads.
-pub const PACKAGE_FILES: [&str; 3] = ["model.json", "weights.safetensors", "model.onnx"];
+/// Files of a model package a device downloads whatever its build: the card, then the
+/// weights it trains. The model files it listens with follow
+/// ([`crate::infer::listen_files`]).
+pub const PACKAGE_FILES: [&str; 2] = [MODEL_JSON, WEIGHTS];
 
 /// Who this device is to a host.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -86,9 +91,16 @@ impl DeviceState {
         self.dir.join("models").join(format!("v{version}"))
     }
 
-    /// Model version `v`, downloaded from the host unless already held. Older versions
-    /// are removed once the new one is complete.
-    pub fn ensure_model(&self, client: &HostClient, version: u64) -> Result<PathBuf, ClientError> {
+    /// Model version `v`, downloaded from the host unless already held: the card, the
+    /// weights, and the model files a build reading as `build` says listens with
+    /// ([`crate::infer::listen_files`]; a device passes [`BuildReads::THIS_BUILD`]). Older
+    /// versions are removed once the new one is complete.
+    pub fn ensure_model(
+        &self,
+        client: &HostClient,
+        version: u64,
+        build: BuildReads,
+    ) -> Result<PathBuf, ClientError> {
         let dir = self.model_dir(version);
         if dir.is_dir() {
             return Ok(dir);
@@ -101,6 +113,20 @@ impl DeviceState {
         for file in PACKAGE_FILES {
             let bytes = client.download(version, file)?;
             let path = partial.join(file);
+            fs::write(&path, bytes).map_err(|e| state_err(&path, e))?;
+        }
+        // The model files this build listens with; training needs none of them, so one the
+        // host does not publish (a package without NNEF archives, for a build that reads
+        // only those) is left out, and `listen` names it.
+        let listen = crate::infer::listen_files(&partial, build)
+            .map_err(|e| state_err(&partial, format!("model v{version}: {e}")))?;
+        for file in listen {
+            let bytes = match client.download(version, &file) {
+                Ok(bytes) => bytes,
+                Err(ClientError::Refused { status: 404, .. }) => continue,
+                Err(e) => return Err(e),
+            };
+            let path = partial.join(&file);
             fs::write(&path, bytes).map_err(|e| state_err(&path, e))?;
         }
         fs::rename(&partial, &dir).map_err(|e| state_err(&dir, e))?;

@@ -20,6 +20,34 @@ use super::InferError;
 
 pub use hush_models::export::nnef::archive_path;
 
+/// What a build reads of a package's model files.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct BuildReads {
+    /// The ONNX files (a build with the `onnx` feature); their NNEF archives otherwise.
+    pub onnx: bool,
+    /// Whether it pulses a streaming form's trunk itself (the `pulse` feature); otherwise it
+    /// reads the trunk pulsed by the host (`frames.pulse{N}.nnef.tar`).
+    pub pulse: bool,
+}
+
+impl BuildReads {
+    /// What this build reads.
+    pub const THIS_BUILD: Self = Self {
+        onnx: cfg!(feature = "onnx"),
+        pulse: cfg!(feature = "pulse"),
+    };
+
+    /// The file this build reads for the model file named `onnx` (`model.onnx`): that name,
+    /// or its NNEF archive's ([`archive_path`]: `model.nnef.tar`).
+    pub fn file_for(self, onnx: &str) -> String {
+        if self.onnx {
+            onnx.to_string()
+        } else {
+            archive_path(Path::new(onnx)).to_string_lossy().into_owned()
+        }
+    }
+}
+
 /// One dimension of an input shape a caller asks for.
 #[derive(Debug, Clone, Copy)]
 pub(crate) enum Dim {

@@ -36,10 +36,11 @@ pub use asr::{utterance_features, AsrRecognizer, Decoder, Transcription};
 pub use clip::{clip_features, clip_samples, fit_clip};
 pub use detect::{Detection, DetectorOptions, KeywordDetector};
 pub use frames::StreamForm;
+pub use graph::BuildReads;
 pub use kws::{card_features, Classification, KwsClassifier};
 #[cfg(feature = "pulse")]
 pub use spotter::write_listen_archive;
-pub use spotter::{KeywordSpotter, SpotterOptions};
+pub use spotter::{listen_files, listen_pulse, KeywordSpotter, SpotterOptions};
 pub use stream::{KwsStream, WindowVerdict};
 pub use vad::{SileroVad, VoiceGate};
 

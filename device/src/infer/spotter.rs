@@ -19,9 +19,18 @@
 //! # Ok::<(), hush_device::infer::InferError>(())
 //! ```
 
+use std::path::Path;
+
+use hush_models::arch::StreamGeometry;
+use hush_models::export::nnef::pulsed_trunk_archive;
+use hush_models::package::{ModelCard, ONNX, STREAM_FRAMES, STREAM_HEAD};
+
+use super::graph::BuildReads;
+use super::kws::card_features;
 use super::vad::{VoiceGate, VAD_RATE};
 use super::WindowVerdict;
 use super::{Detection, DetectorOptions, InferError, KeywordDetector, KwsClassifier, KwsStream};
+use crate::features::FeatureConfig;
 
 /// How a [`KeywordSpotter`] runs, in milliseconds of audio.
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -62,30 +71,61 @@ impl Default for SpotterOptions {
 }
 
 /// The hop of `hop_ms` in whole input frames (at least one; for a model with a streaming
-/// form, a multiple of its time stride), and in milliseconds.
-fn hop_frames(clf: &KwsClassifier, hop_ms: u32) -> (usize, f64) {
-    let frame = &clf.features().frame;
+/// form of time axis `geometry`, a multiple of its time stride), and in milliseconds, for
+/// features `features`.
+fn hop_frames(
+    features: &FeatureConfig,
+    geometry: Option<StreamGeometry>,
+    hop_ms: u32,
+) -> (usize, f64) {
+    let frame = &features.frame;
     let shift_ms = 1000.0 * frame.window_shift() as f64 / f64::from(frame.sample_rate);
-    let stride = clf.stream_form().map_or(1, |f| f.geometry().stride);
+    let stride = geometry.map_or(1, |g| g.stride);
     let step_ms = shift_ms * stride as f64;
     let hop = ((f64::from(hop_ms) / step_ms).round() as usize).max(1) * stride;
     (hop, hop as f64 * shift_ms)
 }
 
+/// The pulse at which a spotter with the default hop runs the streaming form of a package
+/// with `card` and `features` (the archive it reads in a build without tract-pulse is
+/// hush-models' `export::nnef::pulsed_trunk_archive` of it). `None` when the architecture
+/// has no streaming form or that hop runs it unpulsed.
+pub fn listen_pulse(card: &ModelCard, features: &FeatureConfig) -> Option<usize> {
+    let geometry = card.arch.stream_geometry()?;
+    let (hop, _) = hop_frames(features, Some(geometry), SpotterOptions::HOP_MS);
+    super::stream::pulse_for(geometry, hop, card.arch.io().frames)
+}
+
+/// The model files a build reading as `build` says listens with, for the keyword-spotting
+/// package in `dir` (only its `model.json` is read): the whole model and, where the
+/// architecture has a streaming form, its trunk and head (ONNX files or their NNEF
+/// archives), and for a build that does not pulse the trunk itself the trunk pulsed as
+/// [`listen_pulse`] says. A device downloading a model version fetches these.
+pub fn listen_files(dir: &Path, build: BuildReads) -> Result<Vec<String>, InferError> {
+    let card = ModelCard::read(dir)?;
+    let features = card_features(&card, dir)?;
+    let mut files = vec![build.file_for(ONNX)];
+    if card.arch.stream_geometry().is_some() {
+        files.push(build.file_for(STREAM_FRAMES));
+        files.push(build.file_for(STREAM_HEAD));
+        if !build.pulse {
+            files.extend(listen_pulse(&card, &features).map(pulsed_trunk_archive));
+        }
+    }
+    Ok(files)
+}
+
 /// Writes into the keyword-spotting package in `dir` the archive of its streaming form's
-/// trunk pulsed as a spotter with the default hop runs it
-/// (hush-models' `export::nnef::write_pulsed_trunk`), for devices built without tract-pulse.
+/// trunk pulsed as a spotter with the default hop runs it ([`listen_pulse`];
+/// hush-models' `export::nnef::write_pulsed_trunk`), for devices built without tract-pulse.
 /// `None` when the package has no streaming form or that hop runs it unpulsed.
 #[cfg(feature = "pulse")]
-pub fn write_listen_archive(
-    dir: &std::path::Path,
-) -> Result<Option<std::path::PathBuf>, InferError> {
+pub fn write_listen_archive(dir: &Path) -> Result<Option<std::path::PathBuf>, InferError> {
     let clf = KwsClassifier::load_for_streams(dir)?;
-    let Some(form) = clf.stream_form() else {
+    if clf.stream_form().is_none() {
         return Ok(None);
-    };
-    let (hop, _) = hop_frames(&clf, SpotterOptions::HOP_MS);
-    match super::stream::pulse_for(form.geometry(), hop, clf.card().arch.io().frames) {
+    }
+    match listen_pulse(clf.card(), clf.features()) {
         Some(pulse) => Ok(Some(hush_models::export::nnef::write_pulsed_trunk(
             dir, pulse,
         )?)),
@@ -116,7 +156,8 @@ impl KeywordSpotter {
                 "hop 0 ms: expected a positive number of milliseconds".into()
             ));
         }
-        let (hop, hop_ms) = hop_frames(clf, opts.hop_ms);
+        let geometry = clf.stream_form().map(|f| f.geometry());
+        let (hop, hop_ms) = hop_frames(clf.features(), geometry, opts.hop_ms);
         let smooth_windows = ((f64::from(opts.smooth_ms) / hop_ms).round() as usize).max(1);
         let detector = KeywordDetector::new(
             &clf.card().labels,

@@ -66,9 +66,13 @@ use hush_models::checkpoint::{NamedTensor, TensorSource};
 use hush_models::dp::{
     ClipBounds, ExpectedCount, GaussianMechanism, KeyedPoissonSampler, NoiseSource,
 };
-use hush_models::export::nnef::{onnx_to_nnef, NNEF};
+use hush_models::export::nnef::{
+    is_pulsed_trunk_archive, write_archives_like, NNEF, STREAM_FRAMES_NNEF, STREAM_HEAD_NNEF,
+};
 use hush_models::optim::{ServerOptimizer, ServerOptimizerConfig, ServerOptimizerState};
-use hush_models::package::{load_package, write_package, ModelCard, MODEL_JSON, ONNX, WEIGHTS};
+use hush_models::package::{
+    load_package, write_package, ModelCard, MODEL_JSON, ONNX, STREAM_FRAMES, STREAM_HEAD, WEIGHTS,
+};
 use hush_privacy::accountant::{Adjacency, PrivacyUnit, SubsampledGaussian};
 use hush_privacy::ledger::{
     totals, Authorization, Budget, Ledger, LedgerError, Mechanism, Release, ReleaseRecord,
@@ -230,16 +234,38 @@ pub fn token_hash(token: &str) -> String {
         .collect()
 }
 
-/// Files of a published model version that devices may download.
-pub const PUBLISHED_FILES: [&str; 4] = [MODEL_JSON, WEIGHTS, ONNX, NNEF];
+/// Files every published model version has: its card, its weights and its ONNX file.
+pub const PACKAGE_FILES: [&str; 3] = [MODEL_JSON, WEIGHTS, ONNX];
 
+/// Whether devices may download the file `name` of a published model version: the package's
+/// own files ([`PACKAGE_FILES`]), its streaming form (`frames.onnx`, `head.onnx`), and the
+/// NNEF archives a device built without tract's ONNX parser reads in their place, the
+/// pulsed trunk's too (what `hush-host export --format nnef` writes).
+pub fn is_published(name: &str) -> bool {
+    PACKAGE_FILES.contains(&name)
+        || [
+            STREAM_FRAMES,
+            STREAM_HEAD,
+            NNEF,
+            STREAM_FRAMES_NNEF,
+            STREAM_HEAD_NNEF,
+        ]
+        .contains(&name)
+        || is_pulsed_trunk_archive(name)
+}
+
+/// Copies the published files of the package in `from` into `to` (model v0).
 fn copy_package(from: &Path, to: &Path) -> Result<(), FlError> {
-    for f in PUBLISHED_FILES {
+    for f in PACKAGE_FILES {
         let src = from.join(f);
-        if f == NNEF && !src.exists() {
-            continue;
-        }
         std::fs::copy(&src, to.join(f)).map_err(FlError::io(&src))?;
+    }
+    for entry in std::fs::read_dir(from).map_err(FlError::io(from))? {
+        let src = entry.map_err(FlError::io(from))?.path();
+        let name = src.file_name().and_then(|n| n.to_str()).unwrap_or_default();
+        if src.is_file() && is_published(name) && !PACKAGE_FILES.contains(&name) {
+            std::fs::copy(&src, to.join(name)).map_err(FlError::io(&src))?;
+        }
     }
     Ok(())
 }
@@ -1671,8 +1697,8 @@ impl<S: Store, C: Clock> RoundEngine<S, C> {
         Ok(())
     }
 
-    /// Steps `optimizer` with `mean` and writes model `version` (package, NNEF archive
-    /// when the initial model has one, optimizer state) into its staging directory.
+    /// Steps `optimizer` with `mean` and writes model `version` (package, the NNEF archives
+    /// the current version has, optimizer state) into its staging directory.
     /// Returns the new weights and the files' digest.
     fn stage(
         &self,
@@ -1693,11 +1719,7 @@ impl<S: Store, C: Clock> RoundEngine<S, C> {
                 *slot = t;
             }
         }
-        let with_nnef = self
-            .models
-            .version_dir(self.model_version)
-            .join(NNEF)
-            .is_file();
+        let current = self.models.version_dir(self.model_version);
         let digest = self.models.stage(version, |dir| {
             // Building the model draws from burn's process-wide random state (when its
             // parameters are first used); hold it until the files are written, so that a
@@ -1711,14 +1733,8 @@ impl<S: Store, C: Clock> RoundEngine<S, C> {
             card.metrics = None;
             write_package(dir, &card, &model)?;
             fault::point(fault::RELEASE_STAGING);
-            // A model that came with its NNEF archive keeps one in every version.
-            if with_nnef {
-                let onnx_path = dir.join(ONNX);
-                let onnx = std::fs::read(&onnx_path).map_err(FlError::io(&onnx_path))?;
-                let nnef = onnx_to_nnef(&onnx, dir)?;
-                let nnef_path = dir.join(NNEF);
-                std::fs::write(&nnef_path, nnef).map_err(FlError::io(&nnef_path))?;
-            }
+            // A model that came with NNEF archives keeps them in every version.
+            write_archives_like(dir, &current)?;
             write_optimizer_state(&dir.join(OPTIMIZER_STATE), optimizer)
         })?;
         Ok((all, digest))
@@ -1778,7 +1794,7 @@ impl<S: Store, C: Clock> RoundEngine<S, C> {
         if version > self.model_version {
             self.sync(true)?;
         }
-        if !PUBLISHED_FILES.contains(&file) || version > self.model_version {
+        if !is_published(file) || version > self.model_version {
             return Ok(None);
         }
         let p = self.models.version_dir(version).join(file);
@@ -1838,7 +1854,7 @@ fn materialize_versions(
         }
         let digest = models.stage(v.version, |dir| {
             for (name, bytes) in &files {
-                if !(PUBLISHED_FILES.contains(&name.as_str()) || name == OPTIMIZER_STATE) {
+                if !(is_published(name) || name == OPTIMIZER_STATE) {
                     return Err(FlError::Corrupt(format!(
                         "model v{} holds an unexpected file {name:?} in the database",
                         v.version

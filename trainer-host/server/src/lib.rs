@@ -497,9 +497,10 @@ async fn model_file(
             StatusCode::NOT_FOUND,
             "not_found",
             format!(
-                "no file {file:?} in model v{version}; published files are model.json, \
-                 weights.safetensors, model.onnx and (when the initial model has one) \
-                 model.nnef.tar of published versions"
+                "no file {file:?} in model v{version}; published versions have model.json, \
+                 weights.safetensors and model.onnx, and the streaming form (frames.onnx, \
+                 head.onnx) and NNEF archives (model.nnef.tar, frames.nnef.tar, \
+                 head.nnef.tar, frames.pulse{{N}}.nnef.tar) when the initial model has them"
             ),
         );
     };

@@ -17,6 +17,11 @@ use hush_models::package::{load_package, write_package, ModelCard};
 /// A tiny leak-CNN package (10×10 fbank input, 2 classes, a few hundred weights) in
 /// `dir/initial`.
 pub fn tiny_package(dir: &Path) -> PathBuf {
+    tiny_package_with(dir, false)
+}
+
+/// [`tiny_package`] with its streaming form (`frames.onnx`, `head.onnx`) when `streaming`.
+pub fn tiny_package_with(dir: &Path, streaming: bool) -> PathBuf {
     let io = IoShape {
         frames: 10,
         bins: 10,
@@ -26,6 +31,7 @@ pub fn tiny_package(dir: &Path) -> PathBuf {
     cfg.channels = [2, 2];
     cfg.hidden = 4;
     cfg.dropout = 0.0;
+    cfg.streaming = streaming;
     let arch = ArchConfig::LeakCnn(cfg);
     let model = arch.init(&Device::flex()).unwrap();
     let mut features = FeatureConfig::kaldi(FeatureKind::Fbank);
@@ -53,8 +59,13 @@ pub struct Fixture {
 
 /// A fresh [`Fixture`].
 pub fn fixture() -> Fixture {
+    fixture_with(false)
+}
+
+/// A fresh [`Fixture`] whose package has its streaming form when `streaming`.
+pub fn fixture_with(streaming: bool) -> Fixture {
     let tmp = tempfile::tempdir().unwrap();
-    let model = tiny_package(tmp.path());
+    let model = tiny_package_with(tmp.path(), streaming);
     let data = tmp.path().join("data");
     Fixture {
         _tmp: tmp,

@@ -99,11 +99,57 @@ pub fn write_pulsed_trunk(dir: &Path, pulse: usize) -> Result<PathBuf, ModelErro
     Ok(path)
 }
 
-/// Whether `name` is a [`pulsed_trunk_archive`]'s.
-pub fn is_pulsed_trunk_archive(name: &str) -> bool {
+/// Writes into the package in `dir` the NNEF archives that the package in `like` carries,
+/// each made from `dir`'s own ONNX files: where `like` has [`NNEF`], the archive of each of
+/// `dir`'s ONNX files (the whole model's, and its streaming form's trunk and head where `dir`
+/// has them, [`STREAM_FRAMES_NNEF`] and [`STREAM_HEAD_NNEF`]); and the trunk pulsed at each
+/// pulse `like` has a [`pulsed_trunk_archive`] for. A new version of a model (the host's
+/// rounds) so keeps every archive devices read of the version before, for its own weights.
+/// Each file is written whole and renamed. Returns the files written, in that order.
+#[cfg(feature = "pulse")]
+pub fn write_archives_like(dir: &Path, like: &Path) -> Result<Vec<PathBuf>, ModelError> {
+    use crate::package::{ONNX, STREAM_FRAMES, STREAM_HEAD};
+    let mut written = Vec::new();
+    if like.join(NNEF).is_file() {
+        for name in [ONNX, STREAM_FRAMES, STREAM_HEAD] {
+            let onnx = dir.join(name);
+            if !onnx.is_file() {
+                continue;
+            }
+            let bytes = std::fs::read(&onnx).map_err(ModelError::io(&onnx))?;
+            let path = archive_path(&onnx);
+            super::write_atomic(
+                &path,
+                &onnx_to_nnef(&bytes, &onnx)?,
+                super::ExportFormat::Nnef,
+            )?;
+            written.push(path);
+        }
+    }
+    let mut pulses = Vec::new();
+    for entry in std::fs::read_dir(like).map_err(ModelError::io(like))? {
+        let name = entry.map_err(ModelError::io(like))?.file_name();
+        pulses.extend(pulse_of_archive(&name.to_string_lossy()));
+    }
+    pulses.sort_unstable();
+    for pulse in pulses {
+        written.push(write_pulsed_trunk(dir, pulse)?);
+    }
+    Ok(written)
+}
+
+/// The pulse a [`pulsed_trunk_archive`] is named for (`frames.pulse6.nnef.tar` → 6);
+/// `None` for any other name.
+pub fn pulse_of_archive(name: &str) -> Option<usize> {
     name.strip_prefix("frames.pulse")
         .and_then(|rest| rest.strip_suffix(".nnef.tar"))
-        .is_some_and(|n| !n.is_empty() && n.bytes().all(|b| b.is_ascii_digit()))
+        .filter(|n| !n.is_empty() && n.bytes().all(|b| b.is_ascii_digit()))
+        .and_then(|n| n.parse().ok())
+}
+
+/// Whether `name` is a [`pulsed_trunk_archive`]'s.
+pub fn is_pulsed_trunk_archive(name: &str) -> bool {
+    pulse_of_archive(name).is_some()
 }
 
 /// The NNEF archive prepared from the ONNX file at `onnx`, beside it: the same stem with

@@ -102,7 +102,7 @@ fn a_thousand_concurrent_uploads_are_each_counted_once() {
                                 duplicates.fetch_add(1, Ordering::Relaxed);
                             }
                             Assignment::Wait { .. } => waiting.push((id, client)),
-                            Assignment::Done { reason } => {
+                            Assignment::Done { reason, .. } => {
                                 panic!("done before uploading: {reason}")
                             }
                         }

@@ -280,7 +280,7 @@ fn upload_latency() {
                 {
                     Assignment::Train(t) => break t,
                     Assignment::Wait { .. } => std::thread::sleep(Duration::from_millis(10)),
-                    Assignment::Done { reason } => panic!("{reason}"),
+                    Assignment::Done { reason, .. } => panic!("{reason}"),
                 }
             };
             let mut u = update_for(&layout, task.round, *id, task.round as u32 * 7 + k as u32);

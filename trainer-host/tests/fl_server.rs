@@ -6,7 +6,7 @@
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
-use hush_device::client::{DeviceState, HostClient};
+use hush_device::client::{join, DeviceState, HostClient, JoinConfig};
 use hush_device::infer::{listen_files, BuildReads, KwsClassifier};
 use hush_device::protocol::{
     checksum_hex, encode_update, ApiError, Assignment, CheckInRequest, RegisterResponse,
@@ -413,6 +413,56 @@ fn held(dir: &Path) -> Vec<String> {
         .collect();
     names.sort();
     names
+}
+
+/// A device that joins trains in each round it is drawn for and, when the host says training
+/// is done, keeps the last model version the host published, to listen with.
+#[test]
+fn a_joined_device_keeps_the_federated_model_when_training_is_done() {
+    let f = fixture_with(true);
+    let mut c = config(&f, 1);
+    c.rounds.rounds = 2;
+    let host = start_host(c).unwrap();
+    let state = tempfile::tempdir().unwrap();
+    let data = Path::new(env!("CARGO_MANIFEST_DIR")).join("../data/corpus/kws");
+    let mut jc = JoinConfig::new(&host.url(), data, state.path().to_path_buf());
+    jc.speaker = Some("01fddb35".into());
+    jc.enrolment_token = enrolment(&host);
+    let stop = std::sync::atomic::AtomicBool::new(false);
+    let summary = join(&jc, &stop, &mut |_| {}).unwrap();
+    assert_eq!((summary.rounds_trained, summary.uploads_accepted), (2, 2));
+    assert!(summary.done.is_some());
+    let (version, dir) = summary.model.expect("the final model");
+    assert_eq!(version, 2);
+    assert_eq!(dir, state.path().join("models").join("v2"));
+    let published = f.data.join("models").join("v2");
+    for name in [
+        "model.json",
+        "weights.safetensors",
+        "model.onnx",
+        "frames.onnx",
+    ] {
+        let held = std::fs::read(dir.join(name)).unwrap();
+        assert_eq!(held, std::fs::read(published.join(name)).unwrap(), "{name}");
+    }
+    // Only the final version is kept.
+    let models: Vec<_> = std::fs::read_dir(state.path().join("models"))
+        .unwrap()
+        .collect();
+    assert_eq!(models.len(), 1);
+    assert!(KwsClassifier::load(&dir).unwrap().stream_form().is_some());
+    match check_in(&host, &stored_token(state.path())) {
+        Assignment::Done { model_version, .. } => assert_eq!(model_version, Some(2)),
+        a => panic!("expected done, got {a:?}"),
+    }
+    host.shutdown().unwrap();
+}
+
+/// The bearer token a joined device stored in its state directory.
+fn stored_token(state: &Path) -> String {
+    let id: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(state.join("device.json")).unwrap()).unwrap();
+    id["token"].as_str().unwrap().to_string()
 }
 
 /// A device built to read NNEF archives, of a model published without them, still gets the
@@ -955,7 +1005,7 @@ fn budget_exhaustion_ends_training_before_a_round_opens() {
     let host = start_host(c).unwrap();
     let a = register(&host, "a");
     match check_in(&host, &a.token) {
-        Assignment::Done { reason } => assert!(reason.contains("budget"), "{reason}"),
+        Assignment::Done { reason, .. } => assert!(reason.contains("budget"), "{reason}"),
         other => panic!("expected Done, got {other:?}"),
     }
     assert!(host.round_log().unwrap().is_empty(), "no round was opened");

@@ -84,10 +84,18 @@ pub fn run(args: JoinArgs) -> anyhow::Result<()> {
     })
     .with_context(|| format!("joining {}", cfg.server))?;
     match summary.done {
-        Some(reason) => eprintln!(
-            "done ({reason}): {} rounds trained, {} updates accepted, {} refused",
-            summary.rounds_trained, summary.uploads_accepted, summary.uploads_refused
-        ),
+        Some(reason) => {
+            eprintln!(
+                "done ({reason}): {} rounds trained, {} updates accepted, {} refused",
+                summary.rounds_trained, summary.uploads_accepted, summary.uploads_refused
+            );
+            if let Some((version, dir)) = &summary.model {
+                eprintln!(
+                    "the federated model, v{version}, is in {0}: hush-device listen --model {0}",
+                    dir.display()
+                );
+            }
+        }
         None => eprintln!(
             "stopped: {} rounds trained, {} updates accepted",
             summary.rounds_trained, summary.uploads_accepted

@@ -116,6 +116,9 @@ pub struct JoinSummary {
     pub uploads_refused: u64,
     /// The host's reason when it said training is done; `None` when stopped.
     pub done: Option<String>,
+    /// The last model version the host published and where this device keeps it (the
+    /// state directory's `models/v{N}`), downloaded when the host said training is done.
+    pub model: Option<(u64, PathBuf)>,
 }
 
 /// Sleeps `d` in short slices; returns `false` if `stop` was set meanwhile.
@@ -227,6 +230,7 @@ pub fn join(
         uploads_accepted: 0,
         uploads_refused: 0,
         done: None,
+        model: None,
     };
     let mut cache = DataCache {
         key: None,
@@ -257,7 +261,15 @@ pub fn join(
             Assignment::Wait { retry_after_ms } => {
                 nap(Duration::from_millis(retry_after_ms.min(60_000)), stop);
             }
-            Assignment::Done { reason } => {
+            Assignment::Done {
+                reason,
+                model_version,
+            } => {
+                // The federated model stays on the device, to listen with.
+                if let Some(v) = model_version {
+                    let dir = state.ensure_model(&client, v, BuildReads::THIS_BUILD)?;
+                    summary.model = Some((v, dir));
+                }
                 summary.done = Some(reason);
                 break;
             }

@@ -116,6 +116,10 @@ pub enum Assignment {
     Done {
         /// Why.
         reason: String,
+        /// The last model version the host published: the federated model, for the device
+        /// to keep and listen with (`None` from a host that does not say).
+        #[serde(default)]
+        model_version: Option<u64>,
     },
 }
 

@@ -778,6 +778,7 @@ impl<S: Store, C: Clock> RoundEngine<S, C> {
             if self.open.is_none() {
                 return Ok(Assignment::Done {
                     reason: reason.clone(),
+                    model_version: Some(self.model_version),
                 });
             }
         }

@@ -347,14 +347,14 @@ pub fn write_package(dir: &Path, card: &ModelCard, model: &KwsModel) -> Result<(
             None => {}
         }
     }
-    remove_stale_nnef(dir)?;
+    remove_nnef_archives(dir)?;
     card.write(dir)
 }
 
-/// Removes the NNEF archives prepared from a package's earlier ONNX files
-/// (`hush-host export --format nnef`), the pulsed trunk's too: rewritten weights would make
-/// them stale, and a device built without ONNX reads them in its place.
-fn remove_stale_nnef(dir: &Path) -> Result<(), ModelError> {
+/// Removes the NNEF archives of the package in `dir` (`hush-host export --format nnef`), the
+/// pulsed trunk's too: a package rewritten with new weights would make them stale, and a
+/// device built without ONNX reads them in its place.
+pub fn remove_nnef_archives(dir: &Path) -> Result<(), ModelError> {
     use crate::export::nnef::{
         is_pulsed_trunk_archive, NNEF, STREAM_FRAMES_NNEF, STREAM_HEAD_NNEF,
     };
@@ -535,7 +535,7 @@ pub fn write_asr_package(dir: &Path, card: &AsrCard, model: &CtcGru) -> Result<(
     let onnx = model.to_onnx(&card.arch)?;
     let p = dir.join(ONNX);
     std::fs::write(&p, onnx).map_err(ModelError::io(&p))?;
-    remove_stale_nnef(dir)?;
+    remove_nnef_archives(dir)?;
     card.write(dir)
 }
 

@@ -57,6 +57,7 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use burn::tensor::Device;
+use hush_device::infer::{card_features, listen_pulse};
 use hush_device::protocol::{
     Assignment, CheckInRequest, LocalTraining, RegisterResponse, StatusReport, TrainTask,
     UpdateClip, UpdateHeader, UpdateLimits, UploadReceipt,
@@ -67,11 +68,13 @@ use hush_models::dp::{
     ClipBounds, ExpectedCount, GaussianMechanism, KeyedPoissonSampler, NoiseSource,
 };
 use hush_models::export::nnef::{
-    is_pulsed_trunk_archive, write_archives_like, NNEF, STREAM_FRAMES_NNEF, STREAM_HEAD_NNEF,
+    archived_pulses, is_pulsed_trunk_archive, write_archives, NNEF, STREAM_FRAMES_NNEF,
+    STREAM_HEAD_NNEF,
 };
 use hush_models::optim::{ServerOptimizer, ServerOptimizerConfig, ServerOptimizerState};
 use hush_models::package::{
-    load_package, write_package, ModelCard, MODEL_JSON, ONNX, STREAM_FRAMES, STREAM_HEAD, WEIGHTS,
+    load_package, remove_nnef_archives, write_package, ModelCard, MODEL_JSON, ONNX, STREAM_FRAMES,
+    STREAM_HEAD, WEIGHTS,
 };
 use hush_privacy::accountant::{Adjacency, PrivacyUnit, SubsampledGaussian};
 use hush_privacy::ledger::{
@@ -270,6 +273,29 @@ fn copy_package(from: &Path, to: &Path) -> Result<(), FlError> {
     Ok(())
 }
 
+/// Writes the NNEF archives of the initial model copied into `dir` (model v0) when it came
+/// without them: the whole model's, its streaming form's, and its trunk pulsed at `listen`'s
+/// default hop ([`listen_pulse`]), so that devices built without tract's ONNX parser or
+/// tract-pulse listen with every version (each later version keeps what v0 has). A model
+/// tract cannot write as NNEF is published without archives, with a warning.
+fn add_archives(dir: &Path) -> Result<(), FlError> {
+    if dir.join(NNEF).is_file() {
+        return Ok(());
+    }
+    let card = ModelCard::read(dir)?;
+    let pulse = card_features(&card, dir)
+        .ok()
+        .and_then(|f| listen_pulse(&card, &f));
+    if let Err(e) = write_archives(dir, pulse.as_slice()) {
+        warn!(
+            "the initial model has no NNEF archives and tract could not write them ({e}); \
+             model versions are published without them, for devices that read ONNX"
+        );
+        remove_nnef_archives(dir)?;
+    }
+    Ok(())
+}
+
 /// How a round with `selected` drawn, `accepted` and `rejected` reports ended without a
 /// release, and why.
 fn abandoned(reason: String, selected: u64, accepted: u64, rejected: u64) -> RoundOutcome {
@@ -379,7 +405,10 @@ impl<S: Store, C: Clock> RoundEngine<S, C> {
             let init = &cfg.server.initial_model;
             load_package(init, &Device::flex())
                 .map_err(|e| FlError::config("server.initial_model", &e.to_string()))?;
-            let digest = models.stage(0, |dir| copy_package(init, dir))?;
+            let digest = models.stage(0, |dir| {
+                copy_package(init, dir)?;
+                add_archives(dir)
+            })?;
             let v0 = ModelVersionRow {
                 version: 0,
                 round: None,
@@ -1699,7 +1728,8 @@ impl<S: Store, C: Clock> RoundEngine<S, C> {
     }
 
     /// Steps `optimizer` with `mean` and writes model `version` (package, the NNEF archives
-    /// the current version has, optimizer state) into its staging directory.
+    /// the current version has, made from its own weights, optimizer state) into its staging
+    /// directory.
     /// Returns the new weights and the files' digest.
     fn stage(
         &self,
@@ -1734,8 +1764,10 @@ impl<S: Store, C: Clock> RoundEngine<S, C> {
             card.metrics = None;
             write_package(dir, &card, &model)?;
             fault::point(fault::RELEASE_STAGING);
-            // A model that came with NNEF archives keeps them in every version.
-            write_archives_like(dir, &current)?;
+            // Every version has the NNEF archives the one before has.
+            if current.join(NNEF).is_file() {
+                write_archives(dir, &archived_pulses(&current)?)?;
+            }
             write_optimizer_state(&dir.join(OPTIMIZER_STATE), optimizer)
         })?;
         Ok((all, digest))

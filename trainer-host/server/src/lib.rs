@@ -498,9 +498,9 @@ async fn model_file(
             "not_found",
             format!(
                 "no file {file:?} in model v{version}; published versions have model.json, \
-                 weights.safetensors and model.onnx, and the streaming form (frames.onnx, \
-                 head.onnx) and NNEF archives (model.nnef.tar, frames.nnef.tar, \
-                 head.nnef.tar, frames.pulse{{N}}.nnef.tar) when the initial model has them"
+                 weights.safetensors, model.onnx and its NNEF archive model.nnef.tar, and for a \
+                 model with a streaming form frames.onnx, head.onnx, frames.nnef.tar, \
+                 head.nnef.tar and the trunk pulsed for listening, frames.pulse{{N}}.nnef.tar"
             ),
         );
     };

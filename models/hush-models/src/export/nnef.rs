@@ -99,43 +99,45 @@ pub fn write_pulsed_trunk(dir: &Path, pulse: usize) -> Result<PathBuf, ModelErro
     Ok(path)
 }
 
-/// Writes into the package in `dir` the NNEF archives that the package in `like` carries,
-/// each made from `dir`'s own ONNX files: where `like` has [`NNEF`], the archive of each of
-/// `dir`'s ONNX files (the whole model's, and its streaming form's trunk and head where `dir`
-/// has them, [`STREAM_FRAMES_NNEF`] and [`STREAM_HEAD_NNEF`]); and the trunk pulsed at each
-/// pulse `like` has a [`pulsed_trunk_archive`] for. A new version of a model (the host's
-/// rounds) so keeps every archive devices read of the version before, for its own weights.
-/// Each file is written whole and renamed. Returns the files written, in that order.
+/// Writes into the package in `dir`, from its own ONNX files, the NNEF archives a device
+/// built without tract's ONNX parser reads in their place: the whole model's ([`NNEF`]) and,
+/// where `dir` has its streaming form, its trunk's and head's ([`STREAM_FRAMES_NNEF`],
+/// [`STREAM_HEAD_NNEF`]); and the trunk pulsed at each of `pulses`
+/// ([`pulsed_trunk_archive`]), for a device built without tract-pulse as well. Each file is
+/// written whole and renamed. Returns the files written, in that order.
 #[cfg(feature = "pulse")]
-pub fn write_archives_like(dir: &Path, like: &Path) -> Result<Vec<PathBuf>, ModelError> {
+pub fn write_archives(dir: &Path, pulses: &[usize]) -> Result<Vec<PathBuf>, ModelError> {
     use crate::package::{ONNX, STREAM_FRAMES, STREAM_HEAD};
     let mut written = Vec::new();
-    if like.join(NNEF).is_file() {
-        for name in [ONNX, STREAM_FRAMES, STREAM_HEAD] {
-            let onnx = dir.join(name);
-            if !onnx.is_file() {
-                continue;
-            }
-            let bytes = std::fs::read(&onnx).map_err(ModelError::io(&onnx))?;
-            let path = archive_path(&onnx);
-            super::write_atomic(
-                &path,
-                &onnx_to_nnef(&bytes, &onnx)?,
-                super::ExportFormat::Nnef,
-            )?;
-            written.push(path);
+    for name in [ONNX, STREAM_FRAMES, STREAM_HEAD] {
+        let onnx = dir.join(name);
+        if !onnx.is_file() {
+            continue;
         }
+        let bytes = std::fs::read(&onnx).map_err(ModelError::io(&onnx))?;
+        let path = archive_path(&onnx);
+        super::write_atomic(
+            &path,
+            &onnx_to_nnef(&bytes, &onnx)?,
+            super::ExportFormat::Nnef,
+        )?;
+        written.push(path);
     }
-    let mut pulses = Vec::new();
-    for entry in std::fs::read_dir(like).map_err(ModelError::io(like))? {
-        let name = entry.map_err(ModelError::io(like))?.file_name();
-        pulses.extend(pulse_of_archive(&name.to_string_lossy()));
-    }
-    pulses.sort_unstable();
-    for pulse in pulses {
+    for &pulse in pulses {
         written.push(write_pulsed_trunk(dir, pulse)?);
     }
     Ok(written)
+}
+
+/// The pulses the package in `dir` has a pulsed trunk's archive for, in increasing order.
+pub fn archived_pulses(dir: &Path) -> Result<Vec<usize>, ModelError> {
+    let mut pulses = Vec::new();
+    for entry in std::fs::read_dir(dir).map_err(ModelError::io(dir))? {
+        let name = entry.map_err(ModelError::io(dir))?.file_name();
+        pulses.extend(pulse_of_archive(&name.to_string_lossy()));
+    }
+    pulses.sort_unstable();
+    Ok(pulses)
 }
 
 /// The pulse a [`pulsed_trunk_archive`] is named for (`frames.pulse6.nnef.tar` → 6);

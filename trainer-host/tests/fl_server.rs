@@ -311,14 +311,7 @@ fn published_versions_keep_the_archives_the_initial_model_has() {
     ];
     let host = start_host(config(&f, 1)).unwrap();
     let a = register(&host, "a");
-    let before = trainable(&host);
-    let task = train_task(&host, &a.token);
-    let v = value_for_norm(&before, 0.5);
-    assert_eq!(
-        upload(&host, &a.token, &update(&before, &task, a.device_id, v)).status,
-        200
-    );
-    wait_until("model v1", || status(&host).model_version == 1);
+    release_v1(&host, &a);
 
     let models = f.data.join("models");
     let read = |v: &str, name: &str| std::fs::read(models.join(v).join(name)).unwrap();
@@ -384,6 +377,19 @@ fn published_versions_keep_the_archives_the_initial_model_has() {
         assert!(clf.stream_form().is_some(), "{build:?}");
     }
     host.shutdown().unwrap();
+}
+
+/// Device `a` trains in round 1 and uploads an update within the bound; the host releases
+/// model v1.
+fn release_v1(host: &HostHandle, a: &RegisterResponse) {
+    let before = trainable(host);
+    let task = train_task(host, &a.token);
+    let v = value_for_norm(&before, 0.5);
+    assert_eq!(
+        upload(host, &a.token, &update(&before, &task, a.device_id, v)).status,
+        200
+    );
+    wait_until("model v1", || status(host).model_version == 1);
 }
 
 /// Model version `version` as `DeviceState::ensure_model` downloads it for `build`, in a new
@@ -495,14 +501,7 @@ fn an_initial_model_without_archives_is_published_with_them() {
         }
     };
     archives(&v0);
-    let before = trainable(&host);
-    let task = train_task(&host, &a.token);
-    let v = value_for_norm(&before, 0.5);
-    assert_eq!(
-        upload(&host, &a.token, &update(&before, &task, a.device_id, v)).status,
-        200
-    );
-    wait_until("model v1", || status(&host).model_version == 1);
+    release_v1(&host, &a);
     archives(&models.join("v1"));
 
     // A host that does not have the streaming form's archives (one of an earlier release)

@@ -517,6 +517,28 @@ fn an_initial_model_without_archives_is_published_with_them() {
     host.shutdown().unwrap();
 }
 
+/// With `server.nnef_archives = false` (what `simulate` runs, its devices reading ONNX) the
+/// host writes no archive: v0 is the initial model's files.
+#[test]
+fn a_host_told_not_to_writes_no_archives() {
+    let f = fixture_with(true);
+    let mut c = config(&f, 1);
+    c.server.nnef_archives = false;
+    let host = start_host(c).unwrap();
+    let v0 = f.data.join("models").join("v0");
+    assert_eq!(
+        held(&v0),
+        [
+            "frames.onnx",
+            "head.onnx",
+            "model.json",
+            "model.onnx",
+            "weights.safetensors"
+        ]
+    );
+    host.shutdown().unwrap();
+}
+
 #[test]
 fn non_private_mean_is_applied_exactly_and_rounds_end_in_done() {
     let f = fixture();

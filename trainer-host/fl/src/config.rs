@@ -68,6 +68,11 @@ pub struct ServerSection {
     pub max_upload_bytes: Option<usize>,
     /// How often the deadline timer runs, in milliseconds (default 100).
     pub tick_ms: u64,
+    /// Publish every model version with its NNEF archives, for devices built without
+    /// tract's ONNX parser or tract-pulse: written into v0 when the initial model comes
+    /// without them, and made from each later version's weights (default true). When false,
+    /// versions carry the archives the initial model has, if any.
+    pub nnef_archives: bool,
     /// `[server.tls]`: serve HTTPS with this certificate and key (default: plain HTTP).
     pub tls: Option<TlsSection>,
 }
@@ -92,6 +97,7 @@ impl Default for ServerSection {
             initial_model: PathBuf::new(),
             max_upload_bytes: None,
             tick_ms: 100,
+            nnef_archives: true,
             tls: None,
         }
     }

@@ -407,7 +407,10 @@ impl<S: Store, C: Clock> RoundEngine<S, C> {
                 .map_err(|e| FlError::config("server.initial_model", &e.to_string()))?;
             let digest = models.stage(0, |dir| {
                 copy_package(init, dir)?;
-                add_archives(dir)
+                if cfg.server.nnef_archives {
+                    add_archives(dir)?;
+                }
+                Ok(())
             })?;
             let v0 = ModelVersionRow {
                 version: 0,

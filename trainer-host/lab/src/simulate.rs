@@ -631,6 +631,8 @@ pub fn simulate_with(
     host_cfg.server.initial_model = initial.clone();
     host_cfg.server.data_dir = host_dir;
     host_cfg.server.listen = "127.0.0.1:0".into();
+    // The simulated devices read ONNX: no NNEF archive to write at each release.
+    host_cfg.server.nnef_archives = false;
     host_cfg.rounds.min_devices = devices as u64;
     // A configuration the engine would refuse (e.g. a participation scheme the accountant
     // cannot account for) is refused before anything runs.

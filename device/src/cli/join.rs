@@ -91,7 +91,8 @@ pub fn run(args: JoinArgs) -> anyhow::Result<()> {
             );
             if let Some((version, dir)) = &summary.model {
                 eprintln!(
-                    "the federated model, v{version}, is in {0}: hush-device listen --model {0}",
+                    "the federated model, v{version}, is in {0}: hush-device listen --model {0} \
+                     --mic (or --input FILE.wav)",
                     dir.display()
                 );
             }

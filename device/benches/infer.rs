@@ -12,15 +12,18 @@
 //! slice is preempted and its wall time grows with the load, a short one's does not, so only
 //! CPU times compare runs of different lengths fairly.
 //! In the same run, `infer_onnxruntime.py` times onnxruntime (one intra-op thread, as tract
-//! runs here) on the same `model.onnx` files and input shape, when `HUSH_BENCH_PYTHON` (or
-//! `python3`) has `onnxruntime`; the table gives onnxruntime / tract for both forms.
+//! runs here) on the same `model.onnx` files and input shape, right after tract on each
+//! arch, when `HUSH_BENCH_PYTHON` (or `python3`) has `onnxruntime`; the table gives
+//! onnxruntime / tract for both forms. On a machine whose speed drifts from second to second
+//! (a shared VM), `HUSH_BENCH_ROUNDS=N` repeats the whole table N times and gives each ratio's
+//! median and range over the rounds, every ratio taken between timings seconds apart.
 //!
 //! Build it with the `release` profile: the `dev` profile compiles tract's graph crates at
 //! opt-level 1 with debug assertions (for build time), which makes tract's own loops (its
 //! depthwise convolution among them) several times slower than a shipped build.
 //!
 //! ```text
-//! HUSH_BENCH_PYTHON=/work/venv-ort/bin/python HUSH_BENCH_REPS=200 \
+//! HUSH_BENCH_PYTHON=/work/venv-ort/bin/python HUSH_BENCH_REPS=200 HUSH_BENCH_ROUNDS=5 \
 //!     cargo bench -p hush-device --profile release --bench infer
 //! ```
 //!
@@ -236,40 +239,36 @@ fn onnxruntime(python: &str, models: &[(String, PathBuf)]) -> Option<serde_json:
     serde_json::from_slice(&out.stdout).ok()
 }
 
-fn main() {
-    let root = tempfile::tempdir().unwrap();
-    let archs = std::env::var("HUSH_BENCH_ARCHS")
-        .unwrap_or_else(|_| format!("{},{}", ARCH_NAMES.join(","), STREAMING.join(",")));
-    let mut rows = Vec::new();
-    for arch in archs.split(',') {
-        let dir = root.path().join(arch);
-        let params = package(arch, &dir);
-        let stock = stock_tract(&dir);
-        let (window, step) = tract(&dir);
-        rows.push((
-            arch.to_string(),
-            params,
-            stock,
-            window,
-            step,
-            dir.join("model.onnx"),
-        ));
-    }
-    let python = python_with_onnxruntime();
-    let models: Vec<(String, PathBuf)> = rows.iter().map(|r| (r.0.clone(), r.5.clone())).collect();
-    let ort = python.as_deref().and_then(|py| onnxruntime(py, &models));
-    match (&python, &ort) {
-        (None, _) => println!("(no Python with onnxruntime: set HUSH_BENCH_PYTHON to compare)"),
-        (Some(py), Some(v)) => println!("onnxruntime {} via {py}", v["version"]),
-        (Some(_), None) => {}
-    }
-    println!(
-        "[1, {}, {}] features, {} classes; median of {} runs; milliseconds, CPU time (wall)",
-        IO.frames,
-        IO.bins,
-        IO.classes,
-        reps()
-    );
+/// `HUSH_BENCH_ROUNDS` (default 1): how many times each measurement is repeated, tract and
+/// onnxruntime alternating, arch by arch.
+fn rounds() -> usize {
+    std::env::var("HUSH_BENCH_ROUNDS")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .filter(|&n| n > 0)
+        .unwrap_or(1)
+}
+
+/// One arch's timings in one round.
+struct Row {
+    arch: String,
+    params: usize,
+    stock: Timing,
+    window: Timing,
+    step: Timing,
+    ort: Option<Timing>,
+}
+
+/// onnxruntime's timing of one arch's `model.onnx`.
+fn onnxruntime_one(python: &str, arch: &str, onnx: &Path) -> Option<Timing> {
+    let v = onnxruntime(python, &[(arch.to_string(), onnx.to_path_buf())])?;
+    Some(Timing {
+        cpu: v["cpu_ms"][arch].as_f64()?,
+        wall: v["wall_ms"][arch].as_f64()?,
+    })
+}
+
+fn print_round(rows: &[Row]) {
     println!(
         "{:<10} {:>9} {:>18} {:>18} {:>18} {:>10} {:>10} {:>18}",
         "arch",
@@ -282,22 +281,111 @@ fn main() {
         "hush stream step"
     );
     let both = |t: Timing| format!("{:.3} ({:.3})", t.cpu, t.wall);
-    for (arch, params, stock, window, step, _) in rows {
-        let o = ort.as_ref().and_then(|v| {
-            Some(Timing {
-                cpu: v["cpu_ms"][&arch].as_f64()?,
-                wall: v["wall_ms"][&arch].as_f64()?,
-            })
-        });
-        let ratio = |t: Timing| o.map_or("-".into(), |o| format!("{:.2}", o.cpu / t.cpu));
+    for r in rows {
+        let ratio = |t: Timing| r.ort.map_or("-".into(), |o| format!("{:.2}", o.cpu / t.cpu));
         println!(
-            "{arch:<10} {params:>9} {:>18} {:>18} {:>18} {:>10} {:>10} {:>18}",
-            both(stock),
-            both(window),
-            o.map_or("-".into(), both),
-            ratio(stock),
-            ratio(window),
-            both(step),
+            "{:<10} {:>9} {:>18} {:>18} {:>18} {:>10} {:>10} {:>18}",
+            r.arch,
+            r.params,
+            both(r.stock),
+            both(r.window),
+            r.ort.map_or("-".into(), both),
+            ratio(r.stock),
+            ratio(r.window),
+            both(r.step),
         );
+    }
+}
+
+/// The median and range of `values`.
+fn spread(mut values: Vec<f64>) -> String {
+    values.sort_by(f64::total_cmp);
+    match (values.first(), values.last()) {
+        (Some(lo), Some(hi)) => format!("{:.2} [{lo:.2}-{hi:.2}]", values[values.len() / 2]),
+        _ => "-".into(),
+    }
+}
+
+fn main() {
+    let root = tempfile::tempdir().unwrap();
+    let archs = std::env::var("HUSH_BENCH_ARCHS")
+        .unwrap_or_else(|_| format!("{},{}", ARCH_NAMES.join(","), STREAMING.join(",")));
+    let packages: Vec<(String, usize, PathBuf)> = archs
+        .split(',')
+        .map(|arch| {
+            let dir = root.path().join(arch);
+            let params = package(arch, &dir);
+            (arch.to_string(), params, dir)
+        })
+        .collect();
+    let python = python_with_onnxruntime();
+    match &python {
+        None => println!("(no Python with onnxruntime: set HUSH_BENCH_PYTHON to compare)"),
+        Some(py) => {
+            let version = Command::new(py)
+                .args(["-c", "import onnxruntime; print(onnxruntime.__version__)"])
+                .output()
+                .map(|o| String::from_utf8_lossy(&o.stdout).trim().to_string())
+                .unwrap_or_default();
+            println!("onnxruntime {version} via {py}, timed right after tract on each arch")
+        }
+    }
+    println!(
+        "[1, {}, {}] features, {} classes; median of {} runs; milliseconds, CPU time (wall)",
+        IO.frames,
+        IO.bins,
+        IO.classes,
+        reps()
+    );
+    let mut all: Vec<Vec<Row>> = Vec::new();
+    for round in 0..rounds() {
+        let rows: Vec<Row> = packages
+            .iter()
+            .map(|(arch, params, dir)| {
+                let stock = stock_tract(dir);
+                let (window, step) = tract(dir);
+                let ort = python
+                    .as_deref()
+                    .and_then(|py| onnxruntime_one(py, arch, &dir.join("model.onnx")));
+                Row {
+                    arch: arch.clone(),
+                    params: *params,
+                    stock,
+                    window,
+                    step,
+                    ort,
+                }
+            })
+            .collect();
+        if rounds() > 1 {
+            println!("round {}", round + 1);
+        }
+        print_round(&rows);
+        all.push(rows);
+    }
+    if all.len() > 1 && python.is_some() {
+        println!(
+            "over {} rounds, each ratio taken within its round: median [range]",
+            all.len()
+        );
+        println!(
+            "{:<20} {:>18} {:>18} {:>24}",
+            "arch", "ort/stock", "ort/hush", "hush step / ort window"
+        );
+        for (k, (arch, _, _)) in packages.iter().enumerate() {
+            let of = |f: &dyn Fn(&Row, Timing) -> f64| {
+                spread(
+                    all.iter()
+                        .filter_map(|rows| rows[k].ort.map(|o| f(&rows[k], o)))
+                        .collect(),
+                )
+            };
+            println!(
+                "{arch:<20} {:>18} {:>18} {:>24}",
+                of(&|r, o| o.cpu / r.stock.cpu),
+                of(&|r, o| o.cpu / r.window.cpu),
+                of(&|r, o| r.step.cpu / o.cpu),
+            );
+        }
     }
 }

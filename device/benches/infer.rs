@@ -282,7 +282,10 @@ fn print_round(rows: &[Row]) {
     );
     let both = |t: Timing| format!("{:.3} ({:.3})", t.cpu, t.wall);
     for r in rows {
-        let ratio = |t: Timing| r.ort.map_or("-".into(), |o| format!("{:.2}", o.cpu / t.cpu));
+        let ratio = |t: Timing| {
+            r.ort
+                .map_or("-".into(), |o| format!("{:.2}", o.cpu / t.cpu))
+        };
         println!(
             "{:<10} {:>9} {:>18} {:>18} {:>18} {:>10} {:>10} {:>18}",
             r.arch,

@@ -7,14 +7,13 @@
 //! into the real spectrum (a real FFT's "post-processing") is fused with the power, in
 //! blocks the compiler vectorises, so no complex spectrum is ever written. Through the
 //! `realfft` crate that split cost more than the FFT itself (about 5 000 of 7 000
-//! instructions per 512-point frame, by callgrind). Odd sizes, which no preset uses, go
-//! through `realfft`.
+//! instructions per 512-point frame, by callgrind). Odd sizes, which no preset uses, are
+//! transformed whole, as complex points with no imaginary part.
 
 use std::sync::Arc;
 
 use num_complex::Complex;
-use realfft::{RealFftPlanner, RealToComplex};
-use rustfft::{Fft, FftPlanner};
+use rustfft::Fft;
 
 use super::config::{LogKind, SpectrumKind};
 use super::mel::LANES;
@@ -30,13 +29,20 @@ enum Plan {
         /// `cos(2πk/n)` and `-sin(2πk/n)` for `k < n / 4 + 1`.
         twiddles: Vec<(f32, f32)>,
     },
-    /// Odd size: a real FFT and a power loop.
-    Real {
-        fft: Arc<dyn RealToComplex<f32>>,
+    /// Odd size `n`: an `n`-point complex FFT of the real frame, then a power loop.
+    Whole {
+        fft: Arc<dyn Fft<f32>>,
+        /// The frame, `n` samples.
         input: Vec<f32>,
-        output: Vec<Complex<f32>>,
+        /// The frame as complex points, then its spectrum.
+        points: Vec<Complex<f32>>,
         scratch: Vec<Complex<f32>>,
     },
+}
+
+/// A forward complex FFT of `len` points, with rustfft's fastest code for this CPU.
+fn plan_forward(len: usize) -> Arc<dyn Fft<f32>> {
+    rustfft::FftPlanner::new().plan_fft_forward(len)
 }
 
 /// A planned FFT with its buffers.
@@ -62,7 +68,7 @@ impl Spectrum {
     pub fn new(size: usize, kind: SpectrumKind) -> Self {
         let plan = if size.is_multiple_of(2) && size >= 2 {
             let half = size / 2;
-            let fft = FftPlanner::<f32>::new().plan_fft_forward(half);
+            let fft = plan_forward(half);
             let scratch = vec![Complex::new(0.0, 0.0); fft.get_inplace_scratch_len()];
             let twiddles = (0..half / 2 + 1)
                 .map(|k| {
@@ -77,11 +83,11 @@ impl Spectrum {
                 twiddles,
             }
         } else {
-            let fft = RealFftPlanner::<f32>::new().plan_fft_forward(size);
-            Plan::Real {
-                input: fft.make_input_vec(),
-                output: fft.make_output_vec(),
-                scratch: fft.make_scratch_vec(),
+            let fft = plan_forward(size);
+            Plan::Whole {
+                input: vec![0.0; size],
+                points: vec![Complex::new(0.0, 0.0); size],
+                scratch: vec![Complex::new(0.0, 0.0); fft.get_inplace_scratch_len()],
                 fft,
             }
         };
@@ -98,7 +104,7 @@ impl Spectrum {
     pub fn input_mut(&mut self) -> &mut [f32] {
         match &mut self.plan {
             Plan::Half { points, .. } => bytemuck::cast_slice_mut(points),
-            Plan::Real { input, .. } => input,
+            Plan::Whole { input, .. } => input,
         }
     }
 
@@ -126,17 +132,17 @@ impl Spectrum {
                 fft.process_with_scratch(points, scratch);
                 split_power(points, twiddles, &mut self.bins);
             }
-            Plan::Real {
+            Plan::Whole {
                 fft,
                 input,
-                output,
+                points,
                 scratch,
             } => {
-                // The buffers come from the plan and always fit; zeros if they did not.
-                if fft.process_with_scratch(input, output, scratch).is_err() {
-                    output.fill(Complex::new(0.0, 0.0));
+                for (p, x) in points.iter_mut().zip(input.iter()) {
+                    *p = Complex::new(*x, 0.0);
                 }
-                for (b, c) in self.bins.iter_mut().zip(output.iter()) {
+                fft.process_with_scratch(points, scratch);
+                for (b, c) in self.bins.iter_mut().zip(points.iter()) {
                     *b = c.norm_sqr();
                 }
             }

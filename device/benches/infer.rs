@@ -310,6 +310,8 @@ fn spread(mut values: Vec<f64>) -> String {
 }
 
 fn main() {
+    // As the device binary does (`hush-device`'s main), and as onnxruntime's arena does.
+    hush_models::compute::keep_freed_inference_memory();
     let root = tempfile::tempdir().unwrap();
     let archs = std::env::var("HUSH_BENCH_ARCHS")
         .unwrap_or_else(|_| format!("{},{}", ARCH_NAMES.join(","), STREAMING.join(",")));

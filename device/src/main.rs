@@ -45,6 +45,7 @@ enum Command {
 
 fn main() -> anyhow::Result<()> {
     let cli = Cli::parse();
+    hush_models::compute::keep_freed_inference_memory();
     match cli.command {
         Command::Info(args) => cli::info::run(args),
         Command::Classify(args) => cli::classify::run(args),

@@ -348,10 +348,15 @@ fn the_device_plan_equals_burn_on_every_architecture() {
         let tract_depthwise = cfg!(target_arch = "aarch64");
         let k = clf.hush_kernels().unwrap();
         match arch {
-            // Each depthwise convolution with the batch norm's multiply and the ReLU after it
-            // folded in (and its add, which tract drops here: an untrained model's adds 0).
+            // Each depthwise and pointwise convolution with the batch norm's multiply and the
+            // ReLU after it folded in (and its add, which tract drops here: an untrained
+            // model's adds 0), and the first convolution with its ReLU.
             "ds-cnn-s" => assert!(
-                tract_depthwise || (k.depthwise > 0 && k.folded == 2 * k.depthwise),
+                tract_depthwise
+                    || (k.depthwise > 0
+                        && k.pointwise == k.depthwise
+                        && k.dense == 1
+                        && k.folded == 2 * (k.depthwise + k.pointwise) + k.dense),
                 "{arch}: {k:?}"
             ),
             "bc-resnet" => assert!(

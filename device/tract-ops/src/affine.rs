@@ -22,6 +22,15 @@ pub struct Affine {
 }
 
 impl Affine {
+    /// The bias of a convolution followed by this affine: `bias[i] × scale[i] + shift[i]`
+    /// (`bias` one value per index, or one for all).
+    pub fn fold_bias(&self, bias: &[f32]) -> Vec<f32> {
+        let at = |i: usize| bias[if bias.len() == 1 { 0 } else { i }];
+        (0..self.scale.len())
+            .map(|i| at(i) * self.scale[i] + self.shift[i])
+            .collect()
+    }
+
     /// `y = x` over `len` indices.
     pub fn identity(len: usize) -> Self {
         Affine {
@@ -41,6 +50,25 @@ pub struct Chain {
     pub last: OutletId,
     /// How many of tract's ops it spans (0: none, and `last` is where it started).
     pub ops: usize,
+}
+
+impl Chain {
+    /// The chain after `node`'s output (data of `len` indices along `axis`): what
+    /// [`follow`] finds from its one successor, or nothing where the output is read by
+    /// several nodes or is a model output.
+    pub fn after(model: &TypedModel, node: usize, axis: usize, len: usize) -> TractResult<Chain> {
+        let out = OutletId::new(node, 0);
+        match model.single_succ(node)? {
+            Some(next) if !model.output_outlets()?.contains(&out) => {
+                follow(model, out, next, axis, len)
+            }
+            _ => Ok(Chain {
+                affine: Affine::identity(len),
+                last: out,
+                ops: 0,
+            }),
+        }
+    }
 }
 
 /// The elementwise op of `node` if it is a binary one (tract's generic form, or its form
@@ -225,8 +253,8 @@ impl AxisAffine {
         Ok(None)
     }
 
-    /// Applies the op to `x`, of `shape`, into `out` (cleared first).
-    pub fn run(&self, x: &[f32], shape: &[usize], out: &mut Vec<f32>) -> TractResult<()> {
+    /// Applies the op to `x`, of `shape`, in place.
+    pub fn run(&self, x: &mut [f32], shape: &[usize]) -> TractResult<()> {
         let (scale, shift) = (
             self.scale.try_as_plain_ram()?,
             self.shift.try_as_plain_ram()?,
@@ -244,21 +272,18 @@ impl AxisAffine {
         );
         let inner: usize = shape[self.axis + 1..].iter().product();
         let relu = if self.relu { 0.0 } else { f32::NEG_INFINITY };
-        out.clear();
-        out.reserve(x.len());
         if inner == 1 {
-            for row in x.chunks_exact(scale.len()) {
-                let terms = scale.iter().zip(shift);
-                out.extend(
-                    row.iter()
-                        .zip(terms)
-                        .map(|(v, (a, b))| (v * a + b).max(relu)),
-                );
+            for row in x.chunks_exact_mut(scale.len()) {
+                for (v, (a, b)) in row.iter_mut().zip(scale.iter().zip(shift)) {
+                    *v = (*v * a + b).max(relu);
+                }
             }
         } else {
-            for block in x.chunks_exact(scale.len() * inner) {
-                for ((run, a), b) in block.chunks_exact(inner).zip(scale).zip(shift) {
-                    out.extend(run.iter().map(|v| (v * a + b).max(relu)));
+            for block in x.chunks_exact_mut(scale.len() * inner) {
+                for ((run, a), b) in block.chunks_exact_mut(inner).zip(scale).zip(shift) {
+                    for v in run {
+                        *v = (*v * a + b).max(relu);
+                    }
                 }
             }
         }
@@ -291,15 +316,12 @@ impl EvalOp for AxisAffine {
     op_out_of_plan!();
 
     fn eval(&self, _ctx: &EvalContext, inputs: TVec<TValue>) -> TractResult<TVec<TValue>> {
-        let x = args_1!(inputs);
-        let mut out = Vec::new();
-        self.run(
-            x.try_as_plain_ram()?.as_slice::<f32>()?,
-            x.shape(),
-            &mut out,
-        )?;
-        let out = tract_ndarray::ArrayD::from_shape_vec(x.shape(), out)?;
-        Ok(tvec!(out.into_tensor().into_tvalue()))
+        // In place: tract hands over its last reference to the input where this op is the
+        // input's last reader, and `into_tensor` copies it only where it is not.
+        let mut x = args_1!(inputs).into_tensor();
+        let shape: TVec<usize> = x.shape().into();
+        self.run(x.try_as_plain_ram_mut()?.as_slice_mut::<f32>()?, &shape)?;
+        Ok(tvec!(x.into_tvalue()))
     }
 }
 

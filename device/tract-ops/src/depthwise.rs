@@ -9,8 +9,12 @@
 //! not wait for the previous one's). With a height stride of 1 the whole plane is one such
 //! run, and a small plane (a pulsed trunk's few frames × 10 bins) fills its vectors instead
 //! of leaving most of each row's last vector idle; the outputs that fall on the padding
-//! between rows are computed and dropped. The SIMD width is picked at run time through `pulp`
-//! (AVX2 + FMA on x86-64, NEON on aarch64, scalar elsewhere). Its `mul_add_e` is fused where
+//! between rows are computed and dropped. With a width stride (BC-ResNet's 1×3 windows at
+//! stride 2 along frequency), the padded plane is split into its phases first (the values at
+//! each remainder modulo the stride, [`Window2d::split_phases`]), where a row's outputs read
+//! consecutive values at each tap, and the same runs go over those. The SIMD width is picked
+//! at run time through `pulp` (AVX-512 or AVX2 + FMA on x86-64, NEON on aarch64, scalar
+//! elsewhere). Its `mul_add_e` is fused where
 //! the target has FMA and a plain multiply and add where it has not (32-bit ARM's VFPv3),
 //! rather than a software fused multiply-add there.
 //!
@@ -25,10 +29,11 @@
 //! is applied as the outputs are stored, instead of three more passes over the output.
 
 use tract_core::internal::*;
-use tract_core::ops::cnn::conv::{Conv, KernelFormat};
+use tract_core::ops::cnn::conv::Conv;
 
-use crate::affine::{follow, Affine, Chain};
+use crate::affine::Chain;
 use crate::window::Window2d;
+use crate::{constant, conv_window, replace, Swap};
 
 /// The most SIMD vectors of outputs accumulated together (eight accumulators, a weight and
 /// an input: ten of AVX2's sixteen registers).
@@ -45,34 +50,14 @@ pub struct DepthwiseNchw {
     pub relu: bool,
 }
 
-/// What [`DepthwiseNchw::swap`] did to one convolution.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Swap {
-    /// tract's elementwise ops after the convolution folded into it (a multiply, an add, a
-    /// ReLU).
-    pub folded: usize,
-}
-
 impl DepthwiseNchw {
     /// The op for `conv` at `node`, when it is a float depthwise convolution this op runs:
     /// NCHW or CHW images of a known shape, an OIHW kernel and a bias that are constants.
     pub fn for_conv(model: &TypedModel, node: &TypedNode, conv: &Conv) -> Option<Self> {
-        let spec = &conv.pool_spec;
-        let images = model.outlet_fact(*node.inputs.first()?).ok()?;
-        let consts = node.inputs[1..]
-            .iter()
-            .all(|i| model.outlet_fact(*i).is_ok_and(|f| f.konst.is_some()));
-        let window = Window2d::from_pool_spec(spec, &images.shape)?;
-        let depthwise = conv.group == window.channels
-            && spec.input_channels == window.channels
-            && spec.output_channels == window.channels;
-        (conv.q_params.is_none()
-            && conv.kernel_fmt == KernelFormat::OIHW
-            && depthwise
-            && node.inputs.len() == 3
-            && consts
-            && images.datum_type == f32::datum_type())
-        .then_some(DepthwiseNchw {
+        let window = conv_window(model, node, conv)?;
+        let depthwise =
+            conv.group == window.channels && conv.pool_spec.output_channels == window.channels;
+        depthwise.then_some(DepthwiseNchw {
             window,
             relu: false,
         })
@@ -87,19 +72,9 @@ impl DepthwiseNchw {
             return Ok(None);
         };
         let w = op.window.clone();
-        let conv_out = OutletId::new(node, 0);
-        let chain = match model.single_succ(node)? {
-            Some(next) if !model.output_outlets()?.contains(&conv_out) => {
-                follow(model, conv_out, next, w.batch as usize, w.channels)?
-            }
-            _ => Chain {
-                affine: Affine::identity(w.channels),
-                last: conv_out,
-                ops: 0,
-            },
-        };
-        let Affine { scale, shift, relu } = chain.affine;
-        op.relu = relu;
+        let chain = Chain::after(model, node, w.batch as usize, w.channels)?;
+        op.relu = chain.affine.relu;
+        let scale = &chain.affine.scale;
         let kernel = constant(model, conv_node.inputs[1])?;
         let bias = constant(model, conv_node.inputs[2])?;
         let taps = kernel.len() / w.channels;
@@ -108,30 +83,21 @@ impl DepthwiseNchw {
             .enumerate()
             .map(|(i, k)| k * scale[i / taps])
             .collect();
-        let bias: Vec<f32> = (0..w.channels)
-            .map(|c| bias[if bias.len() == 1 { 0 } else { c }] * scale[c] + shift[c])
-            .collect();
-        let name = conv_node.name.clone();
-        let mut patch = TypedModelPatch::new(format!("hush depthwise {name}"));
-        let images = patch.tap_model(model, conv_node.inputs[0])?;
-        let kernel_shape = [w.channels, 1, w.kernel[0], w.kernel[1]];
-        let kernel = patch.add_const(
-            format!("{name}.kernel"),
-            Tensor::from_shape(&kernel_shape, &kernel)?,
-        )?;
-        let bias = patch.add_const(
-            format!("{name}.bias"),
-            Tensor::from_shape(&[w.channels], &bias)?,
-        )?;
-        let out = patch.wire_node(&name, op, &[images, kernel, bias])?;
-        patch.shunt_outside(model, chain.last, out[0])?;
-        patch.apply(model)?;
+        let kernel = Tensor::from_shape(&[w.channels, 1, w.kernel[0], w.kernel[1]], &kernel)?;
+        let bias = Tensor::from_shape(&[w.channels], &chain.affine.fold_bias(&bias))?;
+        replace(model, node, chain.last, op, [kernel, bias])?;
         Ok(Some(Swap { folded: chain.ops }))
     }
 
     /// Convolves `images` with `kernel` (`[channels, 1, kh, kw]`) plus `bias` (one per
-    /// channel, or one for all): the output planes, one after another.
-    pub fn run(&self, images: &[f32], kernel: &[f32], bias: &[f32]) -> TractResult<Vec<f32>> {
+    /// channel, or one for all): the output planes, one after another, into `out`.
+    pub fn run(
+        &self,
+        images: &[f32],
+        kernel: &[f32],
+        bias: &[f32],
+        out: &mut [f32],
+    ) -> TractResult<()> {
         let w = &self.window;
         let taps = w.kernel[0] * w.kernel[1];
         ensure!(
@@ -152,7 +118,12 @@ impl DepthwiseNchw {
             "{} values are not whole images of {w:?}",
             images.len()
         );
-        let mut out = Vec::with_capacity(images.len() / w.plane_len() * w.output_plane_len());
+        let outputs = images.len() / w.plane_len() * w.output_plane_len();
+        ensure!(
+            out.len() == outputs,
+            "room for {} outputs; {w:?} gives {outputs}",
+            out.len()
+        );
         pulp::Arch::new().dispatch(Convolve {
             w,
             weights: Weights {
@@ -161,18 +132,11 @@ impl DepthwiseNchw {
                 relu: self.relu,
             },
             images,
-            out: &mut out,
+            out,
             in_place: true,
         });
-        Ok(out)
+        Ok(())
     }
-}
-
-/// The values of the constant at `outlet`, as f32s.
-fn constant(model: &TypedModel, outlet: OutletId) -> TractResult<Vec<f32>> {
-    let fact = model.outlet_fact(outlet)?;
-    let konst = fact.konst.as_ref().context("a constant input")?;
-    Ok(konst.try_as_plain_ram()?.as_slice::<f32>()?.to_vec())
 }
 
 /// One call of the convolution, for `pulp` to run with the widest SIMD the CPU has.
@@ -180,8 +144,8 @@ struct Convolve<'a> {
     w: &'a Window2d,
     weights: Weights<'a>,
     images: &'a [f32],
-    /// Where the output planes are appended.
-    out: &'a mut Vec<f32>,
+    /// Where the output planes go, one after another.
+    out: &'a mut [f32],
     /// Whether planes [`Convolve::in_place`] can run are read in place (else every plane
     /// is padded; the tests compare the two).
     in_place: bool,
@@ -241,8 +205,16 @@ impl Convolve<'_> {
             ..
         } = self;
         let mut padded = w.padded_plane(0.0);
-        let width = w.padded_width();
-        let offsets = w.tap_offsets(width);
+        // With a width stride, the padded plane split into its phases (`Window2d::phases`),
+        // read at each tap's place there.
+        let sw = w.strides[1];
+        let (width, offsets, mut phases) = if sw == 1 {
+            let width = w.padded_width();
+            (width, w.tap_offsets(width), None)
+        } else {
+            let width = w.phase_width();
+            (width, w.phase_offsets(), Some(w.phase_planes()))
+        };
         let [oh, ow] = w.output;
         // The runs of outputs along the padded rows: the whole plane at a height stride of
         // 1, else one run an output row. Run `y` reads the padded plane from `y · stride ·
@@ -253,20 +225,24 @@ impl Convolve<'_> {
             (oh, ow)
         };
         let mut scratch = vec![0f32; oh * width + S::F32_LANES];
-        for (plane, input) in images.chunks_exact(w.plane_len()).enumerate() {
+        let planes = images.chunks_exact(w.plane_len());
+        for ((plane, input), out) in planes.enumerate().zip(out.chunks_exact_mut(oh * ow)) {
             let c = plane % w.channels;
             w.pad_into(input, &mut padded);
-            let conv = weights.channel(c, &padded, &offsets, None);
-            if w.strides[1] != 1 {
-                conv.strided(w, &mut scratch);
-            } else {
-                for y in 0..runs {
-                    let from = y * w.strides[0] * width;
-                    conv.run(simd, from, run_len, &mut scratch[y * width..]);
+            let source = match &mut phases {
+                None => &padded[..],
+                Some(phases) => {
+                    w.split_phases(&padded, phases);
+                    &phases[..]
                 }
+            };
+            let conv = weights.channel(c, source, &offsets, None);
+            for y in 0..runs {
+                let from = y * w.strides[0] * width;
+                conv.run(simd, from, run_len, &mut scratch[y * width..]);
             }
-            for row in scratch.chunks(width).take(oh) {
-                out.extend_from_slice(&row[..ow]);
+            for (row, out) in scratch.chunks(width).zip(out.chunks_exact_mut(ow)) {
+                out.copy_from_slice(&row[..ow]);
             }
         }
     }
@@ -305,10 +281,11 @@ impl Convolve<'_> {
         // than a vector) is read from a copy with zeros around it.
         let mut edge = vec![0f32; left + plane_len.max(reach)];
         // A plane's last vector may spill into the next plane's outputs, which are written
-        // after it, and past the last plane into room that is cut off at the end.
-        let start = out.len();
+        // after it; a plane whose spill would pass the end of `out` is written to `last`
+        // and copied from there.
+        let written = run_len.div_ceil(lanes) * lanes;
+        let mut last = vec![0f32; written];
         let planes = images.len() / plane_len;
-        out.resize(start + planes * run_len + lanes, 0.0);
         let mut plane = 0;
         while plane < planes {
             for c in 0..w.channels {
@@ -320,11 +297,16 @@ impl Convolve<'_> {
                     (&edge[..], 0)
                 };
                 let conv = weights.channel(c, source, &offsets, Some(columns));
-                conv.run(simd, from, run_len, &mut out[start + plane * run_len..]);
+                let at = plane * run_len;
+                if at + written <= out.len() {
+                    conv.run(simd, from, run_len, &mut out[at..]);
+                } else {
+                    conv.run(simd, from, run_len, &mut last);
+                    out[at..at + run_len].copy_from_slice(&last[..run_len]);
+                }
                 plane += 1;
             }
         }
-        out.truncate(start + planes * run_len);
     }
 }
 
@@ -418,24 +400,6 @@ impl Taps<'_> {
         }
     }
 
-    /// The outputs of a convolution strided along the width, one by one, into `scratch`'s
-    /// rows (no hush model has one; kept correct, not fast).
-    fn strided(&self, w: &Window2d, scratch: &mut [f32]) {
-        let width = w.padded_width();
-        let [sh, sw] = w.strides;
-        for (oy, row) in scratch.chunks_mut(width).take(w.output[0]).enumerate() {
-            for (ox, o) in row[..w.output[1]].iter_mut().enumerate() {
-                let at = oy * sh * width + ox * sw;
-                let sum = self
-                    .offsets
-                    .iter()
-                    .zip(self.kernel)
-                    .fold(self.bias, |acc, (off, k)| acc + k * self.padded[at + off]);
-                *o = if self.relu { sum.max(0.0) } else { sum };
-            }
-        }
-    }
-
     /// `B` vectors of outputs from the run's vector `v` on (the run's first output reads the
     /// padded plane at `from`), into the start of `out`.
     #[inline(always)]
@@ -502,13 +466,14 @@ impl EvalOp for DepthwiseNchw {
         let (images, kernel, bias) = args_3!(inputs);
         let w = &self.window;
         let n = if w.batch { images.shape()[0] } else { 1 };
-        let out = self.run(
-            images.try_as_plain_ram()?.as_slice::<f32>()?,
-            kernel.try_as_plain_ram()?.as_slice::<f32>()?,
-            bias.try_as_plain_ram()?.as_slice::<f32>()?,
-        )?;
-        let out = tract_ndarray::ArrayD::from_shape_vec(&*w.output_shape(n), out)?;
-        Ok(tvec!(out.into_tensor().into_tvalue()))
+        crate::f32_output(&w.output_shape(n), |out| {
+            self.run(
+                images.try_as_plain_ram()?.as_slice::<f32>()?,
+                kernel.try_as_plain_ram()?.as_slice::<f32>()?,
+                bias.try_as_plain_ram()?.as_slice::<f32>()?,
+                out,
+            )
+        })
     }
 }
 
@@ -559,8 +524,11 @@ mod tests {
             let images = values(2 * 3 * input[0] * input[1], 7);
             let weights = values(3 * kernel[0] * kernel[1], 5);
             let bias = values(3, 3);
-            let widest = op.run(&images, &weights, &bias).unwrap();
-            let mut scalar = Vec::new();
+            // NaN where nothing was written.
+            let outputs = 2 * 3 * output[0] * output[1];
+            let mut widest = vec![f32::NAN; outputs];
+            op.run(&images, &weights, &bias, &mut widest).unwrap();
+            let mut scalar = vec![f32::NAN; outputs];
             pulp::WithSimd::with_simd(
                 Convolve {
                     w: &op.window,
@@ -575,8 +543,6 @@ mod tests {
                 },
                 pulp::Scalar::new(),
             );
-            assert_eq!(widest.len(), 2 * 3 * output[0] * output[1]);
-            assert_eq!(widest.len(), scalar.len());
             for (i, (a, b)) in widest.iter().zip(&scalar).enumerate() {
                 assert!(
                     (a - b).abs() <= 1e-5,
@@ -625,7 +591,8 @@ mod tests {
                     let weights = values(channels * kernel[0] * kernel[1], 5);
                     let bias = values(if relu { channels } else { 1 }, 3);
                     let run = |in_place: bool, scalar: bool| {
-                        let mut out = vec![];
+                        // NaN where nothing was written.
+                        let mut out = vec![f32::NAN; images * channels * output[0] * output[1]];
                         let conv = Convolve {
                             w: &window,
                             weights: Weights {
@@ -647,7 +614,7 @@ mod tests {
                     assert!(ColumnMasks::for_window::<pulp::Scalar>(&window).is_some());
                     for scalar in [false, true] {
                         let padded = run(false, scalar);
-                        assert_eq!(padded.len(), images * channels * output[0] * output[1]);
+                        assert!(padded.iter().all(|&v| !f32::from_bits(v).is_nan()));
                         assert_eq!(run(true, scalar), padded, "{window:?}, scalar {scalar}");
                     }
                     cases += 1;

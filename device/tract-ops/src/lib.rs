@@ -7,6 +7,12 @@
 //!   per-zone loop that does not vectorise; on x86-64 it has no vectorised depthwise kernel
 //!   at all (its channels-last kernel is aarch64 and wasm only). A batch norm and a ReLU
 //!   after it are folded into it.
+//! - [`dense`]: the dense (one group) 2-D convolution over NCHW data, as the unfolded
+//!   window's rows times the weights through [`pointwise`]'s product; a batch norm and a
+//!   ReLU after it are folded into it.
+//! - [`pointwise`]: the 1×1 convolution over NCHW data (tract's einsum of it), read where
+//!   it lies instead of packed into panels first; a batch norm and a ReLU after it are
+//!   folded into it.
 //! - [`maxpool`]: 2-D max pooling over NCHW data.
 //! - [`sum`]: a sum over consecutive axes (a mean over frequency, a global average pool).
 //! - [`affine`]: chains of multiplies, adds and subtracts by constants along one axis, and
@@ -19,29 +25,104 @@
 //! the same graphs).
 
 pub mod affine;
+pub mod dense;
 pub mod depthwise;
 pub mod maxpool;
+pub mod pointwise;
 pub mod sum;
 pub mod window;
 
 use tract_core::internal::*;
 use tract_core::ops::cnn::conv::Conv;
 use tract_core::ops::cnn::MaxPool;
+use tract_core::ops::einsum::EinSum;
 use tract_core::ops::nn::Reduce;
 
 pub use affine::AxisAffine;
+pub use dense::DenseConvNchw;
 pub use depthwise::DepthwiseNchw;
 pub use maxpool::MaxPoolNchw;
+pub use pointwise::PointwiseNchw;
 pub use sum::SumAxes;
 pub use window::Window2d;
+
+/// An op's f32 output of `shape`, written by `fill` straight into the tensor tract keeps
+/// (tract's `into_tensor` would copy a `Vec` into fresh aligned storage: a tenth of a
+/// DS-CNN-S window when each op did).
+pub(crate) fn f32_output(
+    shape: &[usize],
+    fill: impl FnOnce(&mut [f32]) -> TractResult<()>,
+) -> TractResult<TVec<TValue>> {
+    let mut out = Tensor::zero::<f32>(shape)?;
+    fill(out.try_as_plain_ram_mut()?.as_slice_mut::<f32>()?)?;
+    Ok(tvec!(out.into_tvalue()))
+}
+
+/// What an op's `swap` did to one node of tract's.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Swap {
+    /// tract's elementwise ops after the node folded into the op (a multiply, an add, a
+    /// ReLU).
+    pub folded: usize,
+}
+
+/// The window of `conv` at `node`, when it is a float convolution hush's convolution ops
+/// may run: NCHW or CHW f32 images of a known shape, a 2-D window, an OIHW kernel and a
+/// bias that are constants. Its groups are for each op to check.
+pub(crate) fn conv_window(model: &TypedModel, node: &TypedNode, conv: &Conv) -> Option<Window2d> {
+    use tract_core::ops::cnn::conv::KernelFormat;
+    let images = model.outlet_fact(*node.inputs.first()?).ok()?;
+    let consts = node.inputs[1..]
+        .iter()
+        .all(|i| model.outlet_fact(*i).is_ok_and(|f| f.konst.is_some()));
+    let window = Window2d::from_pool_spec(&conv.pool_spec, &images.shape)?;
+    (conv.q_params.is_none()
+        && conv.kernel_fmt == KernelFormat::OIHW
+        && node.inputs.len() == 3
+        && consts
+        && images.datum_type == f32::datum_type()
+        && conv.pool_spec.input_channels == window.channels)
+        .then_some(window)
+}
+
+/// The values of the constant at `outlet`, as f32s.
+pub(crate) fn constant(model: &TypedModel, outlet: OutletId) -> TractResult<Vec<f32>> {
+    let fact = model.outlet_fact(outlet)?;
+    let konst = fact.konst.as_ref().context("a constant input")?;
+    Ok(konst.try_as_plain_ram()?.as_slice::<f32>()?.to_vec())
+}
+
+/// Replaces `node` and the ops after it up to `last` (a chain folded into `op`) by `op`,
+/// reading `node`'s first input and two constants (`op`'s weights and bias).
+pub(crate) fn replace(
+    model: &mut TypedModel,
+    node: usize,
+    last: OutletId,
+    op: impl TypedOp,
+    [weights, bias]: [Tensor; 2],
+) -> TractResult<()> {
+    let node = model.node(node);
+    let name = node.name.clone();
+    let mut patch = TypedModelPatch::new(format!("hush {} {name}", op.name()));
+    let images = patch.tap_model(model, node.inputs[0])?;
+    let weights = patch.add_const(format!("{name}.weights"), weights)?;
+    let bias = patch.add_const(format!("{name}.bias"), bias)?;
+    let out = patch.wire_node(&name, op, &[images, weights, bias])?;
+    patch.shunt_outside(model, last, out[0])?;
+    patch.apply(model)
+}
 
 /// How many of each of tract's ops [`swap_in`] replaced.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct Swapped {
     /// Depthwise convolutions.
     pub depthwise: usize,
-    /// Elementwise ops after them folded into them (batch norms' multiplies and adds,
-    /// ReLUs).
+    /// Dense (one group) convolutions.
+    pub dense: usize,
+    /// Pointwise (1×1) convolutions, as tract's einsums of them.
+    pub pointwise: usize,
+    /// Elementwise ops after the convolutions folded into them
+    /// (batch norms' multiplies and adds, ReLUs).
     pub folded: usize,
     /// Max poolings.
     pub max_pool: usize,
@@ -63,7 +144,9 @@ pub fn optimize(model: TypedModel) -> TractResult<(TypedModel, Swapped)> {
 }
 
 /// Replaces, in a decluttered `model`, each op this crate runs faster by its own: tract's
-/// depthwise `Conv`s by [`DepthwiseNchw`], `MaxPool`s by [`MaxPoolNchw`], `Reduce<Sum>`s over
+/// depthwise `Conv`s by [`DepthwiseNchw`], other `Conv`s with one group by
+/// [`DenseConvNchw`], einsums of 1×1 convolutions by
+/// [`PointwiseNchw`], `MaxPool`s by [`MaxPoolNchw`], `Reduce<Sum>`s over
 /// consecutive axes by [`SumAxes`], where the data is f32 of a known shape (the others stay
 /// tract's). Run it after `declutter` and before `optimize`, which would otherwise lower
 /// them to tract's own kernels.
@@ -73,6 +156,16 @@ pub fn swap_in(model: &mut TypedModel) -> TractResult<Swapped> {
         if let Some(conv) = model.node(id).op_as::<Conv>().cloned() {
             if let Some(swap) = DepthwiseNchw::swap(model, id, &conv)? {
                 swapped.depthwise += 1;
+                swapped.folded += swap.folded;
+            } else if let Some(swap) = DenseConvNchw::swap(model, id, &conv)? {
+                swapped.dense += 1;
+                swapped.folded += swap.folded;
+            }
+            continue;
+        }
+        if let Some(einsum) = model.node(id).op_as::<EinSum>().cloned() {
+            if let Some(swap) = PointwiseNchw::swap(model, id, &einsum)? {
+                swapped.pointwise += 1;
                 swapped.folded += swap.folded;
             }
             continue;

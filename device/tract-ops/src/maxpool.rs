@@ -1,7 +1,9 @@
 //! 2-D max pooling over NCHW f32 data, as a tract op ([`MaxPoolNchw`]) that replaces
 //! tract's `MaxPool` (without index outputs). Each plane is copied into a plane padded with
 //! −∞ ([`Window2d::pad_into`]), so an output is the maximum of its taps with no bounds to
-//! check; padding never wins, as ONNX's MaxPool requires.
+//! check; padding never wins, as ONNX's MaxPool requires. A pooling with no padding whose
+//! window stays inside the plane (the keyword spotters' 2×2 at stride 2) reads the plane
+//! where it lies.
 
 use tract_core::internal::*;
 use tract_core::ops::cnn::MaxPool;
@@ -34,6 +36,8 @@ impl MaxPoolNchw {
         w.images(images, out)?;
         let mut padded = w.padded_plane(f32::NEG_INFINITY);
         let width = w.padded_width();
+        let in_place =
+            w.pad_before == [0, 0] && width == w.input[1] && w.padded_rows() == w.input[0];
         let [kh, kw] = w.kernel;
         let [sh, sw] = w.strides;
         let [dh, dw] = w.dilations;
@@ -45,18 +49,29 @@ impl MaxPoolNchw {
             .chunks_exact(w.plane_len())
             .zip(out.chunks_exact_mut(w.output_plane_len()));
         for (input, output) in planes {
-            w.pad_into(input, &mut padded);
+            let source = if in_place {
+                input
+            } else {
+                w.pad_into(input, &mut padded);
+                &padded[..]
+            };
             for (oy, row) in output.chunks_exact_mut(ow).enumerate() {
                 down.fill(f32::NEG_INFINITY);
                 for ky in 0..kh {
-                    let src = &padded[(oy * sh + ky * dh) * width..][..used];
+                    let src = &source[(oy * sh + ky * dh) * width..][..used];
                     for (d, &x) in down.iter_mut().zip(src) {
                         *d = greater(x, *d);
                     }
                 }
                 // From f32::MIN, as tract's loop: a window over padding alone gives it.
-                for (ox, o) in row.iter_mut().enumerate() {
-                    *o = (0..kw).fold(f32::MIN, |m, kx| greater(down[ox * sw + kx * dw], m));
+                if [kw, sw, dw] == [2, 2, 1] {
+                    for (o, pair) in row.iter_mut().zip(down.chunks_exact(2)) {
+                        *o = greater(pair[1], greater(pair[0], f32::MIN));
+                    }
+                } else {
+                    for (ox, o) in row.iter_mut().enumerate() {
+                        *o = (0..kw).fold(f32::MIN, |m, kx| greater(down[ox * sw + kx * dw], m));
+                    }
                 }
             }
         }
@@ -94,10 +109,9 @@ impl EvalOp for MaxPoolNchw {
         let images = args_1!(inputs);
         let w = &self.window;
         let n = if w.batch { images.shape()[0] } else { 1 };
-        let mut out = vec![0f32; n * w.channels * w.output_plane_len()];
-        self.run(images.try_as_plain_ram()?.as_slice::<f32>()?, &mut out)?;
-        let out = tract_ndarray::ArrayD::from_shape_vec(&*w.output_shape(n), out)?;
-        Ok(tvec!(out.into_tensor().into_tvalue()))
+        crate::f32_output(&w.output_shape(n), |out| {
+            self.run(images.try_as_plain_ram()?.as_slice::<f32>()?, out)
+        })
     }
 }
 

@@ -130,15 +130,14 @@ impl EvalOp for SumAxes {
         let out_shape = self.reduced(shape, 1)?;
         let rows: usize = shape[self.first_axis..self.end_axis].iter().product();
         let inner: usize = shape[self.end_axis..].iter().product();
-        let mut out = vec![0f32; out_shape.iter().product()];
         let values = input.try_as_plain_ram()?.as_slice::<f32>()?;
-        if inner == 1 {
-            Self::run(values, rows, &mut out)?;
-        } else {
-            Self::run_rows(values, rows, inner, &mut out)?;
-        }
-        let out = tract_ndarray::ArrayD::from_shape_vec(&*out_shape, out)?;
-        Ok(tvec!(out.into_tensor().into_tvalue()))
+        crate::f32_output(&out_shape, |out| {
+            if inner == 1 {
+                Self::run(values, rows, out)
+            } else {
+                Self::run_rows(values, rows, inner, out)
+            }
+        })
     }
 }
 

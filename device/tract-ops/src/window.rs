@@ -140,6 +140,53 @@ impl Window2d {
         }
     }
 
+    /// Length of a row of one phase of the padded plane ([`Window2d::phase_planes`]): the
+    /// padded row's values at one remainder modulo the width stride.
+    pub fn phase_width(&self) -> usize {
+        self.padded_width().div_ceil(self.strides[1])
+    }
+
+    /// Room for the padded plane split into its phases: one plane per remainder modulo the
+    /// width stride, each [`Window2d::padded_rows`] × [`Window2d::phase_width`], with
+    /// [`MAX_LANES`] values of slack after the last.
+    pub fn phase_planes(&self) -> Vec<f32> {
+        let plane = self.padded_rows() * self.phase_width();
+        vec![0.0; self.strides[1] * plane + MAX_LANES]
+    }
+
+    /// Splits a padded plane into its phases, in `phases` (from
+    /// [`Window2d::phase_planes`]): value `x` of a padded row goes to phase `x % stride`,
+    /// place `x / stride` of its row. Output `x` of a row then reads, at a tap `dx` columns
+    /// in, phase `(dx · dilation) % stride` at place `x + (dx · dilation) / stride`: the
+    /// outputs of a row read consecutive values of each phase, as with no stride.
+    pub fn split_phases(&self, padded: &[f32], phases: &mut [f32]) {
+        let (width, pw, sw) = (self.padded_width(), self.phase_width(), self.strides[1]);
+        let plane = self.padded_rows() * pw;
+        for (k, phase) in phases.chunks_exact_mut(plane).take(sw).enumerate() {
+            for (row, out) in padded.chunks_exact(width).zip(phase.chunks_exact_mut(pw)) {
+                let values = row[k.min(width)..].iter().step_by(sw);
+                for (o, &v) in out.iter_mut().zip(values) {
+                    *o = v;
+                }
+            }
+        }
+    }
+
+    /// Each tap's offset from the value its output's first tap reads, in the phases of
+    /// [`Window2d::split_phases`].
+    pub fn phase_offsets(&self) -> Vec<usize> {
+        let [kh, kw] = self.kernel;
+        let [dh, dw] = self.dilations;
+        let (pw, sw) = (self.phase_width(), self.strides[1]);
+        let plane = self.padded_rows() * pw;
+        (0..kh * kw)
+            .map(|t| {
+                let dx = (t % kw) * dw;
+                (dx % sw) * plane + (t / kw) * dh * pw + dx / sw
+            })
+            .collect()
+    }
+
     /// Each tap's offset from the top-left value its output reads, in a plane whose rows are
     /// `width` values apart (the padded plane's [`Window2d::padded_width`], or the input's
     /// own width for a plane read where it lies).

@@ -1,5 +1,6 @@
 //! Each op of hush-tract-ops against the tract op it replaces, on the same graph: a model
-//! with one depthwise `Conv`, `MaxPool` or `Reduce<Sum>` is run as tract optimises it and
+//! with one depthwise or dense `Conv` (a 1×1 one becomes tract's einsum, which hush's
+//! pointwise op takes), `MaxPool` or `Reduce<Sum>` is run as tract optimises it and
 //! again with `swap_in` applied before tract's codegen; the outputs must agree within float
 //! rounding, over random shapes, paddings, strides and dilations (proptest).
 
@@ -123,7 +124,7 @@ fn run_both(model: TypedModel, input: Tensor) -> (Tensor, Tensor, Swapped) {
     (tract, run(hush), swapped)
 }
 
-fn assert_close(tract: &Tensor, hush: &Tensor, case: &Case) {
+fn assert_close(tract: &Tensor, hush: &Tensor, case: &impl std::fmt::Debug) {
     assert_eq!(tract.shape(), hush.shape(), "{case:?}");
     let t = tract.to_plain_array_view::<f32>().unwrap();
     let h = hush.to_plain_array_view::<f32>().unwrap();
@@ -164,8 +165,86 @@ fn depthwise(model: &mut TypedModel, x: OutletId, case: &Case, bias: Tensor) -> 
     model.wire_node("dw", conv, &[x, k, b]).unwrap()[0]
 }
 
+/// Wires a dense (one group) `Conv` of `case` to `outputs` channels over `x` into `model`,
+/// then, if `fold`, a per-channel multiply and add and a ReLU.
+fn dense(model: &mut TypedModel, x: OutletId, case: &Case, outputs: usize, fold: bool) -> OutletId {
+    let (c, taps) = (case.channels, case.kernel[0] * case.kernel[1]);
+    let k = Tensor::from_shape(
+        &[outputs, c, case.kernel[0], case.kernel[1]],
+        &values(outputs * c * taps, case.seed ^ 1),
+    )
+    .unwrap();
+    let k = model.add_const("k", k).unwrap();
+    let b = Tensor::from_shape(&[outputs], &values(outputs, case.seed ^ 2)).unwrap();
+    let b = model.add_const("b", b).unwrap();
+    let conv = Conv {
+        pool_spec: case.pool_spec(outputs),
+        kernel_fmt: KernelFormat::OIHW,
+        group: 1,
+        q_params: None,
+    };
+    let mut y = model.wire_node("conv", conv, &[x, k, b]).unwrap()[0];
+    if fold {
+        let rank = case.shape().len();
+        let mut shape = vec![1; rank];
+        shape[rank - 3] = outputs;
+        let ops: [(&str, Box<dyn tract_core::ops::binary::BinMiniOp>); 3] = [
+            ("scale", Box::new(Mul)),
+            ("shift", Box::new(Add)),
+            ("relu", Box::new(Max)),
+        ];
+        for (i, (name, op)) in ops.into_iter().enumerate() {
+            let v = if i == 2 {
+                vec![0.0; outputs]
+            } else {
+                values(outputs, case.seed ^ 3 ^ i as u64)
+            };
+            let v = model
+                .add_const(
+                    format!("{name}.value"),
+                    Tensor::from_shape(&shape, &v).unwrap(),
+                )
+                .unwrap();
+            y = model
+                .wire_node(name, TypedBinOp(op, None), &[y, v])
+                .unwrap()[0];
+        }
+    }
+    y
+}
+
 proptest! {
     #![proptest_config(ProptestConfig::with_cases(64))]
+
+    /// A dense convolution (one group) of any window, to any number of channels, with a
+    /// batch norm and a ReLU after it or not: hush's dense op, or its pointwise op for a
+    /// 1×1 window tract has made an einsum of, with the batch norm and ReLU folded in.
+    /// Over random shapes, windows, strides, dilations and paddings.
+    #[test]
+    fn dense_and_pointwise_convolutions_match_tract(
+        case in cases(),
+        outputs in 1usize..20,
+        fold in any::<bool>(),
+    ) {
+        // One channel in or out under a 1×1 kernel is a scaling or a dot product, of which
+        // tract's declutter pass makes an einsum without that channel axis (which stays
+        // tract's).
+        prop_assume!(case.kernel != [1, 1] || (case.channels > 1 && outputs > 1));
+        let (mut model, x, data) = input(&case);
+        let out = dense(&mut model, x, &case, outputs, fold);
+        model.select_output_outlets(&[out]).unwrap();
+        let (tract, hush, swapped) = run_both(model.clone(), data);
+        // (One channel to one is depthwise too.)
+        let convs = swapped.dense + swapped.pointwise + swapped.depthwise;
+        prop_assert_eq!(convs, 1, "{:?}", swapped);
+        // Nothing is left of the bias (an add after tract's einsum of a 1×1 convolution), the
+        // batch norm and the ReLU: folded into hush's op, or (one input channel) taken into
+        // the convolution by tract's declutter pass first.
+        let (optimized, _) = optimize(model.clone()).unwrap();
+        let left: Vec<_> = optimized.nodes().iter().map(|n| n.op.name().to_string()).filter(|n| ["Mul", "Add", "Max", "Affine"].iter().any(|op| n.contains(op))).collect();
+        prop_assert!(left.is_empty(), "{:?} left", left);
+        assert_close(&tract, &hush, &case);
+    }
 
     #[test]
     fn depthwise_matches_tract(case in cases(), per_channel_bias in any::<bool>()) {
@@ -382,4 +461,46 @@ fn other_ops_stay_tract() {
     let (tract, hush, swapped) = run_both(model, data);
     assert_eq!(swapped, Swapped::default());
     assert_close(&tract, &hush, &case);
+}
+
+/// The einsums tract's declutter pass makes of 1×1 convolutions, in the forms hush's
+/// pointwise op takes: with a batch axis, without, with the weights `OI` or `IO`, and a
+/// batch of one the output drops (BC-ResNet's first pointwise convolution), each with a
+/// ReLU after it.
+#[test]
+fn pointwise_einsums_match_tract() {
+    for (expr, images, weights) in [
+        ("NIHW,OI->NOHW", &[2, 5, 3, 7][..], [6, 5]),
+        ("IHW,OI->OHW", &[5, 4, 9][..], [6, 5]),
+        ("NIT,IO->NOT", &[1, 5, 33][..], [5, 6]),
+        ("NIHW,OI->OHW", &[1, 5, 3, 7][..], [6, 5]),
+    ] {
+        let mut model = TypedModel::default();
+        let x = model.add_source("x", f32::fact(images)).unwrap();
+        let w = Tensor::from_shape(&weights, &values(30, 8)).unwrap();
+        let w = model.add_const("w", w).unwrap();
+        let axes: tract_core::axes::AxesMapping = expr.parse().unwrap();
+        let einsum = tract_core::ops::einsum::EinSum::new(axes, f32::datum_type());
+        let y = model.wire_node("einsum", einsum, &[x, w]).unwrap()[0];
+        let rank = model.outlet_fact(y).unwrap().rank();
+        let zero = Tensor::from_shape(&vec![1; rank], &[0f32]).unwrap();
+        let zero = model.add_const("zero", zero).unwrap();
+        let relu = TypedBinOp(Box::new(Max), None);
+        let y = model.wire_node("relu", relu, &[y, zero]).unwrap();
+        model.select_output_outlets(&y).unwrap();
+        let data = values(images.iter().product(), 9);
+        let data = Tensor::from_shape(images, &data).unwrap();
+        let (tract, hush, swapped) = run_both(model, data);
+        assert_eq!(
+            (swapped.pointwise, swapped.folded),
+            (1, 1),
+            "{expr}: {swapped:?}"
+        );
+        assert_close(&tract, &hush, &expr);
+        let t = tract.to_plain_array_view::<f32>().unwrap();
+        assert!(
+            t.iter().any(|&v| v > 0.0) && t.iter().any(|&v| v == 0.0),
+            "{expr}"
+        );
+    }
 }

@@ -1,0 +1,201 @@
+//! Dense (one group) 2-D convolution over NCHW f32 data, as a tract op ([`DenseConvNchw`])
+//! that replaces tract's `Conv` with one group: the window's inputs unfolded into rows, one
+//! row per (input channel, tap), each as long as an output plane (im2col), then
+//! [`crate::pointwise`]'s product over those rows.
+//!
+//! The keyword spotters' first convolutions take one input plane to 16–64 channels through
+//! a 3×3 to 10×4 window, over the whole window of features; tract ran them through its
+//! lazy im2col, gathering every panel of the packed input through a per-value indirection,
+//! at a quarter of its matrix kernel's speed (BENCHMARKS.md, "The pointwise op"). The
+//! unfolded rows here are written once, row by row along the padded plane (contiguous
+//! copies where the width stride is 1), and read by the product in place.
+//!
+//! A batch norm and a ReLU after the convolution are folded into it, as
+//! [`crate::depthwise`] folds them.
+
+use tract_core::internal::*;
+use tract_core::ops::cnn::conv::Conv;
+
+use crate::affine::Chain;
+use crate::pointwise::PointwiseNchw;
+use crate::window::Window2d;
+use crate::{conv_window, replace, Swap};
+
+/// tract's `Conv` with one group over NCHW (or CHW) f32 data. Inputs: the images, the
+/// weights `[inputs × taps, outputs]` (input channel by input channel, tap by tap), the
+/// bias `[outputs]`.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct DenseConvNchw {
+    /// The window over the input planes (`channels` input channels).
+    pub window: Window2d,
+    /// The product over the unfolded rows: `inputs` = input channels × taps, `outputs` =
+    /// output channels, the ReLU if one follows.
+    pub product: PointwiseNchw,
+}
+
+impl DenseConvNchw {
+    /// The op for `conv` at `node`, when it is a float convolution with one group this op
+    /// runs: NCHW or CHW images of a known shape, an OIHW kernel and a bias that are
+    /// constants.
+    pub fn for_conv(model: &TypedModel, node: &TypedNode, conv: &Conv) -> Option<Self> {
+        let window = conv_window(model, node, conv)?;
+        let spec = &conv.pool_spec;
+        (conv.group == 1).then(|| DenseConvNchw {
+            product: PointwiseNchw {
+                axis: window.batch as usize,
+                drop: 0,
+                inputs: window.channels * window.kernel[0] * window.kernel[1],
+                outputs: spec.output_channels,
+                relu: false,
+            },
+            window,
+        })
+    }
+
+    /// Replaces `node` (a `conv` this op runs, else nothing happens) by this op, with the
+    /// per-channel multiplies and adds and the ReLU that follow it alone folded in. Returns
+    /// what it did, or `None` if `node` stays tract's.
+    pub fn swap(model: &mut TypedModel, node: usize, conv: &Conv) -> TractResult<Option<Swap>> {
+        let conv_node = model.node(node);
+        let Some(mut op) = Self::for_conv(model, conv_node, conv) else {
+            return Ok(None);
+        };
+        let (rows, outputs) = (op.product.inputs, op.product.outputs);
+        let chain = Chain::after(model, node, op.window.batch as usize, outputs)?;
+        op.product.relu = chain.affine.relu;
+        let scale = &chain.affine.scale;
+        // OIHW, that is [outputs, rows]: transposed to [rows, outputs].
+        let kernel = crate::constant(model, conv_node.inputs[1])?;
+        let bias = crate::constant(model, conv_node.inputs[2])?;
+        ensure!(
+            kernel.len() == rows * outputs && (bias.len() == 1 || bias.len() == outputs),
+            "a kernel of {} values and {} biases for {op:?}",
+            kernel.len(),
+            bias.len()
+        );
+        let weights: Vec<f32> = (0..rows * outputs)
+            .map(|at| {
+                let (r, o) = (at / outputs, at % outputs);
+                kernel[o * rows + r] * scale[o]
+            })
+            .collect();
+        let weights = Tensor::from_shape(&[rows, outputs], &weights)?;
+        let bias = Tensor::from_shape(&[outputs], &chain.affine.fold_bias(&bias))?;
+        replace(model, node, chain.last, op, [weights, bias])?;
+        Ok(Some(Swap { folded: chain.ops }))
+    }
+
+    /// Convolves `images` (whole images) with `weights` (`[inputs × taps, outputs]`) plus
+    /// `bias` (`[outputs]`): the output planes, image after image, into `out`.
+    pub fn run(
+        &self,
+        images: &[f32],
+        weights: &[f32],
+        bias: &[f32],
+        out: &mut [f32],
+    ) -> TractResult<()> {
+        let w = &self.window;
+        let (plane, positions) = (w.plane_len(), w.output_plane_len());
+        let per_image = w.channels * plane;
+        let per_output = self.product.outputs * positions;
+        ensure!(
+            images.len().is_multiple_of(per_image)
+                && out.len() == images.len() / per_image * per_output,
+            "{} values in and room for {} out are not whole images of {w:?} to {} channels",
+            images.len(),
+            out.len(),
+            self.product.outputs
+        );
+        let mut padded = w.padded_plane(0.0);
+        let mut rows = Vec::with_capacity(self.product.inputs * positions);
+        for (image, out) in images
+            .chunks_exact(per_image)
+            .zip(out.chunks_exact_mut(per_output))
+        {
+            self.unfold(image, &mut padded, &mut rows);
+            self.product.run(&rows, weights, bias, positions, out)?;
+        }
+        Ok(())
+    }
+
+    /// One image's window unfolded into `rows` (cleared first): row `c × taps + t` holds,
+    /// for every output position, the value tap `t` of channel `c` reads there (0 in the
+    /// padding). `padded` is scratch, from [`Window2d::padded_plane`] with 0.
+    fn unfold(&self, image: &[f32], padded: &mut [f32], rows: &mut Vec<f32>) {
+        let w = &self.window;
+        let width = w.padded_width();
+        let [oh, ow] = w.output;
+        let [sh, sw] = w.strides;
+        let offsets = w.tap_offsets(width);
+        rows.clear();
+        for plane in image.chunks_exact(w.plane_len()) {
+            w.pad_into(plane, padded);
+            for &offset in &offsets {
+                for y in 0..oh {
+                    let from = &padded[y * sh * width + offset..];
+                    if sw == 1 {
+                        rows.extend_from_slice(&from[..ow]);
+                    } else {
+                        rows.extend(from.iter().step_by(sw).take(ow));
+                    }
+                }
+            }
+        }
+    }
+}
+
+impl Op for DenseConvNchw {
+    fn name(&self) -> StaticName {
+        "HushDenseConvNchw".into()
+    }
+
+    fn info(&self) -> TractResult<Vec<String>> {
+        Ok(vec![format!(
+            "{:?} to {} channels{}",
+            self.window,
+            self.product.outputs,
+            if self.product.relu { ", ReLU" } else { "" }
+        )])
+    }
+
+    fn validation(&self) -> Validation {
+        Validation::Rounding
+    }
+
+    op_as_typed_op!();
+}
+
+impl EvalOp for DenseConvNchw {
+    op_out_of_plan!();
+
+    fn eval(&self, _ctx: &EvalContext, inputs: TVec<TValue>) -> TractResult<TVec<TValue>> {
+        let (images, weights, bias) = args_3!(inputs);
+        let w = &self.window;
+        let n = if w.batch { images.shape()[0] } else { 1 };
+        let mut shape = w.output_shape(n);
+        shape[w.batch as usize] = self.product.outputs;
+        crate::f32_output(&shape, |out| {
+            self.run(
+                images.try_as_plain_ram()?.as_slice::<f32>()?,
+                weights.try_as_plain_ram()?.as_slice::<f32>()?,
+                bias.try_as_plain_ram()?.as_slice::<f32>()?,
+                out,
+            )
+        })
+    }
+}
+
+impl TypedOp for DenseConvNchw {
+    fn output_facts(&self, inputs: &[&TypedFact]) -> TractResult<TVec<TypedFact>> {
+        ensure!(
+            inputs.len() == 3,
+            "a convolution takes images, weights and bias"
+        );
+        let w = &self.window;
+        let mut shape = w.output_shape(inputs[0].shape[0].clone());
+        shape[w.batch as usize] = self.product.outputs.to_dim();
+        Ok(tvec!(f32::fact(shape)))
+    }
+
+    as_op!();
+}

@@ -1,0 +1,538 @@
+//! Pointwise (1×1) convolution over channels-first f32 data, as a tract op
+//! ([`PointwiseNchw`]) that replaces the einsum tract's declutter pass makes of a 1×1 `Conv`
+//! (`NIHW,OI->NOHW`): every output channel a weighted sum of the input channels, position
+//! by position.
+//!
+//! tract runs that einsum as a packed matrix product: each call copies the whole input
+//! into the kernel's panel layout first (on x86-64 with AVX-512, 48 positions a panel,
+//! through a generic loop that took half as long as the product itself on DS-CNN-S's
+//! 64 × 980 blocks). Here the product reads the input where it lies: a channel's positions
+//! are contiguous in NCHW data, so a tile of a few output channels × a few SIMD vectors of
+//! positions is accumulated in registers, one input channel after another, each input
+//! vector loaded once for all the tile's output channels and each weight broadcast once
+//! for all its vectors. A tile reads the input channels' rows over its positions
+//! (`channels × vectors` values, a few KiB) and the weights (laid out input channel by
+//! input channel, so a tile's weights for one input channel are adjacent); both stay in
+//! the L1 cache while the output channels' tiles go by. No packing, no scratch.
+//!
+//! A batch norm after the product (a per-channel multiply and add) and a ReLU after that
+//! are folded into the op, as [`crate::depthwise`] folds them: the weights are scaled and
+//! the bias shifted once when the model is prepared, the ReLU applied as outputs are
+//! stored.
+
+use tract_core::internal::*;
+use tract_core::ops::einsum::EinSum;
+
+use crate::affine::{Affine, Chain};
+use crate::{replace, Swap};
+
+/// A 1×1 convolution over channels-first f32 data: `[.., inputs, ..]` to `[.., outputs,
+/// ..]` along axis `axis`, the axes before it images, the axes after it positions; the
+/// output without the first `drop` axes of the images, of size 1 (tract's einsum of a
+/// batch of one to an output without its batch axis). Inputs:
+/// the images, the weights `[inputs, outputs]` (input channel by input channel), the bias
+/// `[outputs]`.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct PointwiseNchw {
+    /// The channel axis of the images.
+    pub axis: usize,
+    /// Leading axes of size 1 of the images that the output does not have.
+    pub drop: usize,
+    /// Input channels.
+    pub inputs: usize,
+    /// Output channels.
+    pub outputs: usize,
+    /// Whether a ReLU follows, applied as outputs are stored.
+    pub relu: bool,
+}
+
+impl PointwiseNchw {
+    /// The op for `einsum` at `node` and its weights `[inputs, outputs]`, when it is a
+    /// pointwise convolution this op runs: f32 images `[.., I, ..]` times constant weights
+    /// `OI` (or `IO`) summed over `I`, giving `[.., O, ..]` with every other axis in place.
+    pub fn for_einsum(
+        model: &TypedModel,
+        node: &TypedNode,
+        einsum: &EinSum,
+    ) -> Option<(Self, Vec<f32>)> {
+        let axes = &einsum.axes;
+        if einsum.q_params.is_some()
+            || einsum.operating_dt != f32::datum_type()
+            || node.inputs.len() != 2
+            || axes.input_count() != 2
+            || axes.output_count() != 1
+        {
+            return None;
+        }
+        let images = model.outlet_fact(node.inputs[0]).ok()?;
+        let weights = model.outlet_fact(node.inputs[1]).ok()?;
+        let rank = images.rank();
+        if images.datum_type != f32::datum_type() || weights.rank() != 2 || rank < 1 {
+            return None;
+        }
+        // The summed axis (images and weights), the output channel axis (weights and
+        // output), leading axes of size 1 the output drops (images alone) and the rest
+        // (images and output, at the same place once those are dropped).
+        let (mut summed, mut produced, mut dropped) = (None, None, TVec::<usize>::new());
+        let mut kept = TVec::<(usize, usize)>::new();
+        for axis in axes.iter_all_axes() {
+            let at = |slots: &TVec<TVec<usize>>, i: usize| match slots[i].as_slice() {
+                [] => Some(None),
+                [p] => Some(Some(*p)),
+                _ => None,
+            };
+            let (x, w, y) = (
+                at(&axis.inputs, 0)?,
+                at(&axis.inputs, 1)?,
+                at(&axis.outputs, 0)?,
+            );
+            match (x, w, y) {
+                (Some(x), Some(w), None) => summed = Some((x, w)),
+                (None, Some(w), Some(y)) => produced = Some((y, w)),
+                (Some(x), None, Some(y)) => kept.push((x, y)),
+                (Some(x), None, None) if images.shape[x].is_one() => dropped.push(x),
+                _ => return None,
+            }
+        }
+        let ((axis, w_in), (out_axis, w_out)) = (summed?, produced?);
+        let drop = dropped.len();
+        let in_place = kept.iter().all(|&(x, y)| x == y + drop);
+        if !dropped.iter().all(|&x| x < drop)
+            || !in_place
+            || axis != out_axis + drop
+            || w_in == w_out
+            || axes.rank(InOut::Out(0)) + drop != rank
+        {
+            return None;
+        }
+        let konst = weights.konst.as_ref()?;
+        let (inputs, outputs) = (konst.shape()[w_in], konst.shape()[w_out]);
+        if images.shape[axis].to_usize().ok()? != inputs {
+            return None;
+        }
+        let values = konst.try_as_plain_ram().ok()?;
+        let values = values.as_slice::<f32>().ok()?;
+        // Input channel by input channel.
+        let weights = (0..inputs * outputs)
+            .map(|at| {
+                let (i, o) = (at / outputs, at % outputs);
+                values[if w_in == 0 {
+                    i * outputs + o
+                } else {
+                    o * inputs + i
+                }]
+            })
+            .collect();
+        let op = PointwiseNchw {
+            axis,
+            drop,
+            inputs,
+            outputs,
+            relu: false,
+        };
+        Some((op, weights))
+    }
+
+    /// Replaces `node` (an `einsum` this op runs, else nothing happens) by this op, with
+    /// the per-channel multiplies and adds and the ReLU that follow it alone folded in.
+    /// Returns what it did, or `None` if `node` stays tract's.
+    pub fn swap(model: &mut TypedModel, node: usize, einsum: &EinSum) -> TractResult<Option<Swap>> {
+        let Some((mut op, weights)) = Self::for_einsum(model, model.node(node), einsum) else {
+            return Ok(None);
+        };
+        let chain = Chain::after(model, node, op.axis - op.drop, op.outputs)?;
+        let Affine { scale, shift, relu } = chain.affine;
+        op.relu = relu;
+        let weights: Vec<f32> = weights
+            .iter()
+            .enumerate()
+            .map(|(at, w)| w * scale[at % op.outputs])
+            .collect();
+        let weights = Tensor::from_shape(&[op.inputs, op.outputs], &weights)?;
+        let bias = Tensor::from_shape(&[op.outputs], &shift)?;
+        replace(model, node, chain.last, op, [weights, bias])?;
+        Ok(Some(Swap { folded: chain.ops }))
+    }
+
+    /// The output's shape for images of `shape`.
+    fn output_shape<D: DimLike>(&self, shape: &[D]) -> TractResult<TVec<D>> {
+        ensure!(
+            shape.len() > self.axis && shape[self.axis] == D::from(self.inputs),
+            "images of shape {shape:?}; expected {} channels on axis {}",
+            self.inputs,
+            self.axis
+        );
+        let mut out: TVec<D> = shape[self.drop..].into();
+        out[self.axis - self.drop] = D::from(self.outputs);
+        Ok(out)
+    }
+
+    /// Multiplies `images` (whole images of `inputs` channels × `positions`) by `weights`
+    /// (`[inputs, outputs]`) plus `bias` (`[outputs]`), into `out` (whole images of
+    /// `outputs` channels × `positions`).
+    pub fn run(
+        &self,
+        images: &[f32],
+        weights: &[f32],
+        bias: &[f32],
+        positions: usize,
+        out: &mut [f32],
+    ) -> TractResult<()> {
+        let (i, o) = (self.inputs, self.outputs);
+        ensure!(
+            weights.len() == i * o && bias.len() == o,
+            "{} weights and {} biases; expected {i} × {o} and {o}",
+            weights.len(),
+            bias.len()
+        );
+        if images.is_empty() && out.is_empty() {
+            return Ok(());
+        }
+        ensure!(
+            positions > 0
+                && images.len().is_multiple_of(i * positions)
+                && out.len() == images.len() / i * o,
+            "{} values in and room for {} out are not whole images of {i} and {o} channels × \
+             {positions} positions",
+            images.len(),
+            out.len()
+        );
+        for (images, out) in images
+            .chunks_exact(i * positions)
+            .zip(out.chunks_exact_mut(o * positions))
+        {
+            pulp::Arch::new().dispatch(Product {
+                op: self,
+                images,
+                weights,
+                bias,
+                positions,
+                out,
+            });
+        }
+        Ok(())
+    }
+}
+
+/// How many bytes of input rows a tile reads over its positions, a block of input
+/// channels at a time: half of a 48 KiB L1 data cache (x86-64), most of a 32 KiB one
+/// (Cortex-A53 to A76).
+const L1_BLOCK_BYTES: usize = 24 << 10;
+
+/// One image's product, for `pulp` to run with the widest SIMD the CPU has.
+struct Product<'a> {
+    op: &'a PointwiseNchw,
+    images: &'a [f32],
+    weights: &'a [f32],
+    bias: &'a [f32],
+    positions: usize,
+    out: &'a mut [f32],
+}
+
+impl pulp::WithSimd for Product<'_> {
+    type Output = ();
+
+    #[inline(always)]
+    fn with_simd<S: pulp::Simd>(mut self, simd: S) {
+        // Tiles of output channels × vectors whose accumulators fit the registers with the
+        // tile's weights and one vector of inputs: 2 × 6 + 2 + 1 of AVX2's sixteen, 4 × 6 +
+        // 4 + 1 of AVX-512's and NEON's thirty-two.
+        if S::F32_LANES == 8 {
+            self.tiles::<S, 2, 6>(simd);
+        } else {
+            self.tiles::<S, 4, 6>(simd);
+        }
+    }
+}
+
+impl Product<'_> {
+    /// Every output: the positions in runs of `B` vectors, then one vector at a time, then
+    /// the positions past the last whole vector as one partial vector; each run over the
+    /// input channels a block at a time (so that a block's rows over the run stay in the
+    /// L1 cache while the output channels go by), and each block over the output channels
+    /// `R` at a time, then one at a time.
+    #[inline(always)]
+    fn tiles<S: pulp::Simd, const R: usize, const B: usize>(&mut self, simd: S) {
+        let lanes = S::F32_LANES;
+        // Input channels a block: their rows over a run of `B` vectors in 24 KiB.
+        let block = (L1_BLOCK_BYTES / (B * lanes * 4)).max(1);
+        let whole = self.positions / lanes * lanes;
+        let mut from = 0;
+        while whole - from >= B * lanes {
+            self.run::<S, R, B>(simd, from, B * lanes, block);
+            from += B * lanes;
+        }
+        while from < whole {
+            self.run::<S, R, 1>(simd, from, lanes, block);
+            from += lanes;
+        }
+        if whole < self.positions {
+            self.run::<S, R, 1>(simd, whole, self.positions - whole, block);
+        }
+    }
+
+    /// The `len` positions from `from` on (`B` whole vectors, or one vector of `len` or
+    /// fewer), for every output channel, `block` input channels at a time.
+    #[inline(always)]
+    fn run<S: pulp::Simd, const R: usize, const B: usize>(
+        &mut self,
+        simd: S,
+        from: usize,
+        len: usize,
+        block: usize,
+    ) {
+        let (inputs, outputs) = (self.op.inputs, self.op.outputs);
+        let mut first = 0;
+        while first < inputs {
+            let last = (first + block).min(inputs);
+            let mut o = 0;
+            while outputs - o >= R {
+                self.tile::<S, R, B>(simd, o, from, len, first..last);
+                o += R;
+            }
+            while o < outputs {
+                self.tile::<S, 1, B>(simd, o, from, len, first..last);
+                o += 1;
+            }
+            first = last;
+        }
+    }
+
+    /// Output channels `o..o + R` at the `len` positions from `from` on (`B` whole vectors,
+    /// or, with `B` = 1, one vector of `len` ≤ lanes positions, read and written
+    /// partially), summed over the input channels `ins`: from the bias for the first
+    /// block, from what the blocks before stored otherwise; the ReLU after the last.
+    #[inline(always)]
+    fn tile<S: pulp::Simd, const R: usize, const B: usize>(
+        &mut self,
+        simd: S,
+        o: usize,
+        from: usize,
+        len: usize,
+        ins: std::ops::Range<usize>,
+    ) {
+        let positions = self.positions;
+        let outputs = self.op.outputs;
+        let whole = len == B * S::F32_LANES;
+        let (first, last) = (ins.start == 0, ins.end == self.op.inputs);
+        let mut acc = [[simd.splat_f32s(0.0); B]; R];
+        for (r, (acc, &b)) in acc.iter_mut().zip(&self.bias[o..o + R]).enumerate() {
+            let at = (o + r) * positions + from;
+            let out = &self.out[at..at + len];
+            if first {
+                *acc = [simd.splat_f32s(b); B];
+            } else if whole {
+                acc.copy_from_slice(S::as_simd_f32s(out).0);
+            } else {
+                acc[0] = simd.partial_load_f32s(out);
+            }
+        }
+        let rows = self.images.chunks_exact(positions).skip(ins.start);
+        let weights = self.weights.chunks_exact(outputs).skip(ins.start);
+        for (row, weights) in rows.zip(weights).take(ins.len()) {
+            let row = &row[from..from + len];
+            let mut w = [simd.splat_f32s(0.0); R];
+            for (w, &v) in w.iter_mut().zip(&weights[o..o + R]) {
+                *w = simd.splat_f32s(v);
+            }
+            if whole {
+                let (x, _) = S::as_simd_f32s(row);
+                for (b, &x) in x.iter().enumerate() {
+                    for (acc, &w) in acc.iter_mut().zip(&w) {
+                        acc[b] = simd.mul_add_e_f32s(w, x, acc[b]);
+                    }
+                }
+            } else {
+                let x = simd.partial_load_f32s(row);
+                for (acc, &w) in acc.iter_mut().zip(&w) {
+                    acc[0] = simd.mul_add_e_f32s(w, x, acc[0]);
+                }
+            }
+        }
+        let zero = simd.splat_f32s(0.0);
+        for (r, acc) in acc.iter_mut().enumerate() {
+            if last && self.op.relu {
+                for a in acc.iter_mut() {
+                    *a = simd.max_f32s(*a, zero);
+                }
+            }
+            let at = (o + r) * positions + from;
+            let out = &mut self.out[at..at + len];
+            if whole {
+                let (dst, _) = S::as_mut_simd_f32s(out);
+                dst.copy_from_slice(acc);
+            } else {
+                simd.partial_store_f32s(out, acc[0]);
+            }
+        }
+    }
+}
+
+impl Op for PointwiseNchw {
+    fn name(&self) -> StaticName {
+        "HushPointwiseNchw".into()
+    }
+
+    fn info(&self) -> TractResult<Vec<String>> {
+        Ok(vec![format!(
+            "{} to {} channels on axis {}{}{}",
+            self.inputs,
+            self.outputs,
+            self.axis,
+            if self.drop > 0 {
+                format!(", {} axes dropped", self.drop)
+            } else {
+                String::new()
+            },
+            if self.relu { ", ReLU" } else { "" }
+        )])
+    }
+
+    fn validation(&self) -> Validation {
+        Validation::Rounding
+    }
+
+    op_as_typed_op!();
+}
+
+impl EvalOp for PointwiseNchw {
+    op_out_of_plan!();
+
+    fn eval(&self, _ctx: &EvalContext, inputs: TVec<TValue>) -> TractResult<TVec<TValue>> {
+        let (images, weights, bias) = args_3!(inputs);
+        let shape = self.output_shape(images.shape())?;
+        let positions = images.shape()[self.axis + 1..].iter().product();
+        crate::f32_output(&shape, |out| {
+            self.run(
+                images.try_as_plain_ram()?.as_slice::<f32>()?,
+                weights.try_as_plain_ram()?.as_slice::<f32>()?,
+                bias.try_as_plain_ram()?.as_slice::<f32>()?,
+                positions,
+                out,
+            )
+        })
+    }
+}
+
+impl TypedOp for PointwiseNchw {
+    fn output_facts(&self, inputs: &[&TypedFact]) -> TractResult<TVec<TypedFact>> {
+        ensure!(
+            inputs.len() == 3,
+            "a pointwise convolution takes images, weights and bias"
+        );
+        Ok(tvec!(f32::fact(self.output_shape(&inputs[0].shape)?)))
+    }
+
+    as_op!();
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The scalar path and the widest path this machine has both give what a plain sum (in
+    /// f64) gives, over positions that end inside a vector, on a tile's edge and past
+    /// several tiles, output channels that do and do not fill whole tiles, input channels
+    /// in one block and in several (300: five blocks at AVX-512's width), one image and
+    /// several, a ReLU or not.
+    #[test]
+    fn every_path_equals_a_plain_sum() {
+        let values = |n: usize, k: usize| -> Vec<f32> {
+            (0..n).map(|i| ((i * k) % 23) as f32 / 7.0 - 1.5).collect()
+        };
+        let mut cases = 0;
+        let shapes = [
+            (3, 5, 1),
+            (4, 7, 37),
+            (8, 12, 96),
+            (5, 13, 250),
+            (300, 9, 100),
+        ];
+        for (inputs, outputs, positions) in shapes {
+            for (images, relu) in [(1, false), (2, true)] {
+                let op = PointwiseNchw {
+                    axis: 1,
+                    drop: 0,
+                    inputs,
+                    outputs,
+                    relu,
+                };
+                let x = values(images * inputs * positions, 7);
+                let w = values(inputs * outputs, 5);
+                let b = values(outputs, 3);
+                // Each output, and the sum of its terms' magnitudes (its rounding's scale).
+                let mut plain = vec![(0f64, 0f64); images * outputs * positions];
+                for (n, plain) in plain.chunks_exact_mut(outputs * positions).enumerate() {
+                    for (at, y) in plain.iter_mut().enumerate() {
+                        let (o, p) = (at / positions, at % positions);
+                        let terms = (0..inputs).map(|i| {
+                            w[i * outputs + o] as f64 * x[(n * inputs + i) * positions + p] as f64
+                        });
+                        let (sum, scale) = terms
+                            .fold((b[o] as f64, b[o].abs() as f64), |acc, t| {
+                                (acc.0 + t, acc.1 + t.abs())
+                            });
+                        *y = (if relu { sum.max(0.0) } else { sum }, scale);
+                    }
+                }
+                // NaN where nothing was written.
+                let mut widest = vec![f32::NAN; plain.len()];
+                op.run(&x, &w, &b, positions, &mut widest).unwrap();
+                let mut scalar = vec![f32::NAN; plain.len()];
+                for (x, scalar) in x
+                    .chunks_exact(inputs * positions)
+                    .zip(scalar.chunks_exact_mut(outputs * positions))
+                {
+                    pulp::WithSimd::with_simd(
+                        Product {
+                            op: &op,
+                            images: x,
+                            weights: &w,
+                            bias: &b,
+                            positions,
+                            out: scalar,
+                        },
+                        pulp::Scalar::new(),
+                    );
+                }
+                for (path, got) in [("widest", &widest), ("scalar", &scalar)] {
+                    for (i, (&a, &(b, scale))) in got.iter().zip(&plain).enumerate() {
+                        assert!(
+                            (a as f64 - b).abs() <= 1e-6 * (1.0 + scale),
+                            "{path} {inputs}→{outputs} × {positions}, output {i}: {a} against {b}"
+                        );
+                    }
+                }
+                assert!(plain.iter().any(|v| v.0 > 0.0) && plain.iter().any(|v| v.0 <= 0.0));
+                cases += 1;
+            }
+        }
+        assert_eq!(cases, 10);
+    }
+
+    /// Images, weights or room for the outputs of the wrong size are refused, naming the
+    /// sizes.
+    #[test]
+    fn wrong_sizes_are_refused() {
+        let op = PointwiseNchw {
+            axis: 1,
+            drop: 0,
+            inputs: 2,
+            outputs: 3,
+            relu: false,
+        };
+        let mut out = vec![0f32; 12];
+        let err = op
+            .run(&[0.0; 8], &[0.0; 5], &[0.0; 3], 4, &mut out)
+            .unwrap_err();
+        assert!(err.to_string().contains("5 weights"), "{err}");
+        let err = op
+            .run(&[0.0; 7], &[0.0; 6], &[0.0; 3], 4, &mut out)
+            .unwrap_err();
+        assert!(err.to_string().contains("7 values in"), "{err}");
+        let err = op
+            .run(&[0.0; 8], &[0.0; 6], &[0.0; 3], 4, &mut out[..11])
+            .unwrap_err();
+        assert!(err.to_string().contains("room for 11"), "{err}");
+    }
+}

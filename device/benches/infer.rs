@@ -27,6 +27,9 @@
 //!     cargo bench -p hush-device --profile release --bench infer
 //! ```
 //!
+//! `HUSH_BENCH_PACKAGES=DIR` writes the packages under `DIR` (one folder an arch) and keeps
+//! them, for `examples/op_times.rs`; by default they go to a temporary folder.
+//!
 //! Record results in BENCHMARKS.md with the command and the machine.
 
 // A bench binary: failures should stop it loudly.
@@ -312,13 +315,16 @@ fn spread(mut values: Vec<f64>) -> String {
 fn main() {
     // As the device binary does (`hush-device`'s main), and as onnxruntime's arena does.
     hush_models::compute::keep_freed_inference_memory();
-    let root = tempfile::tempdir().unwrap();
+    let temporary = tempfile::tempdir().unwrap();
+    let root = std::env::var_os("HUSH_BENCH_PACKAGES")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| temporary.path().to_path_buf());
     let archs = std::env::var("HUSH_BENCH_ARCHS")
         .unwrap_or_else(|_| format!("{},{}", ARCH_NAMES.join(","), STREAMING.join(",")));
     let packages: Vec<(String, usize, PathBuf)> = archs
         .split(',')
         .map(|arch| {
-            let dir = root.path().join(arch);
+            let dir = root.join(arch);
             let params = package(arch, &dir);
             (arch.to_string(), params, dir)
         })

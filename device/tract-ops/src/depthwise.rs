@@ -18,10 +18,11 @@
 //! the target has FMA and a plain multiply and add where it has not (32-bit ARM's VFPv3),
 //! rather than a software fused multiply-add there.
 //!
-//! A plane padded along its width alone, with no stride (a pulsed trunk's few frames × 10
-//! bins, valid in time), is not copied at all: it is read where it lies, the taps that
-//! would read padding masked to 0 (`Convolve::in_place`), with the same outputs bit for
-//! bit.
+//! A plane whose output is as wide as its input, with no stride (DS-CNN-S's 3×3
+//! convolutions with "same" padding, a pulsed trunk's few frames × 10 bins), is not copied
+//! at all: it is read where it lies, the kernel rows that would read the padding above or
+//! below left out of the rows they would, and the taps that would read the padding left or
+//! right masked to 0 (`Convolve::in_place`), with the same outputs bit for bit.
 //!
 //! A batch norm after the convolution (a per-channel multiply and add, as tract's declutter
 //! pass leaves it) and a ReLU after that are folded into the op ([`DepthwiseNchw::swap`]):
@@ -159,20 +160,23 @@ struct Weights<'a> {
 }
 
 impl Weights<'_> {
-    /// Channel `c`'s taps over `padded`, read at `offsets` (one a tap) and masked by `masks`.
+    /// Channel `c`'s taps `taps` (of all the kernel's, read at `offsets`) over `padded`,
+    /// masked by `masks` from the given output of a plane on.
     #[inline(always)]
     fn channel<'b>(
         &'b self,
         c: usize,
         padded: &'b [f32],
         offsets: &'b [usize],
-        masks: Option<&'b ColumnMasks>,
+        taps: std::ops::Range<usize>,
+        masks: Option<(&'b ColumnMasks, usize)>,
     ) -> Taps<'b> {
-        let taps = offsets.len();
+        let kernel = &self.kernel[c * offsets.len()..(c + 1) * offsets.len()];
         Taps {
             padded,
-            offsets,
-            kernel: &self.kernel[c * taps..(c + 1) * taps],
+            first_tap: taps.start,
+            offsets: &offsets[taps.clone()],
+            kernel: &kernel[taps],
             bias: self.bias[if self.bias.len() == 1 { 0 } else { c }],
             relu: self.relu,
             masks,
@@ -236,7 +240,7 @@ impl Convolve<'_> {
                     &phases[..]
                 }
             };
-            let conv = weights.channel(c, source, &offsets, None);
+            let conv = weights.channel(c, source, &offsets, 0..offsets.len(), None);
             for y in 0..runs {
                 let from = y * w.strides[0] * width;
                 conv.run(simd, from, run_len, &mut scratch[y * width..]);
@@ -247,17 +251,21 @@ impl Convolve<'_> {
         }
     }
 
-    /// The planes read where they lie, for windows padded along their width alone: with
-    /// strides of 1, no padding above or below and as much padding left and right as the
-    /// kernel is wide, an output plane is as wide as its input, so output `p` of a plane
-    /// (`y · width + x`) reads input `p + dy · dh · width + dx · dw − left` at tap
-    /// `(dy, dx)`, and the whole plane is one run of outputs with no padding to copy in and
-    /// no rows to copy out. A tap column that reaches past a row's end for some outputs
-    /// reads the next or the previous row there, so its inputs are masked to 0 on those
-    /// lanes ([`ColumnMasks`]): exactly what the padding gives, so the outputs are the
-    /// padded path's, bit for bit. This is a pulsed trunk's depthwise convolution (a few
-    /// frames × 10 bins, no padding in time), where copying each small plane in and out
-    /// cost more than convolving it.
+    /// The planes read where they lie, for windows as wide as their input: with strides of
+    /// 1 and as much padding left and right as the kernel is wide, an output plane is as
+    /// wide as its input, so output `p` of a plane (`y · width + x`) reads input `p + dy ·
+    /// dh · width + dx · dw − top · width − left` at tap `(dy, dx)`, and the plane's outputs
+    /// are runs along it with no padding to copy in and no rows to copy out. The rows are
+    /// split into segments ([`RowSegment`]) by which kernel rows read inside the plane: a
+    /// segment's outputs run over those kernel rows alone, so nothing is read from the
+    /// padding above or below (the interior rows, all of them, are one segment). A tap
+    /// column that reaches past a row's end for some outputs reads the next or the previous
+    /// row there, so its inputs are masked to 0 on those lanes ([`ColumnMasks`]). What is
+    /// left out or masked is exactly what the padding gives, so the outputs are the padded
+    /// path's, bit for bit. A segment's last vector may spill into the next segment's
+    /// outputs, which are written after it. DS-CNN-S's 3×3 convolutions ("same" padding)
+    /// and a pulsed trunk's (a few frames × 10 bins, no padding in time) run here: copying
+    /// each small plane in and out cost more than convolving it.
     #[inline(always)]
     fn in_place<S: pulp::Simd>(self, simd: S, columns: &ColumnMasks) {
         let Convolve {
@@ -268,40 +276,60 @@ impl Convolve<'_> {
             ..
         } = self;
         let lanes = S::F32_LANES;
-        let taps = w.kernel[0] * w.kernel[1];
-        let left = w.pad_before[1];
+        let kw = w.kernel[1];
+        let width = w.input[1];
         let plane_len = w.plane_len();
         let run_len = w.output_plane_len();
-        // Each tap's offset in the unpadded plane from the value `left` before the one its
-        // output reads.
-        let offsets = w.tap_offsets(w.input[1]);
-        // What a plane's outputs read, from `left` values before the plane on.
-        let reach = run_len.div_ceil(lanes) * lanes + offsets[taps - 1];
+        let segments = RowSegment::of(w);
+        // Each tap's offset in the unpadded plane from the value `front` before the one its
+        // output's first tap reads.
+        let offsets = w.tap_offsets(width);
+        let front = w.pad_before[0] * width + w.pad_before[1];
+        // What a plane's outputs read, from `front` values before the plane on.
+        let reach = segments
+            .iter()
+            .filter(|s| s.kernel_rows.start < s.kernel_rows.end)
+            .map(|s| {
+                let last_tap = s.kernel_rows.end * kw - 1;
+                s.rows.start * width
+                    + (s.rows.len() * width).div_ceil(lanes) * lanes
+                    + offsets[last_tap]
+            })
+            .max()
+            .unwrap_or(0);
         // A plane whose reads would leave `images` (the first, the last, a plane smaller
         // than a vector) is read from a copy with zeros around it.
-        let mut edge = vec![0f32; left + plane_len.max(reach)];
+        let mut edge = vec![0f32; (front + plane_len).max(reach)];
         // A plane's last vector may spill into the next plane's outputs, which are written
         // after it; a plane whose spill would pass the end of `out` is written to `last`
         // and copied from there.
-        let written = run_len.div_ceil(lanes) * lanes;
+        let written = run_len + lanes;
         let mut last = vec![0f32; written];
         let planes = images.len() / plane_len;
         let mut plane = 0;
         while plane < planes {
             for c in 0..w.channels {
                 let at = plane * plane_len;
-                let (source, from) = if at >= left && at - left + reach <= images.len() {
-                    (images, at - left)
+                let (source, from) = if at >= front && at - front + reach <= images.len() {
+                    (images, at - front)
                 } else {
-                    edge[left..left + plane_len].copy_from_slice(&images[at..at + plane_len]);
+                    edge[front..front + plane_len].copy_from_slice(&images[at..at + plane_len]);
                     (&edge[..], 0)
                 };
-                let conv = weights.channel(c, source, &offsets, Some(columns));
                 let at = plane * run_len;
-                if at + written <= out.len() {
-                    conv.run(simd, from, run_len, &mut out[at..]);
+                let direct = at + written <= out.len();
+                let dst = if direct {
+                    &mut out[at..]
                 } else {
-                    conv.run(simd, from, run_len, &mut last);
+                    &mut last[..]
+                };
+                for s in &segments {
+                    let taps = s.kernel_rows.start * kw..s.kernel_rows.end * kw;
+                    let first = s.rows.start * width;
+                    let conv = weights.channel(c, source, &offsets, taps, Some((columns, first)));
+                    conv.run(simd, from + first, s.rows.len() * width, &mut dst[first..]);
+                }
+                if !direct {
                     out[at..at + run_len].copy_from_slice(&last[..run_len]);
                 }
                 plane += 1;
@@ -310,68 +338,107 @@ impl Convolve<'_> {
     }
 }
 
+/// Output rows of a window [`Convolve::in_place`] runs that read the same kernel rows
+/// inside the plane: the rest of the kernel's rows would read the padding above or below.
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct RowSegment {
+    /// The output rows.
+    rows: std::ops::Range<usize>,
+    /// The kernel rows that read inside the plane for each of them.
+    kernel_rows: std::ops::Range<usize>,
+}
+
+impl RowSegment {
+    /// The segments of `w`'s output rows, in order.
+    fn of(w: &Window2d) -> Vec<RowSegment> {
+        let [kh, _] = w.kernel;
+        let [dh, _] = w.dilations;
+        let (ih, top) = (w.input[0], w.pad_before[0]);
+        let mut segments: Vec<RowSegment> = Vec::new();
+        for y in 0..w.output[0] {
+            // Kernel row `dy` reads input row `y + dy · dh − top`.
+            let inside = |dy: &usize| (y + dy * dh).checked_sub(top).is_some_and(|r| r < ih);
+            let kernel_rows = match (0..kh).find(inside) {
+                Some(first) => first..(first..kh).find(|dy| !inside(dy)).unwrap_or(kh),
+                None => 0..0,
+            };
+            match segments.last_mut() {
+                Some(s) if s.kernel_rows == kernel_rows => s.rows.end = y + 1,
+                _ => segments.push(RowSegment {
+                    rows: y..y + 1,
+                    kernel_rows,
+                }),
+            }
+        }
+        segments
+    }
+}
+
 /// For a convolution [`Convolve::in_place`] runs, which input lanes each tap column may
-/// read: one mask vector per vector of a plane's outputs and column, all ones where the
-/// column's input lies inside the output's row and zero where it lies in the row before or
-/// after.
+/// read: one mask a plane's output and column (and a vector's worth past the last output),
+/// all ones where the column's input lies inside the output's row and zero where it lies
+/// in the row before or after.
 struct ColumnMasks {
-    /// Lanes in a vector.
-    lanes: usize,
     /// Where each tap's masks start in `bits`, if its column reaches past a row's ends for
     /// some output.
     taps: Vec<Option<usize>>,
-    /// The masks, `[column][vector][lane]`.
+    /// The masks, `[column][output]`.
     bits: Vec<u32>,
 }
 
 impl ColumnMasks {
-    /// The masks of `w` at `S`'s vector width, when [`Convolve::in_place`] runs `w`.
+    /// The masks of `w` at `S`'s vector width, when [`Convolve::in_place`] runs `w`: with
+    /// strides of 1 and an output as wide as the input.
     fn for_window<S: pulp::Simd>(w: &Window2d) -> Option<ColumnMasks> {
         let [kh, kw] = w.kernel;
-        let [dh, dw] = w.dilations;
-        let [ih, iw] = w.input;
-        let fits = w.strides == [1, 1]
-            && w.pad_before[0] == 0
-            && w.output[0] + (kh - 1) * dh == ih
-            && w.output[1] == iw;
-        if !fits {
+        let [_, dw] = w.dilations;
+        let iw = w.input[1];
+        if w.strides != [1, 1] || w.output[1] != iw {
             return None;
         }
-        let lanes = S::F32_LANES;
-        let vectors = w.output_plane_len().div_ceil(lanes);
+        let outputs = w.output_plane_len() + 2 * S::F32_LANES;
         let mut masked = vec![false; kw];
-        let mut bits = vec![0u32; kw * vectors * lanes];
-        for (dx, column) in bits.chunks_exact_mut(vectors * lanes).enumerate() {
-            for (p, bit) in column.iter_mut().enumerate() {
-                let x = (p % iw + dx * dw).checked_sub(w.pad_before[1]);
-                let inside = x.is_some_and(|x| x < iw);
+        let mut bits = vec![0u32; kw * outputs];
+        // Each column's masks repeat a row's (no division by the width per output: this
+        // runs on every call).
+        let mut row = vec![0u32; iw];
+        for (dx, column) in bits.chunks_exact_mut(outputs).enumerate() {
+            for (x, bit) in row.iter_mut().enumerate() {
+                let inside = (x + dx * dw)
+                    .checked_sub(w.pad_before[1])
+                    .is_some_and(|x| x < iw);
                 *bit = if inside { u32::MAX } else { 0 };
-                masked[dx] |= !inside && p < w.output_plane_len();
+                masked[dx] |= !inside;
+            }
+            for chunk in column.chunks_mut(iw) {
+                chunk.copy_from_slice(&row[..chunk.len()]);
             }
         }
         let taps = (0..kh * kw)
-            .map(|t| masked[t % kw].then_some(t % kw * vectors * lanes))
+            .map(|t| masked[t % kw].then_some(t % kw * outputs))
             .collect();
-        Some(ColumnMasks { lanes, taps, bits })
+        Some(ColumnMasks { taps, bits })
     }
 
-    /// The masks of tap `tap`'s column from output vector `vector` on, if it needs them.
+    /// The masks of tap `tap`'s column from output `p` of a plane on, if it needs them.
     #[inline(always)]
-    fn of(&self, tap: usize, vector: usize) -> Option<&[u32]> {
-        let at = self.taps[tap]? + vector * self.lanes;
-        Some(&self.bits[at..])
+    fn of(&self, tap: usize, p: usize) -> Option<&[u32]> {
+        Some(&self.bits[self.taps[tap]? + p..])
     }
 }
 
 /// One plane's padded values and the kernel taps over them.
 struct Taps<'a> {
     padded: &'a [f32],
+    /// The kernel's tap `offsets[0]` and `kernel[0]` belong to.
+    first_tap: usize,
     offsets: &'a [usize],
     kernel: &'a [f32],
     bias: f32,
     relu: bool,
-    /// For [`Convolve::in_place`]: the lanes each tap column may read.
-    masks: Option<&'a ColumnMasks>,
+    /// For [`Convolve::in_place`]: the lanes each tap column may read, and the output of
+    /// the plane the run starts at.
+    masks: Option<(&'a ColumnMasks, usize)>,
 }
 
 impl Taps<'_> {
@@ -416,7 +483,10 @@ impl Taps<'_> {
         for (tap, (&offset, &k)) in self.offsets.iter().zip(self.kernel).enumerate() {
             let weight = simd.splat_f32s(k);
             let (inputs, _) = S::as_simd_f32s(&self.padded[at + offset..][..B * lanes]);
-            match self.masks.and_then(|m| m.of(tap, v)) {
+            let masks = self
+                .masks
+                .and_then(|(m, p)| m.of(self.first_tap + tap, p + v * lanes));
+            match masks {
                 None => {
                     for (a, &x) in acc.iter_mut().zip(inputs) {
                         *a = simd.mul_add_e_f32s(weight, x, *a);
@@ -555,8 +625,10 @@ mod tests {
 
     /// Planes read in place give the padded path's outputs bit for bit, at the widest
     /// SIMD width and the scalar one: every width padding that keeps a plane as wide as its
-    /// input (all left, all right, split), dilated or not, planes smaller than a vector and
-    /// larger than a block, one image and several, a ReLU or not, one bias or one a channel.
+    /// input (all left, all right, split), padding above and below or not (as much as the
+    /// kernel is high, more, all above, all below), dilated or not, planes smaller than a
+    /// vector and larger than a block, one image and several, a ReLU or not, one bias or
+    /// one a channel.
     #[test]
     fn planes_read_in_place_equal_padded_planes_bit_for_bit() {
         let mut cases = 0;
@@ -571,16 +643,30 @@ mod tests {
             ([7, 13], [1, 4], [1, 3]),
         ] {
             let span = (kernel[1] - 1) * dilations[1];
-            for left in 0..=span {
+            let height: usize = (kernel[0] - 1) * dilations[0];
+            let vertical = [
+                (0, 0),
+                (height / 2, height - height / 2),
+                (height, 0),
+                (0, height),
+                (height + 2, 1),
+            ];
+            for ((top, bottom), left) in vertical
+                .into_iter()
+                .flat_map(|v| (0..=span).map(move |l| (v, l)))
+            {
+                let Some(rows) = (input[0] + top + bottom).checked_sub(height) else {
+                    continue;
+                };
                 for (relu, channels, images) in [(true, 3, 2), (false, 1, 1), (true, 2, 3)] {
-                    let output = [input[0] - (kernel[0] - 1) * dilations[0], input[1]];
+                    let output = [rows, input[1]];
                     let window = Window2d {
                         channels,
                         input,
                         kernel,
                         strides: [1, 1],
                         dilations,
-                        pad_before: [0, left],
+                        pad_before: [top, left],
                         output,
                         batch: true,
                     };
@@ -621,6 +707,41 @@ mod tests {
                 }
             }
         }
-        assert!(cases > 40);
+        assert!(cases > 200);
+    }
+
+    /// DS-CNN-S's 3×3 window with "same" padding: the first output row leaves out the
+    /// kernel's top row, the last its bottom row, and every row between reads all three.
+    #[test]
+    fn rows_are_split_where_the_kernel_reads_the_padding() {
+        let w = Window2d {
+            channels: 1,
+            input: [49, 20],
+            kernel: [3, 3],
+            strides: [1, 1],
+            dilations: [1, 1],
+            pad_before: [1, 1],
+            output: [49, 20],
+            batch: true,
+        };
+        let segments = |w: &Window2d| {
+            RowSegment::of(w)
+                .into_iter()
+                .map(|s| (s.rows, s.kernel_rows))
+                .collect::<Vec<_>>()
+        };
+        assert_eq!(segments(&w), [(0..1, 1..3), (1..48, 0..3), (48..49, 0..2)]);
+        // Padding taller than the kernel: rows that read nothing but padding.
+        let tall = Window2d {
+            input: [2, 20],
+            kernel: [2, 3],
+            pad_before: [3, 1],
+            output: [5, 20],
+            ..w
+        };
+        assert_eq!(
+            segments(&tall),
+            [(0..2, 0..0), (2..3, 1..2), (3..4, 0..2), (4..5, 0..1)]
+        );
     }
 }

@@ -375,7 +375,8 @@ impl RowSegment {
 }
 
 /// For a convolution [`Convolve::in_place`] runs, which input lanes each tap column may
-/// read: one mask a plane's output and column (and a vector's worth past the last output),
+/// read: one mask a plane's output and column (and a vector's worth past the last output,
+/// where a run's last vector reads),
 /// all ones where the column's input lies inside the output's row and zero where it lies
 /// in the row before or after.
 struct ColumnMasks {
@@ -396,7 +397,8 @@ impl ColumnMasks {
         if w.strides != [1, 1] || w.output[1] != iw {
             return None;
         }
-        let outputs = w.output_plane_len() + 2 * S::F32_LANES;
+        // A run's last vector ends less than a vector past the plane's last output.
+        let outputs = w.output_plane_len() + S::F32_LANES;
         let mut masked = vec![false; kw];
         let mut bits = vec![0u32; kw * outputs];
         // Each column's masks repeat a row's (no division by the width per output: this

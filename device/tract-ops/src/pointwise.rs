@@ -13,7 +13,9 @@
 //! for all its vectors. A tile reads the input channels' rows over its positions
 //! (`channels × vectors` values, a few KiB) and the weights (laid out input channel by
 //! input channel, so a tile's weights for one input channel are adjacent); both stay in
-//! the L1 cache while the output channels' tiles go by. No packing, no scratch.
+//! the L1 cache while the output channels' tiles go by. No packing, no scratch. The input
+//! rows may also start anywhere in one buffer and overlap: [`crate::dense`] reads a
+//! convolution's (channel, tap) rows in place from the padded planes that way.
 //!
 //! A batch norm after the product (a per-channel multiply and add) and a ReLU after that
 //! are folded into the op, as [`crate::depthwise`] folds them: the weights are scaled and
@@ -179,12 +181,6 @@ impl PointwiseNchw {
         out: &mut [f32],
     ) -> TractResult<()> {
         let (i, o) = (self.inputs, self.outputs);
-        ensure!(
-            weights.len() == i * o && bias.len() == o,
-            "{} weights and {} biases; expected {i} × {o} and {o}",
-            weights.len(),
-            bias.len()
-        );
         if images.is_empty() && out.is_empty() {
             return Ok(());
         }
@@ -197,13 +193,66 @@ impl PointwiseNchw {
             images.len(),
             out.len()
         );
+        self.check_weights(weights, bias)?;
         for (images, out) in images
             .chunks_exact(i * positions)
             .zip(out.chunks_exact_mut(o * positions))
         {
-            pulp::Arch::new().dispatch(Product {
+            pulp::Arch::new().dispatch(Product::<false> {
                 op: self,
                 images,
+                starts: &[],
+                weights,
+                bias,
+                positions,
+                out,
+            });
+        }
+        Ok(())
+    }
+
+    /// That `weights` are `[inputs, outputs]` and `bias` `[outputs]`.
+    fn check_weights(&self, weights: &[f32], bias: &[f32]) -> TractResult<()> {
+        let (i, o) = (self.inputs, self.outputs);
+        ensure!(
+            weights.len() == i * o && bias.len() == o,
+            "{} weights and {} biases; expected {i} × {o} and {o}",
+            weights.len(),
+            bias.len()
+        );
+        Ok(())
+    }
+
+    /// One image's product over input rows that start anywhere in `images`: row `r` the
+    /// `positions` values from `starts[r]` on (rows may overlap, as the taps of a
+    /// convolution's window read the same plane shifted). `out` holds `outputs` channels
+    /// × `positions`.
+    pub(crate) fn run_rows(
+        &self,
+        images: &[f32],
+        starts: &[usize],
+        weights: &[f32],
+        bias: &[f32],
+        positions: usize,
+        out: &mut [f32],
+    ) -> TractResult<()> {
+        let (i, o) = (self.inputs, self.outputs);
+        self.check_weights(weights, bias)?;
+        ensure!(
+            starts.len() == i
+                && starts.iter().all(|&s| s + positions <= images.len())
+                && out.len() == o * positions,
+            "{} rows of {positions} positions in {} values, room for {} out; expected {i} \
+             rows and {o} × {positions} out",
+            starts.len(),
+            images.len(),
+            out.len()
+        );
+        if positions > 0 {
+            pulp::Arch::new().dispatch(Product::<true> {
+                op: self,
+                images,
+                starts,
                 weights,
                 bias,
                 positions,
@@ -219,62 +268,85 @@ impl PointwiseNchw {
 /// (Cortex-A53 to A76).
 const L1_BLOCK_BYTES: usize = 24 << 10;
 
-/// One image's product, for `pulp` to run with the widest SIMD the CPU has.
-struct Product<'a> {
+/// One image's product, for `pulp` to run with the widest SIMD the CPU has; its input rows
+/// one after the other in `images`, or with `STARTS` where `starts` says. (Two loops, not
+/// one over `starts` always: with a row's start loaded and its end checked in the loop
+/// over input channels, DS-CNN-S's 64 → 64 products took 15–20 % longer on AVX2.)
+struct Product<'a, const STARTS: bool> {
     op: &'a PointwiseNchw,
     images: &'a [f32],
+    /// With `STARTS`, where each input row starts in `images`.
+    starts: &'a [usize],
     weights: &'a [f32],
     bias: &'a [f32],
     positions: usize,
     out: &'a mut [f32],
 }
 
-impl pulp::WithSimd for Product<'_> {
+impl<const STARTS: bool> pulp::WithSimd for Product<'_, STARTS> {
     type Output = ();
 
     #[inline(always)]
     fn with_simd<S: pulp::Simd>(mut self, simd: S) {
         // Tiles of output channels × vectors whose accumulators fit the registers with the
-        // tile's weights and one vector of inputs: 2 × 6 + 2 + 1 of AVX2's sixteen, 4 × 6 +
-        // 4 + 1 of AVX-512's and NEON's thirty-two.
+        // tile's weights and one vector of inputs (R × B + R + 1): up to 2 × 6 + 2 + 1 of
+        // AVX2's sixteen, 4 × 6 + 4 + 1 of AVX-512's and NEON's thirty-two. A run of fewer
+        // vectors (the positions past the last run of six, all of a pulsed trunk's few)
+        // takes as many output channels a tile as still fit, so that it has more
+        // independent sums to keep the fused multiply-adds busy than the two a tile of one
+        // vector had.
         if S::F32_LANES == 8 {
-            self.tiles::<S, 2, 6>(simd);
+            self.tiles::<S, 2, 2, 2, 2, 4, 4>(simd);
         } else {
-            self.tiles::<S, 4, 6>(simd);
+            self.tiles::<S, 4, 4, 4, 4, 8, 8>(simd);
         }
     }
 }
 
-impl Product<'_> {
-    /// Every output: the positions in runs of `B` vectors, then one vector at a time, then
-    /// the positions past the last whole vector as one partial vector; each run over the
-    /// input channels a block at a time (so that a block's rows over the run stay in the
-    /// L1 cache while the output channels go by), and each block over the output channels
-    /// `R` at a time, then one at a time.
+impl<const STARTS: bool> Product<'_, STARTS> {
+    /// Every output: the positions in runs of six vectors, then the rest (one to six
+    /// vectors, the last of them partial when the positions end inside one) as one run;
+    /// `R6` … `R1` output channels a tile for a run of six … one vectors.
     #[inline(always)]
-    fn tiles<S: pulp::Simd, const R: usize, const B: usize>(&mut self, simd: S) {
+    fn tiles<
+        S: pulp::Simd,
+        const R6: usize,
+        const R5: usize,
+        const R4: usize,
+        const R3: usize,
+        const R2: usize,
+        const R1: usize,
+    >(
+        &mut self,
+        simd: S,
+    ) {
         let lanes = S::F32_LANES;
-        // Input channels a block: their rows over a run of `B` vectors in 24 KiB.
-        let block = (L1_BLOCK_BYTES / (B * lanes * 4)).max(1);
-        let whole = self.positions / lanes * lanes;
+        // Input channels a block: their rows over a run of six vectors in 24 KiB.
+        let block = (L1_BLOCK_BYTES / (6 * lanes * 4)).max(1);
         let mut from = 0;
-        while whole - from >= B * lanes {
-            self.run::<S, R, B>(simd, from, B * lanes, block);
-            from += B * lanes;
+        // Whole runs of six, leaving the last one to six vectors (where the positions
+        // end) to the tail.
+        while self.positions - from > 6 * lanes {
+            self.run::<S, R6, 6, false>(simd, from, 6 * lanes, block);
+            from += 6 * lanes;
         }
-        while from < whole {
-            self.run::<S, R, 1>(simd, from, lanes, block);
-            from += lanes;
-        }
-        if whole < self.positions {
-            self.run::<S, R, 1>(simd, whole, self.positions - whole, block);
+        let len = self.positions - from;
+        match len.div_ceil(lanes) {
+            0 => {}
+            1 => self.run::<S, R1, 1, true>(simd, from, len, block),
+            2 => self.run::<S, R2, 2, true>(simd, from, len, block),
+            3 => self.run::<S, R3, 3, true>(simd, from, len, block),
+            4 => self.run::<S, R4, 4, true>(simd, from, len, block),
+            5 => self.run::<S, R5, 5, true>(simd, from, len, block),
+            _ => self.run::<S, R6, 6, true>(simd, from, len, block),
         }
     }
 
-    /// The `len` positions from `from` on (`B` whole vectors, or one vector of `len` or
-    /// fewer), for every output channel, `block` input channels at a time.
+    /// The `len` positions from `from` on (`B` whole vectors, or with `TAIL` `B` vectors
+    /// the last of which may be partial), for every output channel, `block` input
+    /// channels at a time, `R` output channels a tile and then one at a time.
     #[inline(always)]
-    fn run<S: pulp::Simd, const R: usize, const B: usize>(
+    fn run<S: pulp::Simd, const R: usize, const B: usize, const TAIL: bool>(
         &mut self,
         simd: S,
         from: usize,
@@ -287,23 +359,23 @@ impl Product<'_> {
             let last = (first + block).min(inputs);
             let mut o = 0;
             while outputs - o >= R {
-                self.tile::<S, R, B>(simd, o, from, len, first..last);
+                self.tile::<S, R, B, TAIL>(simd, o, from, len, first..last);
                 o += R;
             }
             while o < outputs {
-                self.tile::<S, 1, B>(simd, o, from, len, first..last);
+                self.tile::<S, 1, B, TAIL>(simd, o, from, len, first..last);
                 o += 1;
             }
             first = last;
         }
     }
 
-    /// Output channels `o..o + R` at the `len` positions from `from` on (`B` whole vectors,
-    /// or, with `B` = 1, one vector of `len` ≤ lanes positions, read and written
+    /// Output channels `o..o + R` at the `len` positions from `from` on (`B` whole vectors;
+    /// with `TAIL`, `B - 1` whole vectors and a last one of the rest, read and written
     /// partially), summed over the input channels `ins`: from the bias for the first
     /// block, from what the blocks before stored otherwise; the ReLU after the last.
     #[inline(always)]
-    fn tile<S: pulp::Simd, const R: usize, const B: usize>(
+    fn tile<S: pulp::Simd, const R: usize, const B: usize, const TAIL: bool>(
         &mut self,
         simd: S,
         o: usize,
@@ -313,7 +385,10 @@ impl Product<'_> {
     ) {
         let positions = self.positions;
         let outputs = self.op.outputs;
-        let whole = len == B * S::F32_LANES;
+        // The vectors read and written whole; with `TAIL` the last is partial (from
+        // `whole · lanes` on).
+        let whole = if TAIL { B - 1 } else { B };
+        let split = whole * S::F32_LANES;
         let (first, last) = (ins.start == 0, ins.end == self.op.inputs);
         let mut acc = [[simd.splat_f32s(0.0); B]; R];
         for (r, (acc, &b)) in acc.iter_mut().zip(&self.bias[o..o + R]).enumerate() {
@@ -321,32 +396,24 @@ impl Product<'_> {
             let out = &self.out[at..at + len];
             if first {
                 *acc = [simd.splat_f32s(b); B];
-            } else if whole {
-                acc.copy_from_slice(S::as_simd_f32s(out).0);
             } else {
-                acc[0] = simd.partial_load_f32s(out);
+                acc[..whole].copy_from_slice(&S::as_simd_f32s(&out[..split]).0[..whole]);
+                if TAIL {
+                    acc[B - 1] = simd.partial_load_f32s(&out[split..]);
+                }
             }
         }
-        let rows = self.images.chunks_exact(positions).skip(ins.start);
         let weights = self.weights.chunks_exact(outputs).skip(ins.start);
-        for (row, weights) in rows.zip(weights).take(ins.len()) {
-            let row = &row[from..from + len];
-            let mut w = [simd.splat_f32s(0.0); R];
-            for (w, &v) in w.iter_mut().zip(&weights[o..o + R]) {
-                *w = simd.splat_f32s(v);
+        if STARTS {
+            for (&start, weights) in self.starts[ins].iter().zip(weights) {
+                let row = &self.images[start + from..start + from + len];
+                add_row::<S, R, B, TAIL>(simd, &mut acc, row, &weights[o..o + R]);
             }
-            if whole {
-                let (x, _) = S::as_simd_f32s(row);
-                for (b, &x) in x.iter().enumerate() {
-                    for (acc, &w) in acc.iter_mut().zip(&w) {
-                        acc[b] = simd.mul_add_e_f32s(w, x, acc[b]);
-                    }
-                }
-            } else {
-                let x = simd.partial_load_f32s(row);
-                for (acc, &w) in acc.iter_mut().zip(&w) {
-                    acc[0] = simd.mul_add_e_f32s(w, x, acc[0]);
-                }
+        } else {
+            let rows = self.images.chunks_exact(positions).skip(ins.start);
+            for (row, weights) in rows.zip(weights).take(ins.len()) {
+                let row = &row[from..from + len];
+                add_row::<S, R, B, TAIL>(simd, &mut acc, row, &weights[o..o + R]);
             }
         }
         let zero = simd.splat_f32s(0.0);
@@ -358,12 +425,41 @@ impl Product<'_> {
             }
             let at = (o + r) * positions + from;
             let out = &mut self.out[at..at + len];
-            if whole {
-                let (dst, _) = S::as_mut_simd_f32s(out);
-                dst.copy_from_slice(acc);
-            } else {
-                simd.partial_store_f32s(out, acc[0]);
+            let (out, rest) = out.split_at_mut(split);
+            S::as_mut_simd_f32s(out).0[..whole].copy_from_slice(&acc[..whole]);
+            if TAIL {
+                simd.partial_store_f32s(rest, acc[B - 1]);
             }
+        }
+    }
+}
+
+/// Adds one input row's values (`row`: `B` whole vectors, or with `TAIL` `B - 1` and a
+/// partial last one) times each of the tile's `R` output channels' weights for it (`w`)
+/// to the tile's sums.
+#[inline(always)]
+fn add_row<S: pulp::Simd, const R: usize, const B: usize, const TAIL: bool>(
+    simd: S,
+    acc: &mut [[S::f32s; B]; R],
+    row: &[f32],
+    w: &[f32],
+) {
+    let whole = if TAIL { B - 1 } else { B };
+    let split = whole * S::F32_LANES;
+    let mut ws = [simd.splat_f32s(0.0); R];
+    for (ws, &v) in ws.iter_mut().zip(w) {
+        *ws = simd.splat_f32s(v);
+    }
+    let (x, _) = S::as_simd_f32s(&row[..split]);
+    for (b, &x) in x[..whole].iter().enumerate() {
+        for (acc, &w) in acc.iter_mut().zip(&ws) {
+            acc[b] = simd.mul_add_e_f32s(w, x, acc[b]);
+        }
+    }
+    if TAIL {
+        let x = simd.partial_load_f32s(&row[split..]);
+        for (acc, &w) in acc.iter_mut().zip(&ws) {
+            acc[B - 1] = simd.mul_add_e_f32s(w, x, acc[B - 1]);
         }
     }
 }
@@ -432,7 +528,8 @@ mod tests {
 
     /// The scalar path and the widest path this machine has both give what a plain sum (in
     /// f64) gives, over positions that end inside a vector, on a tile's edge and past
-    /// several tiles, output channels that do and do not fill whole tiles, input channels
+    /// several tiles (so that runs of one to six vectors end them at AVX2's and
+    /// AVX-512's widths), output channels that do and do not fill whole tiles, input channels
     /// in one block and in several (300: five blocks at AVX-512's width), one image and
     /// several, a ReLU or not.
     #[test]
@@ -447,6 +544,8 @@ mod tests {
             (8, 12, 96),
             (5, 13, 250),
             (300, 9, 100),
+            (6, 20, 30),
+            (7, 17, 20),
         ];
         for (inputs, outputs, positions) in shapes {
             for (images, relu) in [(1, false), (2, true)] {
@@ -484,9 +583,10 @@ mod tests {
                     .zip(scalar.chunks_exact_mut(outputs * positions))
                 {
                     pulp::WithSimd::with_simd(
-                        Product {
+                        Product::<false> {
                             op: &op,
                             images: x,
+                            starts: &[],
                             weights: &w,
                             bias: &b,
                             positions,
@@ -507,7 +607,7 @@ mod tests {
                 cases += 1;
             }
         }
-        assert_eq!(cases, 10);
+        assert_eq!(cases, 14);
     }
 
     /// Images, weights or room for the outputs of the wrong size are refused, naming the

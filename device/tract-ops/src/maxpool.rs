@@ -29,9 +29,16 @@ impl MaxPoolNchw {
         .then_some(MaxPoolNchw { window })
     }
 
-    /// Pools `images` into `out`: per output row, the maximum down the window's rows
-    /// first (contiguous, so it vectorises), then along the window's columns.
+    /// Pools `images` into `out`, plane by plane: a 2×2 window at stride 2 in one pass a
+    /// row ([`pool_2x2`]), any other window per output row, the maximum down the window's
+    /// rows first (contiguous, so it vectorises), then along the window's columns.
     pub fn run(&self, images: &[f32], out: &mut [f32]) -> TractResult<()> {
+        self.run_with(images, out, true)
+    }
+
+    /// [`MaxPoolNchw::run`]; `pairs`: whether a 2×2 window at stride 2 takes
+    /// [`pool_2x2`] (the tests compare it with the general loop).
+    fn run_with(&self, images: &[f32], out: &mut [f32], pairs: bool) -> TractResult<()> {
         let w = &self.window;
         w.images(images, out)?;
         let mut padded = w.padded_plane(f32::NEG_INFINITY);
@@ -55,6 +62,10 @@ impl MaxPoolNchw {
                 w.pad_into(input, &mut padded);
                 &padded[..]
             };
+            if pairs && [kh, sh, dh, kw, sw, dw] == [2, 2, 1, 2, 2, 1] {
+                pulp::Arch::new().dispatch(|| pool_2x2(source, width, output, ow));
+                continue;
+            }
             for (oy, row) in output.chunks_exact_mut(ow).enumerate() {
                 down.fill(f32::NEG_INFINITY);
                 for ky in 0..kh {
@@ -64,18 +75,34 @@ impl MaxPoolNchw {
                     }
                 }
                 // From f32::MIN, as tract's loop: a window over padding alone gives it.
-                if [kw, sw, dw] == [2, 2, 1] {
-                    for (o, pair) in row.iter_mut().zip(down.chunks_exact(2)) {
-                        *o = greater(pair[1], greater(pair[0], f32::MIN));
-                    }
-                } else {
-                    for (ox, o) in row.iter_mut().enumerate() {
-                        *o = (0..kw).fold(f32::MIN, |m, kx| greater(down[ox * sw + kx * dw], m));
-                    }
+                for (ox, o) in row.iter_mut().enumerate() {
+                    *o = (0..kw).fold(f32::MIN, |m, kx| greater(down[ox * sw + kx * dw], m));
                 }
             }
         }
         Ok(())
+    }
+}
+
+/// A 2×2 window at stride 2 over `source` (rows of `width`) into `output` (rows of `ow`):
+/// the maximum down each column pair first, then across, as the general loop takes them
+/// (the same comparisons in the same order, so the same outputs, NaN taps included), in
+/// one pass a row whose pairs the compiler loads and splits with vector shuffles. The
+/// general loop's scalar pass over each row's pairs took leak-CNN's two max pools
+/// 85 and 41 µs a window, where onnxruntime takes 23 and 15 (BENCHMARKS.md).
+#[inline(always)]
+fn pool_2x2(source: &[f32], width: usize, output: &mut [f32], ow: usize) {
+    for (oy, row) in output.chunks_exact_mut(ow).enumerate() {
+        let top = &source[2 * oy * width..][..2 * ow];
+        let bottom = &source[(2 * oy + 1) * width..][..2 * ow];
+        for (o, (t, b)) in row
+            .iter_mut()
+            .zip(top.chunks_exact(2).zip(bottom.chunks_exact(2)))
+        {
+            let left = greater(b[0], greater(t[0], f32::NEG_INFINITY));
+            let right = greater(b[1], greater(t[1], f32::NEG_INFINITY));
+            *o = greater(right, greater(left, f32::MIN));
+        }
     }
 }
 
@@ -124,4 +151,55 @@ impl TypedOp for MaxPoolNchw {
     }
 
     as_op!();
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A 2×2 window at stride 2 gives what the general loop gives, bit for bit, NaN, −∞
+    /// and `f32::MIN` taps among the values: planes read in place and padded, widths that
+    /// do and do not fill a vector of outputs, two images.
+    #[test]
+    fn pairs_equal_the_general_loop_bit_for_bit() {
+        let mut cases = 0;
+        for (input, pad_before, output) in [
+            ([4, 6], [0, 0], [2, 3]),
+            ([9, 38], [0, 0], [4, 19]),
+            ([7, 35], [1, 1], [4, 18]),
+            ([3, 40], [0, 0], [1, 20]),
+            ([2, 3], [1, 1], [2, 2]),
+        ] {
+            let op = MaxPoolNchw {
+                window: Window2d {
+                    channels: 3,
+                    input,
+                    kernel: [2, 2],
+                    strides: [2, 2],
+                    dilations: [1, 1],
+                    pad_before,
+                    output,
+                    batch: true,
+                },
+            };
+            let n = 2 * 3 * input[0] * input[1];
+            let images: Vec<f32> = (0..n)
+                .map(|i| match i % 11 {
+                    3 => f32::NAN,
+                    7 => f32::NEG_INFINITY,
+                    9 => f32::MIN,
+                    _ => ((i * 7) % 13) as f32 - 6.0,
+                })
+                .collect();
+            let m = 2 * 3 * output[0] * output[1];
+            let (mut pairs, mut general) = (vec![1.5; m], vec![-1.5; m]);
+            op.run_with(&images, &mut pairs, true).unwrap();
+            op.run_with(&images, &mut general, false).unwrap();
+            for (i, (p, g)) in pairs.iter().zip(&general).enumerate() {
+                assert_eq!(p.to_bits(), g.to_bits(), "{:?}, output {i}", op.window);
+            }
+            cases += 1;
+        }
+        assert_eq!(cases, 5);
+    }
 }

@@ -378,7 +378,7 @@ mod tests {
                 let b = values(outputs, 3);
                 let n = images * outputs * output[0] * output[1];
                 let (mut in_place, mut unfolded) = (vec![f32::NAN; n], vec![f32::NAN; n]);
-                op.run(&x, &w, &b, &mut in_place).unwrap();
+                op.run_in_place(&x, &w, &b, &mut in_place).unwrap();
                 op.run_unfolded(&x, &w, &b, &mut unfolded).unwrap();
                 for (i, (a, u)) in in_place.iter().zip(&unfolded).enumerate() {
                     assert!(

@@ -204,12 +204,12 @@ impl DenseConvNchw {
             if width == ow {
                 self.product
                     .run_rows(&planes, &starts, weights, bias, wide, out)?;
-                continue;
-            }
-            self.product
-                .run_rows(&planes, &starts, weights, bias, wide, &mut wide_out)?;
-            for (row, wide_row) in out.chunks_exact_mut(ow).zip(wide_out.chunks_exact(width)) {
-                row.copy_from_slice(&wide_row[..ow]);
+            } else {
+                self.product
+                    .run_rows(&planes, &starts, weights, bias, wide, &mut wide_out)?;
+                for (row, wide) in out.chunks_exact_mut(ow).zip(wide_out.chunks_exact(width)) {
+                    row.copy_from_slice(&wide[..ow]);
+                }
             }
         }
         Ok(())

@@ -23,6 +23,10 @@
 //! at all: it is read where it lies, the kernel rows that would read the padding above or
 //! below left out of the rows they would, and the taps that would read the padding left or
 //! right masked to 0 (`Convolve::in_place`), with the same outputs bit for bit.
+//! When nothing else reads the images (tract lets go of a value before it runs its last
+//! reader) and the output is their size, the outputs are written over them, a plane at a
+//! time through a plane of scratch ([`DepthwiseNchw::run_over`]): no output tensor is made,
+//! and zeroed, for the call.
 //!
 //! A batch norm after the convolution (a per-channel multiply and add, as tract's declutter
 //! pass leaves it) and a ReLU after that are folded into the op ([`DepthwiseNchw::swap`]):
@@ -138,6 +142,37 @@ impl DepthwiseNchw {
         });
         Ok(())
     }
+
+    /// [`DepthwiseNchw::run`] with the outputs written over the images, when a plane's
+    /// output is its input's size and is read in place (strides of 1, "same" padding):
+    /// each plane convolved into a plane of scratch and copied back over itself, so that
+    /// no output tensor is made (and zeroed) for the call. A plane's outputs read the plane
+    /// before it, already overwritten, only on lanes masked to 0, so they are
+    /// [`DepthwiseNchw::run`]'s bit for bit. Returns whether it ran; if not, `planes` is
+    /// untouched.
+    pub fn run_over(&self, planes: &mut [f32], kernel: &[f32], bias: &[f32]) -> TractResult<bool> {
+        let w = &self.window;
+        if w.output != w.input || !planes.len().is_multiple_of(w.plane_len()) {
+            return Ok(false);
+        }
+        let taps = w.kernel[0] * w.kernel[1];
+        ensure!(
+            kernel.len() == w.channels * taps && (bias.len() == w.channels || bias.len() == 1),
+            "a depthwise kernel of {} values and {} biases; expected {} channels × {taps} taps",
+            kernel.len(),
+            bias.len(),
+            w.channels
+        );
+        Ok(pulp::Arch::new().dispatch(ConvolveOver {
+            w,
+            weights: Weights {
+                kernel,
+                bias,
+                relu: self.relu,
+            },
+            planes,
+        }))
+    }
 }
 
 /// One call of the convolution, for `pulp` to run with the widest SIMD the CPU has.
@@ -194,6 +229,34 @@ impl pulp::WithSimd for Convolve<'_> {
             Some(columns) => self.in_place(simd, &columns),
             None => self.padded(simd),
         }
+    }
+}
+
+/// [`DepthwiseNchw::run_over`]'s call, for `pulp`: whether it ran.
+struct ConvolveOver<'a> {
+    w: &'a Window2d,
+    weights: Weights<'a>,
+    /// The images, overwritten by the outputs.
+    planes: &'a mut [f32],
+}
+
+impl pulp::WithSimd for ConvolveOver<'_> {
+    type Output = bool;
+
+    #[inline(always)]
+    fn with_simd<S: pulp::Simd>(self, simd: S) -> bool {
+        let ConvolveOver { w, weights, planes } = self;
+        let Some(columns) = ColumnMasks::for_window::<S>(w) else {
+            return false;
+        };
+        let mut convolve = InPlacePlanes::new::<S>(w, weights, &columns);
+        let len = w.plane_len();
+        let mut scratch = vec![0f32; convolve.written];
+        for plane in 0..planes.len() / len {
+            convolve.convolve(simd, planes, plane, &mut scratch);
+            planes[plane * len..(plane + 1) * len].copy_from_slice(&scratch[..len]);
+        }
+        true
     }
 }
 
@@ -275,17 +338,52 @@ impl Convolve<'_> {
             out,
             ..
         } = self;
+        let mut planes = InPlacePlanes::new::<S>(w, weights, columns);
+        // A plane's last vector may spill into the next plane's outputs, which are written
+        // after it; a plane whose spill would pass the end of `out` is written to `last`
+        // and copied from there.
+        let run_len = w.output_plane_len();
+        let mut last = vec![0f32; planes.written];
+        for plane in 0..images.len() / w.plane_len() {
+            let at = plane * run_len;
+            if at + planes.written <= out.len() {
+                planes.convolve(simd, images, plane, &mut out[at..]);
+            } else {
+                planes.convolve(simd, images, plane, &mut last);
+                out[at..at + run_len].copy_from_slice(&last[..run_len]);
+            }
+        }
+    }
+}
+
+/// The convolution of planes [`Convolve::in_place`] reads where they lie, one plane at a
+/// time.
+struct InPlacePlanes<'a> {
+    w: &'a Window2d,
+    weights: Weights<'a>,
+    columns: &'a ColumnMasks,
+    segments: Vec<RowSegment>,
+    /// Each tap's offset in the unpadded plane from the value `front` before the one its
+    /// output's first tap reads.
+    offsets: Vec<usize>,
+    front: usize,
+    /// What a plane's outputs read, from `front` values before the plane on.
+    reach: usize,
+    /// How many outputs a plane's runs write: its own and up to a vector past them.
+    written: usize,
+    /// A copy of a plane whose reads would leave the images, with zeros around it.
+    edge: Vec<f32>,
+}
+
+impl<'a> InPlacePlanes<'a> {
+    #[inline(always)]
+    fn new<S: pulp::Simd>(w: &'a Window2d, weights: Weights<'a>, columns: &'a ColumnMasks) -> Self {
         let lanes = S::F32_LANES;
         let kw = w.kernel[1];
         let width = w.input[1];
-        let plane_len = w.plane_len();
-        let run_len = w.output_plane_len();
         let segments = RowSegment::of(w);
-        // Each tap's offset in the unpadded plane from the value `front` before the one its
-        // output's first tap reads.
         let offsets = w.tap_offsets(width);
         let front = w.pad_before[0] * width + w.pad_before[1];
-        // What a plane's outputs read, from `front` values before the plane on.
         let reach = segments
             .iter()
             .filter(|s| s.kernel_rows.start < s.kernel_rows.end)
@@ -297,43 +395,51 @@ impl Convolve<'_> {
             })
             .max()
             .unwrap_or(0);
-        // A plane whose reads would leave `images` (the first, the last, a plane smaller
-        // than a vector) is read from a copy with zeros around it.
-        let mut edge = vec![0f32; (front + plane_len).max(reach)];
-        // A plane's last vector may spill into the next plane's outputs, which are written
-        // after it; a plane whose spill would pass the end of `out` is written to `last`
-        // and copied from there.
-        let written = run_len + lanes;
-        let mut last = vec![0f32; written];
-        let planes = images.len() / plane_len;
-        let mut plane = 0;
-        while plane < planes {
-            for c in 0..w.channels {
-                let at = plane * plane_len;
-                let (source, from) = if at >= front && at - front + reach <= images.len() {
-                    (images, at - front)
-                } else {
-                    edge[front..front + plane_len].copy_from_slice(&images[at..at + plane_len]);
-                    (&edge[..], 0)
-                };
-                let at = plane * run_len;
-                let direct = at + written <= out.len();
-                let dst = if direct {
-                    &mut out[at..]
-                } else {
-                    &mut last[..]
-                };
-                for s in &segments {
-                    let taps = s.kernel_rows.start * kw..s.kernel_rows.end * kw;
-                    let first = s.rows.start * width;
-                    let conv = weights.channel(c, source, &offsets, taps, Some((columns, first)));
-                    conv.run(simd, from + first, s.rows.len() * width, &mut dst[first..]);
-                }
-                if !direct {
-                    out[at..at + run_len].copy_from_slice(&last[..run_len]);
-                }
-                plane += 1;
-            }
+        let edge = vec![0f32; (front + w.plane_len()).max(reach)];
+        InPlacePlanes {
+            w,
+            weights,
+            columns,
+            segments,
+            offsets,
+            front,
+            reach,
+            written: w.output_plane_len() + lanes,
+            edge,
+        }
+    }
+
+    /// Plane `plane` of `images` (whole images, planes one after another) convolved into
+    /// the start of `dst`, which has room for [`InPlacePlanes::written`] outputs. The
+    /// plane's outputs read the planes before and after it only on lanes masked to 0.
+    #[inline(always)]
+    fn convolve<S: pulp::Simd>(&mut self, simd: S, images: &[f32], plane: usize, dst: &mut [f32]) {
+        let InPlacePlanes {
+            w,
+            weights,
+            columns,
+            segments,
+            offsets,
+            front,
+            reach,
+            edge,
+            ..
+        } = self;
+        let (kw, width, plane_len) = (w.kernel[1], w.input[1], w.plane_len());
+        let c = plane % w.channels;
+        let at = plane * plane_len;
+        let (source, from) = if at >= *front && at - *front + *reach <= images.len() {
+            (images, at - *front)
+        } else {
+            edge[*front..*front + plane_len].copy_from_slice(&images[at..at + plane_len]);
+            (&edge[..], 0)
+        };
+        for s in segments.iter() {
+            let taps = s.kernel_rows.start * kw..s.kernel_rows.end * kw;
+            let first = s.rows.start * width;
+            let masks = Some((&**columns, first));
+            let conv = weights.channel(c, source, offsets, taps, masks);
+            conv.run(simd, from + first, s.rows.len() * width, &mut dst[first..]);
         }
     }
 }
@@ -537,12 +643,41 @@ impl EvalOp for DepthwiseNchw {
     fn eval(&self, _ctx: &EvalContext, inputs: TVec<TValue>) -> TractResult<TVec<TValue>> {
         let (images, kernel, bias) = args_3!(inputs);
         let w = &self.window;
+        let kernel = kernel.try_as_plain_ram()?;
+        let bias = bias.try_as_plain_ram()?;
+        let (kernel, bias) = (kernel.as_slice::<f32>()?, bias.as_slice::<f32>()?);
+        // Over the images when nothing else reads them (tract lets go of a value before
+        // it runs the value's last reader): no output tensor to make.
+        if images.is_exclusive() && w.output == w.input {
+            let mut planes = images.into_tensor();
+            if self.run_over(
+                planes.try_as_plain_ram_mut()?.as_slice_mut::<f32>()?,
+                kernel,
+                bias,
+            )? {
+                return Ok(tvec!(planes.into_tvalue()));
+            }
+            return self.eval_into_new(planes.into_tvalue(), kernel, bias);
+        }
+        self.eval_into_new(images, kernel, bias)
+    }
+}
+
+impl DepthwiseNchw {
+    /// The outputs of `images` in a tensor of their own.
+    fn eval_into_new(
+        &self,
+        images: TValue,
+        kernel: &[f32],
+        bias: &[f32],
+    ) -> TractResult<TVec<TValue>> {
+        let w = &self.window;
         let n = if w.batch { images.shape()[0] } else { 1 };
         crate::f32_output(&w.output_shape(n), |out| {
             self.run(
                 images.try_as_plain_ram()?.as_slice::<f32>()?,
-                kernel.try_as_plain_ram()?.as_slice::<f32>()?,
-                bias.try_as_plain_ram()?.as_slice::<f32>()?,
+                kernel,
+                bias,
                 out,
             )
         })
@@ -633,7 +768,7 @@ mod tests {
     /// one a channel.
     #[test]
     fn planes_read_in_place_equal_padded_planes_bit_for_bit() {
-        let mut cases = 0;
+        let (mut cases, mut overwritten) = (0, 0);
         for (input, kernel, dilations) in [
             ([5, 10], [3, 3], [1, 1]),
             ([3, 10], [3, 3], [1, 1]),
@@ -705,11 +840,29 @@ mod tests {
                         assert!(padded.iter().all(|&v| !f32::from_bits(v).is_nan()));
                         assert_eq!(run(true, scalar), padded, "{window:?}, scalar {scalar}");
                     }
+                    // Over the images, where the output is their size.
+                    let mut over = data.clone();
+                    let op = DepthwiseNchw {
+                        window: window.clone(),
+                        relu,
+                    };
+                    let ran = op.run_over(&mut over, &weights, &bias).unwrap();
+                    assert_eq!(ran, output == input, "{window:?}");
+                    if ran {
+                        let over: Vec<u32> = over.iter().map(|v| v.to_bits()).collect();
+                        assert_eq!(over, run(false, false), "{window:?}, over the images");
+                        overwritten += 1;
+                    } else {
+                        assert_eq!(over, data, "{window:?}: left as it was");
+                    }
                     cases += 1;
                 }
             }
         }
-        assert!(cases > 200);
+        assert!(
+            cases > 200 && overwritten > 50,
+            "{cases} cases, {overwritten} overwritten"
+        );
     }
 
     /// DS-CNN-S's 3×3 window with "same" padding: the first output row leaves out the

@@ -104,19 +104,7 @@ impl DepthwiseNchw {
         out: &mut [f32],
     ) -> TractResult<()> {
         let w = &self.window;
-        let taps = w.kernel[0] * w.kernel[1];
-        ensure!(
-            kernel.len() == w.channels * taps,
-            "depthwise kernel has {} values; expected {} channels × {taps} taps",
-            kernel.len(),
-            w.channels
-        );
-        ensure!(
-            bias.len() == w.channels || bias.len() == 1,
-            "depthwise bias has {} values; expected 1 or {}",
-            bias.len(),
-            w.channels
-        );
+        self.check_weights(kernel, bias)?;
         let per_image = w.channels * w.plane_len();
         ensure!(
             images.len().is_multiple_of(per_image),
@@ -143,6 +131,25 @@ impl DepthwiseNchw {
         Ok(())
     }
 
+    /// That `kernel` holds each channel's taps and `bias` one value or one a channel.
+    fn check_weights(&self, kernel: &[f32], bias: &[f32]) -> TractResult<()> {
+        let w = &self.window;
+        let taps = w.kernel[0] * w.kernel[1];
+        ensure!(
+            kernel.len() == w.channels * taps,
+            "depthwise kernel has {} values; expected {} channels × {taps} taps",
+            kernel.len(),
+            w.channels
+        );
+        ensure!(
+            bias.len() == w.channels || bias.len() == 1,
+            "depthwise bias has {} values; expected 1 or {}",
+            bias.len(),
+            w.channels
+        );
+        Ok(())
+    }
+
     /// [`DepthwiseNchw::run`] with the outputs written over the images, when a plane's
     /// output is its input's size and is read in place (strides of 1, "same" padding):
     /// each plane convolved into a plane of scratch and copied back over itself, so that
@@ -155,14 +162,7 @@ impl DepthwiseNchw {
         if w.output != w.input || !planes.len().is_multiple_of(w.plane_len()) {
             return Ok(false);
         }
-        let taps = w.kernel[0] * w.kernel[1];
-        ensure!(
-            kernel.len() == w.channels * taps && (bias.len() == w.channels || bias.len() == 1),
-            "a depthwise kernel of {} values and {} biases; expected {} channels × {taps} taps",
-            kernel.len(),
-            bias.len(),
-            w.channels
-        );
+        self.check_weights(kernel, bias)?;
         Ok(pulp::Arch::new().dispatch(ConvolveOver {
             w,
             weights: Weights {
@@ -376,6 +376,7 @@ struct InPlacePlanes<'a> {
 }
 
 impl<'a> InPlacePlanes<'a> {
+    /// What every plane of `w` shares: its row segments, tap offsets and reach.
     #[inline(always)]
     fn new<S: pulp::Simd>(w: &'a Window2d, weights: Weights<'a>, columns: &'a ColumnMasks) -> Self {
         let lanes = S::F32_LANES;
@@ -641,14 +642,13 @@ impl EvalOp for DepthwiseNchw {
     op_out_of_plan!();
 
     fn eval(&self, _ctx: &EvalContext, inputs: TVec<TValue>) -> TractResult<TVec<TValue>> {
-        let (images, kernel, bias) = args_3!(inputs);
-        let w = &self.window;
+        let (mut images, kernel, bias) = args_3!(inputs);
         let kernel = kernel.try_as_plain_ram()?;
         let bias = bias.try_as_plain_ram()?;
         let (kernel, bias) = (kernel.as_slice::<f32>()?, bias.as_slice::<f32>()?);
         // Over the images when nothing else reads them (tract lets go of a value before
         // it runs the value's last reader): no output tensor to make.
-        if images.is_exclusive() && w.output == w.input {
+        if images.is_exclusive() {
             let mut planes = images.into_tensor();
             if self.run_over(
                 planes.try_as_plain_ram_mut()?.as_slice_mut::<f32>()?,
@@ -657,7 +657,7 @@ impl EvalOp for DepthwiseNchw {
             )? {
                 return Ok(tvec!(planes.into_tvalue()));
             }
-            return self.eval_into_new(planes.into_tvalue(), kernel, bias);
+            images = planes.into_tvalue();
         }
         self.eval_into_new(images, kernel, bias)
     }

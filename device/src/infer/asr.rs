@@ -203,7 +203,10 @@ fn load_plan(path: &Path, bins: usize, vocab: usize) -> Result<Plan, InferError>
             shape.join(", ")
         )));
     }
-    model.into_runnable().map_err(|e| load(format!("{e:#}")))
+    model
+        .into_runnable()
+        .map(Plan::from)
+        .map_err(|e| load(format!("{e:#}")))
 }
 
 #[cfg(test)]

@@ -256,6 +256,7 @@ impl StreamForm {
             .map_err(|e| InferError::foreign(path, format!("a {frames}-frame chunk: {e:#}")))?;
         model
             .into_runnable()
+            .map(Plan::from)
             .map_err(|e| InferError::load(path, format!("{e:#}")))
     }
 
@@ -290,7 +291,7 @@ impl StreamForm {
 #[derive(Debug, Clone)]
 pub struct PulsedTrunk {
     /// The stateful plan (a state per stream: `plan.spawn()`).
-    pub plan: Plan,
+    pub plan: Arc<TypedRunnableModel>,
     /// Input frames per run.
     pub pulse: usize,
     /// Output frames a fresh state gives before the first one of its input (they read the
@@ -332,5 +333,5 @@ fn load_head(path: &Path, width: usize, classes: usize) -> Result<(Plan, PathBuf
     let plan = model
         .into_runnable()
         .map_err(|e| InferError::load(path, format!("{e:#}")))?;
-    Ok((plan, path.to_path_buf()))
+    Ok((plan.into(), path.to_path_buf()))
 }

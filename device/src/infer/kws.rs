@@ -273,7 +273,7 @@ fn load_whole(
     }
     let plan = model.into_runnable().map_err(|e| load(format!("{e:#}")))?;
     Ok(WholeWindow {
-        plan,
+        plan: plan.into(),
         swapped,
         probs_output,
     })

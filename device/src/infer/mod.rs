@@ -25,12 +25,48 @@ pub mod vad;
 
 use std::path::{Path, PathBuf};
 
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 
 use tract_nnef::prelude::*;
 
-/// A loaded, optimised tract model ready to run.
-pub(crate) type Plan = Arc<TypedRunnableModel>;
+/// A loaded, optimised tract model ready to run, with no state of its own from one run to
+/// the next (not a pulsed trunk: [`frames::PulsedTrunk`] spawns a state per stream), and a
+/// spare state for its next run. A state holds what a run needs besides the model (tract's
+/// table of values; the output tensors hush's ops write again on the next run instead of
+/// making and zeroing new ones, `hush_tract_ops::KeptOutput`), so reusing one saves every
+/// run that work. Runs at the same time each get a state: one takes the spare, the others
+/// start their own.
+#[derive(Debug, Clone)]
+pub struct Plan {
+    runnable: Arc<TypedRunnableModel>,
+    spare: Arc<Mutex<Option<TypedSimpleState>>>,
+}
+
+impl From<Arc<TypedRunnableModel>> for Plan {
+    fn from(runnable: Arc<TypedRunnableModel>) -> Self {
+        Plan {
+            runnable,
+            spare: Arc::default(),
+        }
+    }
+}
+
+impl Plan {
+    /// Runs the model on `inputs`, in the spare state if no other run holds it. A state a
+    /// run failed in is dropped.
+    pub fn run(&self, inputs: TVec<TValue>) -> TractResult<TVec<TValue>> {
+        let spare = self.spare.try_lock().ok().and_then(|mut s| s.take());
+        let mut state = match spare {
+            Some(state) => state,
+            None => self.runnable.spawn()?,
+        };
+        let outputs = state.run(inputs)?;
+        if let Ok(mut spare) = self.spare.try_lock() {
+            *spare = Some(state);
+        }
+        Ok(outputs)
+    }
+}
 
 pub use asr::{utterance_features, AsrRecognizer, Decoder, Transcription};
 pub use clip::{clip_features, clip_samples, fit_clip};
@@ -170,4 +206,81 @@ pub(crate) fn output_values(out: &TVec<TValue>, i: usize) -> Result<Vec<f32>, St
         .iter()
         .copied()
         .collect())
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+    use super::*;
+    use tract_nnef::tract_core::ops::cnn::conv::{Conv, KernelFormat};
+    use tract_nnef::tract_core::ops::cnn::{PaddingSpec, PoolSpec};
+    use tract_nnef::tract_core::ops::nn::DataFormat;
+
+    /// A depthwise convolution of two 5×5 planes, with hush's op swapped in.
+    fn depthwise_plan() -> Arc<TypedRunnableModel> {
+        let mut model = TypedModel::default();
+        let x = model.add_source("x", f32::fact([1, 2, 5, 5])).unwrap();
+        let k: Vec<f32> = (0..18).map(|i| i as f32 / 7.0 - 1.0).collect();
+        let k = model
+            .add_const("k", Tensor::from_shape(&[2, 1, 3, 3], &k).unwrap())
+            .unwrap();
+        let b = model.add_const("b", tensor1(&[0.5f32, -0.25])).unwrap();
+        let conv = Conv {
+            pool_spec: PoolSpec {
+                data_format: DataFormat::NCHW,
+                kernel_shape: tvec![3, 3],
+                padding: PaddingSpec::Explicit(tvec![1, 1], tvec![1, 1]),
+                dilations: None,
+                strides: None,
+                input_channels: 2,
+                output_channels: 2,
+            },
+            kernel_fmt: KernelFormat::OIHW,
+            group: 2,
+            q_params: None,
+        };
+        let y = model.wire_node("dw", conv, &[x, k, b]).unwrap();
+        model.select_output_outlets(&y).unwrap();
+        let (model, swapped) = hush_tract_ops::optimize(model).unwrap();
+        assert_eq!(swapped.depthwise, 1);
+        model.into_runnable().unwrap()
+    }
+
+    fn input(seed: usize) -> TValue {
+        let v: Vec<f32> = (0..50)
+            .map(|i| ((i * 7 + seed) % 11) as f32 - 5.0)
+            .collect();
+        Tensor::from_shape(&[1, 2, 5, 5], &v).unwrap().into_tvalue()
+    }
+
+    /// Runs of one plan, in turn and at the same time, give what a fresh state gives, and
+    /// an output still held is not written over by a later run.
+    #[test]
+    fn runs_in_the_spare_state_equal_fresh_runs() {
+        let runnable = depthwise_plan();
+        let fresh = |seed| runnable.run(tvec![input(seed)]).unwrap().remove(0);
+        let plan = Plan::from(runnable.clone());
+        let held = plan.run(tvec![input(0)]).unwrap().remove(0);
+        for seed in 1..4 {
+            assert_eq!(plan.run(tvec![input(seed)]).unwrap()[0], fresh(seed));
+        }
+        assert_eq!(held, fresh(0));
+        std::thread::scope(|s| {
+            let runs: Vec<_> = (0..4)
+                .map(|seed| {
+                    let plan = plan.clone();
+                    s.spawn(move || {
+                        (0..20)
+                            .map(|_| plan.run(tvec![input(seed)]).unwrap().remove(0))
+                            .collect::<Vec<_>>()
+                    })
+                })
+                .collect();
+            for (seed, run) in runs.into_iter().enumerate() {
+                for out in run.join().unwrap() {
+                    assert_eq!(out, fresh(seed));
+                }
+            }
+        });
+    }
 }

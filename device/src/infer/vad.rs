@@ -73,7 +73,7 @@ impl SileroVad {
             .into_runnable()
             .map_err(|e| InferError::load(path, format!("{e:#}")))?;
         Ok(Self {
-            plan,
+            plan: plan.into(),
             path: path.to_path_buf(),
             input: vec![0.0; CONTEXT + VAD_FRAME],
             filled: 0,

@@ -21,7 +21,7 @@ use tract_core::ops::cnn::conv::Conv;
 use crate::affine::Chain;
 use crate::pointwise::PointwiseNchw;
 use crate::window::Window2d;
-use crate::{conv_window, replace, Swap};
+use crate::{conv_window, replace, KeepsOutput, KeptOutput, Swap};
 
 /// tract's `Conv` with one group over NCHW (or CHW) f32 data. Inputs: the images, the
 /// weights `[inputs × taps, outputs]` (input channel by input channel, tap by tap), the
@@ -292,15 +292,21 @@ impl Op for DenseConvNchw {
 }
 
 impl EvalOp for DenseConvNchw {
-    op_out_of_plan!();
+    crate::keeps_output!();
+}
 
-    fn eval(&self, _ctx: &EvalContext, inputs: TVec<TValue>) -> TractResult<TVec<TValue>> {
+impl KeepsOutput for DenseConvNchw {
+    fn eval_kept(
+        &self,
+        inputs: TVec<TValue>,
+        kept: &mut KeptOutput<Self>,
+    ) -> TractResult<TVec<TValue>> {
         let (images, weights, bias) = args_3!(inputs);
         let w = &self.window;
         let n = if w.batch { images.shape()[0] } else { 1 };
         let mut shape = w.output_shape(n);
         shape[w.batch as usize] = self.product.outputs;
-        crate::f32_output(&shape, |out| {
+        kept.f32_output(&shape, |out| {
             self.run(
                 images.try_as_plain_ram()?.as_slice::<f32>()?,
                 weights.try_as_plain_ram()?.as_slice::<f32>()?,

@@ -20,6 +20,8 @@
 //!   product (a model's input normalisation, a batch norm after a change of axes).
 //!
 //! [`window`] holds what the first two share: the window's shape and the padded plane.
+//! Every op but the affine one (which works in place on its input) writes its output into
+//! a tensor it keeps in the plan's state from one run to the next ([`KeptOutput`]).
 //! Each op keeps tract's inputs, shapes and semantics, so a model with the ops swapped in
 //! computes what tract's own ops compute, within float rounding (the tests compare them on
 //! the same graphs).
@@ -46,17 +48,110 @@ pub use pointwise::PointwiseNchw;
 pub use sum::SumAxes;
 pub use window::Window2d;
 
-/// An op's f32 output of `shape`, written by `fill` straight into the tensor tract keeps
-/// (tract's `into_tensor` would copy a `Vec` into fresh aligned storage: a tenth of a
-/// DS-CNN-S window when each op did).
-pub(crate) fn f32_output(
-    shape: &[usize],
-    fill: impl FnOnce(&mut [f32]) -> TractResult<()>,
-) -> TractResult<TVec<TValue>> {
-    let mut out = Tensor::zero::<f32>(shape)?;
-    fill(out.try_as_plain_ram_mut()?.as_slice_mut::<f32>()?)?;
-    Ok(tvec!(out.into_tvalue()))
+/// The output tensor one of this crate's ops keeps from one run of a plan to the next (the
+/// op's `OpState`): the next run writes over it where nothing reads it any more (tract lets
+/// go of a value after its last reader has run). Without it each run made, and zeroed, a
+/// fresh tensor for every op's output: `memset` alone was 8.5 % of a DS-CNN-S window on the
+/// AVX-512 Xeon (BENCHMARKS.md).
+#[derive(Debug)]
+pub struct KeptOutput<O> {
+    tensor: Option<Arc<Tensor>>,
+    op: std::marker::PhantomData<fn() -> O>,
 }
+
+impl<O> Default for KeptOutput<O> {
+    fn default() -> Self {
+        KeptOutput {
+            tensor: None,
+            op: std::marker::PhantomData,
+        }
+    }
+}
+
+/// A clone (of a plan's state) keeps nothing: two states never share a tensor to write.
+impl<O> Clone for KeptOutput<O> {
+    fn clone(&self) -> Self {
+        Self::default()
+    }
+}
+
+impl<O> KeptOutput<O> {
+    /// An f32 output of `shape`, written by `fill` (every value of it) into the kept
+    /// tensor when it has that shape and nothing else holds it, else into a new one, which
+    /// is kept.
+    pub(crate) fn f32_output(
+        &mut self,
+        shape: &[usize],
+        fill: impl FnOnce(&mut [f32]) -> TractResult<()>,
+    ) -> TractResult<TVec<TValue>> {
+        let reusable = self
+            .tensor
+            .as_mut()
+            .and_then(Arc::get_mut)
+            .is_some_and(|t| t.shape() == shape && t.datum_type() == f32::datum_type());
+        if !reusable {
+            self.tensor = Some(Arc::new(Tensor::zero::<f32>(shape)?));
+        }
+        let tensor = self
+            .tensor
+            .as_mut()
+            .and_then(Arc::get_mut)
+            .context("a tensor this op alone holds")?;
+        fill(tensor.try_as_plain_ram_mut()?.as_slice_mut::<f32>()?)?;
+        Ok(tvec!(TValue::from_const(Arc::clone(
+            self.tensor.as_ref().context("the kept tensor")?
+        ))))
+    }
+}
+
+/// One of this crate's ops computing its output into a [`KeptOutput`].
+pub(crate) trait KeepsOutput: Op + Sized {
+    /// The op's outputs of `inputs`, the tensor written from `kept`.
+    fn eval_kept(
+        &self,
+        inputs: TVec<TValue>,
+        kept: &mut KeptOutput<Self>,
+    ) -> TractResult<TVec<TValue>>;
+}
+
+impl<O: KeepsOutput> OpState for KeptOutput<O> {
+    fn eval(
+        &mut self,
+        _ctx: &EvalContext,
+        op: &dyn Op,
+        inputs: TVec<TValue>,
+    ) -> TractResult<TVec<TValue>> {
+        let op = op.downcast_ref::<O>().with_context(|| {
+            format!(
+                "{} for the state of {}",
+                op.name(),
+                std::any::type_name::<O>()
+            )
+        })?;
+        op.eval_kept(inputs, self)
+    }
+
+    fn reset_lanes(&mut self, _lanes: &[LaneId]) -> TractResult<()> {
+        Ok(())
+    }
+}
+
+/// `EvalOp`'s `eval` and `state` for an op that [`KeepsOutput`]: in a plan the op runs from
+/// its state, outside one (constant folding, shape inference) into a tensor of its own.
+macro_rules! keeps_output {
+    () => {
+        op_out_of_plan!();
+
+        fn eval(&self, _ctx: &EvalContext, inputs: TVec<TValue>) -> TractResult<TVec<TValue>> {
+            self.eval_kept(inputs, &mut $crate::KeptOutput::default())
+        }
+
+        fn state(&self, _ctx: &EvalContext) -> TractResult<Option<Box<dyn OpState>>> {
+            Ok(Some(Box::new($crate::KeptOutput::<Self>::default())))
+        }
+    };
+}
+pub(crate) use keeps_output;
 
 /// What an op's `swap` did to one node of tract's.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -9,6 +9,7 @@ use tract_core::internal::*;
 use tract_core::ops::cnn::MaxPool;
 
 use crate::window::Window2d;
+use crate::{KeepsOutput, KeptOutput};
 
 /// tract's `MaxPool` over NCHW (or CHW) f32 data, without index outputs.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
@@ -130,13 +131,19 @@ impl Op for MaxPoolNchw {
 }
 
 impl EvalOp for MaxPoolNchw {
-    op_out_of_plan!();
+    crate::keeps_output!();
+}
 
-    fn eval(&self, _ctx: &EvalContext, inputs: TVec<TValue>) -> TractResult<TVec<TValue>> {
+impl KeepsOutput for MaxPoolNchw {
+    fn eval_kept(
+        &self,
+        inputs: TVec<TValue>,
+        kept: &mut KeptOutput<Self>,
+    ) -> TractResult<TVec<TValue>> {
         let images = args_1!(inputs);
         let w = &self.window;
         let n = if w.batch { images.shape()[0] } else { 1 };
-        crate::f32_output(&w.output_shape(n), |out| {
+        kept.f32_output(&w.output_shape(n), |out| {
             self.run(images.try_as_plain_ram()?.as_slice::<f32>()?, out)
         })
     }

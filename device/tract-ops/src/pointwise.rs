@@ -26,7 +26,7 @@ use tract_core::internal::*;
 use tract_core::ops::einsum::EinSum;
 
 use crate::affine::{Affine, Chain};
-use crate::{replace, Swap};
+use crate::{replace, KeepsOutput, KeptOutput, Swap};
 
 /// A 1×1 convolution over channels-first f32 data: `[.., inputs, ..]` to `[.., outputs,
 /// ..]` along axis `axis`, the axes before it images, the axes after it positions; the
@@ -492,13 +492,19 @@ impl Op for PointwiseNchw {
 }
 
 impl EvalOp for PointwiseNchw {
-    op_out_of_plan!();
+    crate::keeps_output!();
+}
 
-    fn eval(&self, _ctx: &EvalContext, inputs: TVec<TValue>) -> TractResult<TVec<TValue>> {
+impl KeepsOutput for PointwiseNchw {
+    fn eval_kept(
+        &self,
+        inputs: TVec<TValue>,
+        kept: &mut KeptOutput<Self>,
+    ) -> TractResult<TVec<TValue>> {
         let (images, weights, bias) = args_3!(inputs);
         let shape = self.output_shape(images.shape())?;
         let positions = images.shape()[self.axis + 1..].iter().product();
-        crate::f32_output(&shape, |out| {
+        kept.f32_output(&shape, |out| {
             self.run(
                 images.try_as_plain_ram()?.as_slice::<f32>()?,
                 weights.try_as_plain_ram()?.as_slice::<f32>()?,

@@ -8,6 +8,8 @@
 use tract_core::internal::*;
 use tract_core::ops::nn::{Reduce, Reducer};
 
+use crate::{KeepsOutput, KeptOutput};
+
 /// Partial sums kept apart in a long run, so that the additions can run side by side.
 const PARTIAL_SUMS: usize = 8;
 
@@ -122,16 +124,22 @@ impl Op for SumAxes {
 }
 
 impl EvalOp for SumAxes {
-    op_out_of_plan!();
+    crate::keeps_output!();
+}
 
-    fn eval(&self, _ctx: &EvalContext, inputs: TVec<TValue>) -> TractResult<TVec<TValue>> {
+impl KeepsOutput for SumAxes {
+    fn eval_kept(
+        &self,
+        inputs: TVec<TValue>,
+        kept: &mut KeptOutput<Self>,
+    ) -> TractResult<TVec<TValue>> {
         let input = args_1!(inputs);
         let shape = input.shape();
         let out_shape = self.reduced(shape, 1)?;
         let rows: usize = shape[self.first_axis..self.end_axis].iter().product();
         let inner: usize = shape[self.end_axis..].iter().product();
         let values = input.try_as_plain_ram()?.as_slice::<f32>()?;
-        crate::f32_output(&out_shape, |out| {
+        kept.f32_output(&out_shape, |out| {
             if inner == 1 {
                 Self::run(values, rows, out)
             } else {

@@ -504,3 +504,89 @@ fn pointwise_einsums_match_tract() {
         );
     }
 }
+
+/// A plan's state keeps each op's output tensor and writes the next run's output over it
+/// only when nothing holds it any more: over several runs of one state (a dense
+/// convolution, a depthwise one after it and a max pooling, all hush's), every output still
+/// held equals tract's for its own input, a dropped output's tensor is written again, and a
+/// clone of the state writes tensors of its own.
+#[test]
+fn kept_outputs_are_written_again_only_when_nothing_holds_them() {
+    let case = Case {
+        batch: Some(1),
+        channels: 3,
+        input: [9, 11],
+        kernel: [3, 3],
+        strides: [1, 1],
+        dilations: [1, 1],
+        before: [1, 1],
+        after: [1, 1],
+        seed: 5,
+    };
+    let (mut model, x, _) = input(&case);
+    let y = dense(&mut model, x, &case, 3, true);
+    let bias = Tensor::from_shape(&[3], &values(3, 9)).unwrap();
+    let y = depthwise(&mut model, y, &case, bias);
+    let pool = MaxPool {
+        pool_spec: case.pool_spec(3),
+        with_index_outputs: None,
+    };
+    let out = model.wire_node("pool", pool, &[y]).unwrap();
+    model.select_output_outlets(&out).unwrap();
+    let inputs: Vec<Tensor> = (0..4)
+        .map(|seed| Tensor::from_shape(&case.shape(), &values(3 * 9 * 11, 40 + seed)).unwrap())
+        .collect();
+    let tract = model
+        .clone()
+        .into_optimized()
+        .unwrap()
+        .into_runnable()
+        .unwrap();
+    let (hush, swapped) = optimize(model).unwrap();
+    assert_eq!(
+        (swapped.dense, swapped.depthwise, swapped.max_pool),
+        (1, 1, 1)
+    );
+    let hush = hush.into_runnable().unwrap();
+    let expected: Vec<Tensor> = inputs
+        .iter()
+        .map(|i| {
+            tract.run(tvec![i.clone().into()]).unwrap()[0]
+                .clone()
+                .into_tensor()
+        })
+        .collect();
+    let mut state = SimpleState::new(&hush).unwrap();
+    let run = |state: &mut TypedSimpleState, i: usize| {
+        let out = state.run(tvec![inputs[i].clone().into()]).unwrap();
+        assert_close(&expected[i], &out[0], &i);
+        out[0].clone()
+    };
+    // Held: the next run writes elsewhere.
+    let first = run(&mut state, 0);
+    let second = run(&mut state, 1);
+    assert_ne!(
+        first.as_ptr::<f32>().unwrap(),
+        second.as_ptr::<f32>().unwrap()
+    );
+    assert_close(
+        &expected[0],
+        &first,
+        &"the first output, held over the second run",
+    );
+    // Dropped: the next run writes over it.
+    let at = second.as_ptr::<f32>().unwrap();
+    drop(second);
+    let third = run(&mut state, 2);
+    assert_eq!(third.as_ptr::<f32>().unwrap(), at);
+    // A clone writes its own tensors, and leaves the original's alone.
+    let mut clone = state.clone();
+    let from_clone = run(&mut clone, 3);
+    assert_ne!(from_clone.as_ptr::<f32>().unwrap(), at);
+    assert_close(
+        &expected[2],
+        &third,
+        &"the third output, held over the clone's run",
+    );
+    assert_close(&expected[0], &first, &"the first output, at the end");
+}

@@ -291,9 +291,7 @@ impl Op for DenseConvNchw {
     op_as_typed_op!();
 }
 
-impl EvalOp for DenseConvNchw {
-    crate::keeps_output!();
-}
+crate::keeps_output!(DenseConvNchw);
 
 impl KeepsOutput for DenseConvNchw {
     fn eval_kept(

@@ -582,9 +582,7 @@ impl Op for DepthwiseNchw {
     op_as_typed_op!();
 }
 
-impl EvalOp for DepthwiseNchw {
-    crate::keeps_output!();
-}
+crate::keeps_output!(DepthwiseNchw);
 
 impl KeepsOutput for DepthwiseNchw {
     fn eval_kept(

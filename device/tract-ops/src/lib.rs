@@ -136,18 +136,20 @@ impl<O: KeepsOutput> OpState for KeptOutput<O> {
     }
 }
 
-/// `EvalOp`'s `eval` and `state` for an op that [`KeepsOutput`]: in a plan the op runs from
-/// its state, outside one (constant folding, shape inference) into a tensor of its own.
+/// `EvalOp` for an op that [`KeepsOutput`]: in a plan the op runs from its state, outside
+/// one (constant folding, shape inference) into a tensor of its own.
 macro_rules! keeps_output {
-    () => {
-        op_out_of_plan!();
+    ($op:ty) => {
+        impl EvalOp for $op {
+            op_out_of_plan!();
 
-        fn eval(&self, _ctx: &EvalContext, inputs: TVec<TValue>) -> TractResult<TVec<TValue>> {
-            self.eval_kept(inputs, &mut $crate::KeptOutput::default())
-        }
+            fn eval(&self, _ctx: &EvalContext, inputs: TVec<TValue>) -> TractResult<TVec<TValue>> {
+                self.eval_kept(inputs, &mut $crate::KeptOutput::default())
+            }
 
-        fn state(&self, _ctx: &EvalContext) -> TractResult<Option<Box<dyn OpState>>> {
-            Ok(Some(Box::new($crate::KeptOutput::<Self>::default())))
+            fn state(&self, _ctx: &EvalContext) -> TractResult<Option<Box<dyn OpState>>> {
+                Ok(Some(Box::new($crate::KeptOutput::<Self>::default())))
+            }
         }
     };
 }

@@ -130,9 +130,7 @@ impl Op for MaxPoolNchw {
     op_as_typed_op!();
 }
 
-impl EvalOp for MaxPoolNchw {
-    crate::keeps_output!();
-}
+crate::keeps_output!(MaxPoolNchw);
 
 impl KeepsOutput for MaxPoolNchw {
     fn eval_kept(

@@ -491,9 +491,7 @@ impl Op for PointwiseNchw {
     op_as_typed_op!();
 }
 
-impl EvalOp for PointwiseNchw {
-    crate::keeps_output!();
-}
+crate::keeps_output!(PointwiseNchw);
 
 impl KeepsOutput for PointwiseNchw {
     fn eval_kept(

@@ -123,9 +123,7 @@ impl Op for SumAxes {
     op_as_typed_op!();
 }
 
-impl EvalOp for SumAxes {
-    crate::keeps_output!();
-}
+crate::keeps_output!(SumAxes);
 
 impl KeepsOutput for SumAxes {
     fn eval_kept(

@@ -214,6 +214,16 @@ mod tests {
     use super::*;
     use crate::features::FeatureKind;
 
+    /// The bundled recogniser's GRU keeps its hidden state in tract's `Scan`: its plan
+    /// starts a fresh state every run (reusing one changed `transcribe`'s text for the
+    /// second of two clips).
+    #[test]
+    fn the_recogniser_runs_in_a_fresh_state_every_time() {
+        let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../models/asr");
+        let asr = AsrRecognizer::load(&dir).expect("the bundled recogniser");
+        assert!(!asr.plan.reuses_states());
+    }
+
     #[test]
     fn utterance_features_end_in_the_tail_silence() {
         let cfg = FeatureConfig::kaldi(FeatureKind::Fbank);

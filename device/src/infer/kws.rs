@@ -328,3 +328,21 @@ fn is_audio(p: &Path) -> bool {
         Some("wav" | "flac")
     )
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The bundled keyword spotter's whole-window plan reuses its state: all the state its
+    /// ops keep is hush's kept outputs.
+    #[test]
+    fn the_spotter_reuses_its_state() {
+        let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../models/kws-12");
+        let kws = KwsClassifier::load(&dir).expect("the bundled spotter");
+        assert!(kws
+            .whole()
+            .expect("its whole-window model")
+            .plan
+            .reuses_states());
+    }
+}

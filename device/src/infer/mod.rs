@@ -29,42 +29,58 @@ use std::sync::{Arc, Mutex};
 
 use tract_nnef::prelude::*;
 
-/// A loaded, optimised tract model ready to run, with no state of its own from one run to
-/// the next (not a pulsed trunk: [`frames::PulsedTrunk`] spawns a state per stream), and a
-/// spare state for its next run. A state holds what a run needs besides the model (tract's
-/// table of values; the output tensors hush's ops write again on the next run instead of
-/// making and zeroing new ones, `hush_tract_ops::KeptOutput`), so reusing one saves every
-/// run that work. Runs at the same time each get a state: one takes the spare, the others
-/// start their own.
+/// A loaded, optimised tract model ready to run, and, when no run of it carries anything
+/// into the next, a spare state for its next run. A state holds what a run needs besides
+/// the model (tract's table of values; the output tensors hush's ops write again on the
+/// next run instead of making and zeroing new ones, `hush_tract_ops::KeptOutput`), so
+/// reusing one saves every run that work. A model with other state (the recogniser's GRU,
+/// whose hidden state tract's `Scan` keeps) runs in a fresh state each time. Runs at the
+/// same time each get a state: one takes the spare, the others start their own.
 #[derive(Debug, Clone)]
 pub struct Plan {
     runnable: Arc<TypedRunnableModel>,
-    spare: Arc<Mutex<Option<TypedSimpleState>>>,
+    /// `None` when the model's state must not be reused.
+    spare: Option<Arc<Mutex<Option<TypedSimpleState>>>>,
 }
 
 impl From<Arc<TypedRunnableModel>> for Plan {
     fn from(runnable: Arc<TypedRunnableModel>) -> Self {
+        let spare = runnable.spawn().ok().filter(|state| {
+            state
+                .op_states
+                .iter()
+                .flatten()
+                .all(|s| hush_tract_ops::is_kept_output(s.as_ref()))
+        });
         Plan {
             runnable,
-            spare: Arc::default(),
+            spare: spare.map(|state| Arc::new(Mutex::new(Some(state)))),
         }
     }
 }
 
 impl Plan {
-    /// Runs the model on `inputs`, in the spare state if no other run holds it. A state a
-    /// run failed in is dropped.
+    /// Runs the model on `inputs`, in the spare state if it has one and no other run holds
+    /// it. A state a run failed in is dropped.
     pub fn run(&self, inputs: TVec<TValue>) -> TractResult<TVec<TValue>> {
-        let spare = self.spare.try_lock().ok().and_then(|mut s| s.take());
-        let mut state = match spare {
+        let Some(spare) = &self.spare else {
+            return self.runnable.run(inputs);
+        };
+        let kept = spare.try_lock().ok().and_then(|mut s| s.take());
+        let mut state = match kept {
             Some(state) => state,
             None => self.runnable.spawn()?,
         };
         let outputs = state.run(inputs)?;
-        if let Ok(mut spare) = self.spare.try_lock() {
+        if let Ok(mut spare) = spare.try_lock() {
             *spare = Some(state);
         }
         Ok(outputs)
+    }
+
+    /// Whether runs may reuse a state: the model keeps nothing from one run to the next.
+    pub fn reuses_states(&self) -> bool {
+        self.spare.is_some()
     }
 }
 
@@ -260,6 +276,7 @@ mod tests {
         let runnable = depthwise_plan();
         let fresh = |seed| runnable.run(tvec![input(seed)]).unwrap().remove(0);
         let plan = Plan::from(runnable.clone());
+        assert!(plan.reuses_states());
         let held = plan.run(tvec![input(0)]).unwrap().remove(0);
         for seed in 1..4 {
             assert_eq!(plan.run(tvec![input(seed)]).unwrap()[0], fresh(seed));

@@ -104,6 +104,18 @@ impl<O> KeptOutput<O> {
     }
 }
 
+/// Whether `state` is one of this crate's ops' [`KeptOutput`]s: state that saves the next
+/// run work, and that no output depends on. A plan whose every op state is one may run in
+/// the same state again; other state (a `Scan`'s hidden state, a pulsed model's buffers)
+/// carries one run into the next.
+pub fn is_kept_output(state: &dyn OpState) -> bool {
+    state.is::<KeptOutput<DenseConvNchw>>()
+        || state.is::<KeptOutput<DepthwiseNchw>>()
+        || state.is::<KeptOutput<PointwiseNchw>>()
+        || state.is::<KeptOutput<MaxPoolNchw>>()
+        || state.is::<KeptOutput<SumAxes>>()
+}
+
 /// One of this crate's ops computing its output into a [`KeptOutput`].
 pub(crate) trait KeepsOutput: Op + Sized {
     /// The op's outputs of `inputs`, the tensor written from `kept`.

@@ -294,11 +294,7 @@ impl Op for DenseConvNchw {
 crate::keeps_output!(DenseConvNchw);
 
 impl KeepsOutput for DenseConvNchw {
-    fn eval_kept(
-        &self,
-        inputs: TVec<TValue>,
-        kept: &mut KeptOutput<Self>,
-    ) -> TractResult<TVec<TValue>> {
+    fn eval_kept(&self, inputs: TVec<TValue>, kept: &mut KeptOutput) -> TractResult<TVec<TValue>> {
         let (images, weights, bias) = args_3!(inputs);
         let w = &self.window;
         let n = if w.batch { images.shape()[0] } else { 1 };

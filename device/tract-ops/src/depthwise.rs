@@ -585,11 +585,7 @@ impl Op for DepthwiseNchw {
 crate::keeps_output!(DepthwiseNchw);
 
 impl KeepsOutput for DepthwiseNchw {
-    fn eval_kept(
-        &self,
-        inputs: TVec<TValue>,
-        kept: &mut KeptOutput<Self>,
-    ) -> TractResult<TVec<TValue>> {
+    fn eval_kept(&self, inputs: TVec<TValue>, kept: &mut KeptOutput) -> TractResult<TVec<TValue>> {
         let (images, kernel, bias) = args_3!(inputs);
         let w = &self.window;
         let n = if w.batch { images.shape()[0] } else { 1 };

@@ -54,28 +54,31 @@ pub use window::Window2d;
 /// fresh tensor for every op's output: `memset` alone was 8.5 % of a DS-CNN-S window on the
 /// AVX-512 Xeon (BENCHMARKS.md).
 #[derive(Debug)]
-pub struct KeptOutput<O> {
+pub struct KeptOutput {
     tensor: Option<Arc<Tensor>>,
-    op: std::marker::PhantomData<fn() -> O>,
+    /// The op's [`KeepsOutput::eval_kept`], for the plan's call of the state.
+    eval: EvalKept,
 }
 
-impl<O> Default for KeptOutput<O> {
-    fn default() -> Self {
+/// How a [`KeptOutput`] runs the op it belongs to (given as tract's `&dyn Op`).
+type EvalKept = fn(&dyn Op, TVec<TValue>, &mut KeptOutput) -> TractResult<TVec<TValue>>;
+
+impl KeptOutput {
+    /// The state of an op `O`, keeping no tensor yet.
+    pub(crate) fn of<O: KeepsOutput>() -> Self {
         KeptOutput {
             tensor: None,
-            op: std::marker::PhantomData,
+            eval: |op, inputs, kept| {
+                let name = op.name();
+                op.downcast_ref::<O>()
+                    .with_context(|| {
+                        format!("{name} for the state of {}", std::any::type_name::<O>())
+                    })?
+                    .eval_kept(inputs, kept)
+            },
         }
     }
-}
 
-/// A clone (of a plan's state) keeps nothing: two states never share a tensor to write.
-impl<O> Clone for KeptOutput<O> {
-    fn clone(&self) -> Self {
-        Self::default()
-    }
-}
-
-impl<O> KeptOutput<O> {
     /// An f32 output of `shape`, written by `fill` (every value of it) into the kept
     /// tensor when it has that shape and nothing else holds it, else into a new one, which
     /// is kept.
@@ -104,43 +107,38 @@ impl<O> KeptOutput<O> {
     }
 }
 
+/// A clone (of a plan's state) keeps no tensor: two states never share a tensor to write.
+impl Clone for KeptOutput {
+    fn clone(&self) -> Self {
+        KeptOutput {
+            tensor: None,
+            eval: self.eval,
+        }
+    }
+}
+
 /// Whether `state` is one of this crate's ops' [`KeptOutput`]s: state that saves the next
 /// run work, and that no output depends on. A plan whose every op state is one may run in
 /// the same state again; other state (a `Scan`'s hidden state, a pulsed model's buffers)
 /// carries one run into the next.
 pub fn is_kept_output(state: &dyn OpState) -> bool {
-    state.is::<KeptOutput<DenseConvNchw>>()
-        || state.is::<KeptOutput<DepthwiseNchw>>()
-        || state.is::<KeptOutput<PointwiseNchw>>()
-        || state.is::<KeptOutput<MaxPoolNchw>>()
-        || state.is::<KeptOutput<SumAxes>>()
+    state.is::<KeptOutput>()
 }
 
 /// One of this crate's ops computing its output into a [`KeptOutput`].
 pub(crate) trait KeepsOutput: Op + Sized {
     /// The op's outputs of `inputs`, the tensor written from `kept`.
-    fn eval_kept(
-        &self,
-        inputs: TVec<TValue>,
-        kept: &mut KeptOutput<Self>,
-    ) -> TractResult<TVec<TValue>>;
+    fn eval_kept(&self, inputs: TVec<TValue>, kept: &mut KeptOutput) -> TractResult<TVec<TValue>>;
 }
 
-impl<O: KeepsOutput> OpState for KeptOutput<O> {
+impl OpState for KeptOutput {
     fn eval(
         &mut self,
         _ctx: &EvalContext,
         op: &dyn Op,
         inputs: TVec<TValue>,
     ) -> TractResult<TVec<TValue>> {
-        let op = op.downcast_ref::<O>().with_context(|| {
-            format!(
-                "{} for the state of {}",
-                op.name(),
-                std::any::type_name::<O>()
-            )
-        })?;
-        op.eval_kept(inputs, self)
+        (self.eval)(op, inputs, self)
     }
 
     fn reset_lanes(&mut self, _lanes: &[LaneId]) -> TractResult<()> {
@@ -156,11 +154,11 @@ macro_rules! keeps_output {
             op_out_of_plan!();
 
             fn eval(&self, _ctx: &EvalContext, inputs: TVec<TValue>) -> TractResult<TVec<TValue>> {
-                self.eval_kept(inputs, &mut $crate::KeptOutput::default())
+                self.eval_kept(inputs, &mut $crate::KeptOutput::of::<Self>())
             }
 
             fn state(&self, _ctx: &EvalContext) -> TractResult<Option<Box<dyn OpState>>> {
-                Ok(Some(Box::new($crate::KeptOutput::<Self>::default())))
+                Ok(Some(Box::new($crate::KeptOutput::of::<Self>())))
             }
         }
     };

@@ -133,11 +133,7 @@ impl Op for MaxPoolNchw {
 crate::keeps_output!(MaxPoolNchw);
 
 impl KeepsOutput for MaxPoolNchw {
-    fn eval_kept(
-        &self,
-        inputs: TVec<TValue>,
-        kept: &mut KeptOutput<Self>,
-    ) -> TractResult<TVec<TValue>> {
+    fn eval_kept(&self, inputs: TVec<TValue>, kept: &mut KeptOutput) -> TractResult<TVec<TValue>> {
         let images = args_1!(inputs);
         let w = &self.window;
         let n = if w.batch { images.shape()[0] } else { 1 };

@@ -494,11 +494,7 @@ impl Op for PointwiseNchw {
 crate::keeps_output!(PointwiseNchw);
 
 impl KeepsOutput for PointwiseNchw {
-    fn eval_kept(
-        &self,
-        inputs: TVec<TValue>,
-        kept: &mut KeptOutput<Self>,
-    ) -> TractResult<TVec<TValue>> {
+    fn eval_kept(&self, inputs: TVec<TValue>, kept: &mut KeptOutput) -> TractResult<TVec<TValue>> {
         let (images, weights, bias) = args_3!(inputs);
         let shape = self.output_shape(images.shape())?;
         let positions = images.shape()[self.axis + 1..].iter().product();

@@ -126,11 +126,7 @@ impl Op for SumAxes {
 crate::keeps_output!(SumAxes);
 
 impl KeepsOutput for SumAxes {
-    fn eval_kept(
-        &self,
-        inputs: TVec<TValue>,
-        kept: &mut KeptOutput<Self>,
-    ) -> TractResult<TVec<TValue>> {
+    fn eval_kept(&self, inputs: TVec<TValue>, kept: &mut KeptOutput) -> TractResult<TVec<TValue>> {
         let input = args_1!(inputs);
         let shape = input.shape();
         let out_shape = self.reduced(shape, 1)?;

@@ -32,6 +32,14 @@ proptest! {
         let delta = 1e-6;
         let base = eps(Accountant::Rdp, q, sigma, steps, delta);
         prop_assert!(base.is_finite());
+        // Below ε = 10 at δ = 1e-6 no order under 1.8 can be the optimum (ln(1/(δα))/(α − 1)
+        // + ln(1 − 1/α) alone is over 18 there), and those are the orders whose fractional
+        // series dp_accounting gives up on and excludes (+∞) when σ is small and q large, so
+        // ε is the minimum over every order and monotone as each order's RDP is. Above it,
+        // an order excluded here but not a little further on breaks monotonicity in the
+        // reference too: q 0.4403 → 0.4447 at σ 0.608 and 115 steps gives ε 136.1 → 126.3
+        // (order 1.7 excluded, then not), found by this test on 2026-12-03.
+        prop_assume!(base < 10.0);
         prop_assert!(eps(Accountant::Rdp, q, sigma, steps + dt, delta) >= base);
         prop_assert!(eps(Accountant::Rdp, (q * dq).min(1.0), sigma, steps, delta) >= base);
         prop_assert!(eps(Accountant::Rdp, q, sigma / ds, steps, delta) >= base);

@@ -8,10 +8,14 @@
 //!
 //! ```text
 //! cargo run --release -p hush-device --example op_times -- MODEL.onnx [FRAMES BINS]
+//! cargo run --release -p hush-device --example op_times -- --pulsed PACKAGE PULSE
 //! ```
 //!
-//! The window is `[1, FRAMES, BINS]` (default `[1, 98, 40]`, the `infer` bench's). Timing
-//! every node adds a little to each; the bench (`benches/infer.rs`) times whole windows.
+//! The window is `[1, FRAMES, BINS]` (default `[1, 98, 40]`, the `infer` bench's). With
+//! `--pulsed`, it is a keyword spotter package's trunk pulsed `PULSE` frames at a time, as
+//! `listen` runs it (`listen`'s default hop is 6 frames for `models/kws-12`), one state
+//! run over and over: what a hop of listening costs in the model's trunk. Timing every
+//! node adds a little to each; the bench (`benches/infer.rs`) times whole windows.
 
 use std::collections::HashMap;
 use std::time::Instant;
@@ -25,14 +29,23 @@ fn main() -> Result<()> {
         hush_models::compute::keep_freed_inference_memory();
     }
     let args: Vec<String> = std::env::args().skip(1).collect();
-    let (path, frames, bins) = match args.as_slice() {
-        [path] => (path, 98, 40),
-        [path, frames, bins] => (path, frames.parse()?, bins.parse()?),
-        _ => bail!("usage: op_times MODEL.onnx [FRAMES BINS]"),
-    };
     let reps: usize = match std::env::var("HUSH_OP_REPS") {
         Ok(v) => v.parse().context("HUSH_OP_REPS: a number of runs")?,
         Err(_) => 400,
+    };
+    if let [flag, dir, pulse] = args.as_slice() {
+        if flag == "--pulsed" {
+            return pulsed(
+                dir,
+                pulse.parse().context("PULSE: a number of frames")?,
+                reps,
+            );
+        }
+    }
+    let (path, frames, bins) = match args.as_slice() {
+        [path] => (path, 98, 40),
+        [path, frames, bins] => (path, frames.parse()?, bins.parse()?),
+        _ => bail!("usage: op_times MODEL.onnx [FRAMES BINS] | op_times --pulsed PACKAGE PULSE"),
     };
     let model = tract_onnx::onnx()
         .model_for_path(path)?
@@ -40,8 +53,35 @@ fn main() -> Result<()> {
         .into_typed()?;
     let (model, swapped) = hush_tract_ops::optimize(model)?;
     println!("{path}: [1, {frames}, {bins}], {reps} runs; hush's ops: {swapped:?}");
-    let plan = model.clone().into_runnable()?;
-    let mut state = SimpleState::new(&plan)?;
+    let plan = Arc::new(model.into_runnable()?);
+    time_plan(&plan, frames, bins, reps)
+}
+
+/// The keyword spotter package `dir`'s trunk pulsed `pulse` frames at a time, as `listen`
+/// runs it (its host-made archive, or pulsed here), one state run `reps` times.
+fn pulsed(dir: &str, pulse: usize, reps: usize) -> Result<()> {
+    let clf = hush_device::infer::KwsClassifier::load_for_streams(std::path::Path::new(dir))?;
+    let form = clf
+        .stream_form()
+        .context("the package has no streaming form")?;
+    let trunk = form
+        .pulsed_trunk(pulse)?
+        .context("no trunk pulsed for that many frames")?;
+    let bins = clf.card().arch.io().bins;
+    println!("{dir}: its trunk pulsed [1, {pulse}, {bins}], {reps} runs");
+    time_plan(&trunk.plan, pulse, bins, reps)
+}
+
+/// Runs `plan` on a fixed `[1, frames, bins]` input `reps` times in one state, and prints
+/// each node's median time, slowest first, their sum and the median of whole runs.
+fn time_plan(
+    plan: &Arc<TypedRunnableModel>,
+    frames: usize,
+    bins: usize,
+    reps: usize,
+) -> Result<()> {
+    let model = plan.model();
+    let mut state = SimpleState::new(plan)?;
     let window = tract_ndarray::Array3::from_shape_fn((1, frames, bins), |(_, t, f)| {
         ((t * bins + f) % 17) as f32 / 17.0 - 0.5
     });

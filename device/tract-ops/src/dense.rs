@@ -40,7 +40,7 @@ impl DenseConvNchw {
     /// runs: NCHW or CHW images of a known shape, an OIHW kernel and a bias that are
     /// constants.
     pub fn for_conv(model: &TypedModel, node: &TypedNode, conv: &Conv) -> Option<Self> {
-        let window = conv_window(model, node, conv)?;
+        let window = conv_window(model, node, conv, false)?;
         let spec = &conv.pool_spec;
         (conv.group == 1).then(|| DenseConvNchw {
             product: PointwiseNchw {
@@ -83,7 +83,7 @@ impl DenseConvNchw {
             .collect();
         let weights = Tensor::from_shape(&[rows, outputs], &weights)?;
         let bias = Tensor::from_shape(&[outputs], &chain.affine.fold_bias(&bias))?;
-        replace(model, node, chain.last, op, [weights, bias])?;
+        replace(model, node, 0, chain.last, op, [weights, bias])?;
         Ok(Some(Swap { folded: chain.ops }))
     }
 

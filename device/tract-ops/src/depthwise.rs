@@ -34,7 +34,7 @@ use tract_core::ops::cnn::conv::Conv;
 
 use crate::affine::Chain;
 use crate::window::Window2d;
-use crate::{constant, conv_window, replace, KeepsOutput, KeptOutput, Swap};
+use crate::{constant, depthwise_window, replace, KeepsOutput, KeptOutput, Swap};
 
 /// The most SIMD vectors of outputs accumulated together (eight accumulators, a weight and
 /// an input: ten of AVX2's sixteen registers).
@@ -55,10 +55,7 @@ impl DepthwiseNchw {
     /// The op for `conv` at `node`, when it is a float depthwise convolution this op runs:
     /// NCHW or CHW images of a known shape, an OIHW kernel and a bias that are constants.
     pub fn for_conv(model: &TypedModel, node: &TypedNode, conv: &Conv) -> Option<Self> {
-        let window = conv_window(model, node, conv)?;
-        let depthwise =
-            conv.group == window.channels && conv.pool_spec.output_channels == window.channels;
-        depthwise.then_some(DepthwiseNchw {
+        depthwise_window(model, node, conv, false).map(|window| DepthwiseNchw {
             window,
             relu: false,
         })
@@ -86,7 +83,7 @@ impl DepthwiseNchw {
             .collect();
         let kernel = Tensor::from_shape(&[w.channels, 1, w.kernel[0], w.kernel[1]], &kernel)?;
         let bias = Tensor::from_shape(&[w.channels], &chain.affine.fold_bias(&bias))?;
-        replace(model, node, chain.last, op, [kernel, bias])?;
+        replace(model, node, 0, chain.last, op, [kernel, bias])?;
         Ok(Some(Swap { folded: chain.ops }))
     }
 

@@ -18,6 +18,11 @@
 //! - [`affine`]: chains of multiplies, adds and subtracts by constants along one axis, and
 //!   a ReLU after them, as one pass: what tract's codegen could not fuse into a matrix
 //!   product (a model's input normalisation, a batch norm after a change of axes).
+//! - [`channels_last`]: the depthwise, pointwise and dense convolutions over channels-last
+//!   data, and the pass that moves a model with depthwise convolutions there (DS-CNN-S,
+//!   whole-window and pulsed: each position's channels are whole SIMD vectors however
+//!   small the plane), which [`optimize`] takes where hush's ops then run every
+//!   convolution.
 //!
 //! [`window`] holds what the first two share: the window's shape and the padded plane.
 //! Every op but the affine one (which works in place on its input) writes its output into
@@ -27,6 +32,7 @@
 //! the same graphs).
 
 pub mod affine;
+pub mod channels_last;
 pub mod dense;
 pub mod depthwise;
 pub mod maxpool;
@@ -41,6 +47,7 @@ use tract_core::ops::einsum::EinSum;
 use tract_core::ops::nn::Reduce;
 
 pub use affine::AxisAffine;
+pub use channels_last::{DenseConvNhwc, DepthwiseNhwc, PointwiseNhwc};
 pub use dense::DenseConvNchw;
 pub use depthwise::DepthwiseNchw;
 pub use maxpool::MaxPoolNchw;
@@ -174,21 +181,43 @@ pub struct Swap {
 }
 
 /// The window of `conv` at `node`, when it is a float convolution hush's convolution ops
-/// may run: NCHW or CHW f32 images of a known shape, a 2-D window, an OIHW kernel and a
+/// may run: NCHW or CHW f32 images (NHWC or HWC with `channels_last`) of a known shape, a 2-D window, an OIHW kernel and a
 /// bias that are constants. Its groups are for each op to check.
-pub(crate) fn conv_window(model: &TypedModel, node: &TypedNode, conv: &Conv) -> Option<Window2d> {
+pub(crate) fn conv_window(
+    model: &TypedModel,
+    node: &TypedNode,
+    conv: &Conv,
+    channels_last: bool,
+) -> Option<Window2d> {
     use tract_core::ops::cnn::conv::KernelFormat;
     let images = model.outlet_fact(*node.inputs.first()?).ok()?;
     let consts = node.inputs[1..]
         .iter()
         .all(|i| model.outlet_fact(*i).is_ok_and(|f| f.konst.is_some()));
-    let window = Window2d::from_pool_spec(&conv.pool_spec, &images.shape)?;
+    let window = if channels_last {
+        Window2d::from_channels_last_spec(&conv.pool_spec, &images.shape)?
+    } else {
+        Window2d::from_pool_spec(&conv.pool_spec, &images.shape)?
+    };
     (conv.q_params.is_none()
         && conv.kernel_fmt == KernelFormat::OIHW
         && node.inputs.len() == 3
         && consts
         && images.datum_type == f32::datum_type()
         && conv.pool_spec.input_channels == window.channels)
+        .then_some(window)
+}
+
+/// The window of `conv` at `node` when it is a depthwise convolution (one group per
+/// channel, as many outputs as inputs) hush's depthwise ops may run ([`conv_window`]).
+pub(crate) fn depthwise_window(
+    model: &TypedModel,
+    node: &TypedNode,
+    conv: &Conv,
+    channels_last: bool,
+) -> Option<Window2d> {
+    let window = conv_window(model, node, conv, channels_last)?;
+    (conv.group == window.channels && conv.pool_spec.output_channels == window.channels)
         .then_some(window)
 }
 
@@ -200,10 +229,11 @@ pub(crate) fn constant(model: &TypedModel, outlet: OutletId) -> TractResult<Vec<
 }
 
 /// Replaces `node` and the ops after it up to `last` (a chain folded into `op`) by `op`,
-/// reading `node`'s first input and two constants (`op`'s weights and bias).
+/// reading `node`'s input `images` and two constants (`op`'s weights and bias).
 pub(crate) fn replace(
     model: &mut TypedModel,
     node: usize,
+    images: usize,
     last: OutletId,
     op: impl TypedOp,
     [weights, bias]: [Tensor; 2],
@@ -211,7 +241,7 @@ pub(crate) fn replace(
     let node = model.node(node);
     let name = node.name.clone();
     let mut patch = TypedModelPatch::new(format!("hush {} {name}", op.name()));
-    let images = patch.tap_model(model, node.inputs[0])?;
+    let images = patch.tap_model(model, node.inputs[images])?;
     let weights = patch.add_const(format!("{name}.weights"), weights)?;
     let bias = patch.add_const(format!("{name}.bias"), bias)?;
     let out = patch.wire_node(&name, op, &[images, weights, bias])?;
@@ -238,16 +268,43 @@ pub struct Swapped {
     /// Elementwise ops by constants along one axis that tract left unfused after its
     /// codegen, replaced by [`AxisAffine`]s.
     pub affine: usize,
+    /// Whether hush's channels-last ops run some of the model's convolutions: where
+    /// [`optimize`] moved it channels-last, or tract's declutter pass did (on aarch64, for
+    /// depthwise convolutions).
+    pub channels_last: bool,
 }
 
 /// Optimises `model` for running with hush's ops: tract's declutter pass, [`swap_in`],
-/// tract's codegen pass, then [`AxisAffine::fold_all`] over what codegen left.
+/// tract's codegen pass, then [`AxisAffine::fold_all`] over what codegen left. Where its
+/// depthwise convolutions can move channels-last
+/// ([`channels_last::move_channels_last`]), it runs channels-last when hush's ops then
+/// take every convolution, and at least as many as channels-first.
 pub fn optimize(model: TypedModel) -> TractResult<(TypedModel, Swapped)> {
-    let mut model = model.into_decluttered()?;
+    let decluttered = model.into_decluttered()?;
+    let mut model = decluttered.clone();
     let mut swapped = swap_in(&mut model)?;
+    if let Some(mut moved) = channels_last::move_channels_last(&decluttered)? {
+        let moved_swapped = swap_in(&mut moved)?;
+        let convolutions = |s: &Swapped| s.depthwise + s.dense + s.pointwise;
+        if tract_convolutions(&moved) == 0
+            && convolutions(&moved_swapped) >= convolutions(&swapped)
+            && channels_last::pays_off(&moved)
+        {
+            model = moved;
+            swapped = moved_swapped;
+        }
+    }
+    swapped.channels_last = model.nodes().iter().any(|n| {
+        n.op_is::<DepthwiseNhwc>() || n.op_is::<DenseConvNhwc>() || n.op_is::<PointwiseNhwc>()
+    });
     model.optimize()?;
     swapped.affine = AxisAffine::fold_all(&mut model)?;
     Ok((model, swapped))
+}
+
+/// tract's convolutions left in `model`.
+fn tract_convolutions(model: &TypedModel) -> usize {
+    model.nodes().iter().filter(|n| n.op_is::<Conv>()).count()
 }
 
 /// Replaces, in a decluttered `model`, each op this crate runs faster by its own: tract's
@@ -261,17 +318,30 @@ pub fn swap_in(model: &mut TypedModel) -> TractResult<Swapped> {
     let mut swapped = Swapped::default();
     for id in model.eval_order()? {
         if let Some(conv) = model.node(id).op_as::<Conv>().cloned() {
-            if let Some(swap) = DepthwiseNchw::swap(model, id, &conv)? {
+            type SwapConv = fn(&mut TypedModel, usize, &Conv) -> TractResult<Option<Swap>>;
+            let (depthwise, dense): (SwapConv, SwapConv) = if conv.pool_spec.data_format.c_is_last()
+            {
+                (DepthwiseNhwc::swap, DenseConvNhwc::swap)
+            } else {
+                (DepthwiseNchw::swap, DenseConvNchw::swap)
+            };
+            if let Some(swap) = depthwise(model, id, &conv)? {
                 swapped.depthwise += 1;
                 swapped.folded += swap.folded;
-            } else if let Some(swap) = DenseConvNchw::swap(model, id, &conv)? {
+            } else if let Some(swap) = dense(model, id, &conv)? {
                 swapped.dense += 1;
                 swapped.folded += swap.folded;
             }
             continue;
         }
         if let Some(einsum) = model.node(id).op_as::<EinSum>().cloned() {
-            if let Some(swap) = PointwiseNchw::swap(model, id, &einsum)? {
+            // Channels-last first: the channels-first op would take an einsum over the last
+            // axis too, as images of one position each.
+            let swap = match PointwiseNhwc::swap(model, id, &einsum)? {
+                Some(swap) => Some(swap),
+                None => PointwiseNchw::swap(model, id, &einsum)?,
+            };
+            if let Some(swap) = swap {
                 swapped.pointwise += 1;
                 swapped.folded += swap.folded;
             }

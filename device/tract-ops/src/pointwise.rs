@@ -49,111 +49,55 @@ pub struct PointwiseNchw {
 }
 
 impl PointwiseNchw {
-    /// The op for `einsum` at `node` and its weights `[inputs, outputs]`, when it is a
-    /// pointwise convolution this op runs: f32 images `[.., I, ..]` times constant weights
-    /// `OI` (or `IO`) summed over `I`, giving `[.., O, ..]` with every other axis in place.
+    /// The op for `einsum` at `node`, its weights `[inputs, outputs]` and which of the
+    /// einsum's inputs holds the images, when it is a pointwise convolution this op runs:
+    /// f32 images `[.., I, ..]` times constant weights `OI` (or `IO`) summed over `I`,
+    /// giving `[.., O, ..]` with every other axis in place. The weights may be either input
+    /// (tract's declutter pass writes a pulsed trunk's products weights first).
     pub fn for_einsum(
         model: &TypedModel,
         node: &TypedNode,
         einsum: &EinSum,
-    ) -> Option<(Self, Vec<f32>)> {
-        let axes = &einsum.axes;
-        if einsum.q_params.is_some()
-            || einsum.operating_dt != f32::datum_type()
-            || node.inputs.len() != 2
-            || axes.input_count() != 2
-            || axes.output_count() != 1
-        {
-            return None;
-        }
-        let images = model.outlet_fact(node.inputs[0]).ok()?;
-        let weights = model.outlet_fact(node.inputs[1]).ok()?;
-        let rank = images.rank();
-        if images.datum_type != f32::datum_type() || weights.rank() != 2 || rank < 1 {
-            return None;
-        }
-        // The summed axis (images and weights), the output channel axis (weights and
-        // output), leading axes of size 1 the output drops (images alone) and the rest
-        // (images and output, at the same place once those are dropped).
-        let (mut summed, mut produced, mut dropped) = (None, None, TVec::<usize>::new());
-        let mut kept = TVec::<(usize, usize)>::new();
-        for axis in axes.iter_all_axes() {
-            let at = |slots: &TVec<TVec<usize>>, i: usize| match slots[i].as_slice() {
-                [] => Some(None),
-                [p] => Some(Some(*p)),
-                _ => None,
-            };
-            let (x, w, y) = (
-                at(&axis.inputs, 0)?,
-                at(&axis.inputs, 1)?,
-                at(&axis.outputs, 0)?,
-            );
-            match (x, w, y) {
-                (Some(x), Some(w), None) => summed = Some((x, w)),
-                (None, Some(w), Some(y)) => produced = Some((y, w)),
-                (Some(x), None, Some(y)) => kept.push((x, y)),
-                (Some(x), None, None) if images.shape[x].is_one() => dropped.push(x),
-                _ => return None,
-            }
-        }
-        let ((axis, w_in), (out_axis, w_out)) = (summed?, produced?);
-        let drop = dropped.len();
-        let in_place = kept.iter().all(|&(x, y)| x == y + drop);
-        if !dropped.iter().all(|&x| x < drop)
+    ) -> Option<(Self, Vec<f32>, usize)> {
+        let e = EinsumOfConv::of(model, node, einsum)?;
+        let drop = e.dropped.len();
+        let in_place = e.kept.iter().all(|&(x, y)| x == y + drop);
+        if !e.dropped.iter().all(|&x| x < drop)
             || !in_place
-            || axis != out_axis + drop
-            || w_in == w_out
-            || axes.rank(InOut::Out(0)) + drop != rank
+            || e.added > 0
+            || e.summed != e.produced + drop
+            || e.out_rank + drop != e.rank
         {
             return None;
         }
-        let konst = weights.konst.as_ref()?;
-        let (inputs, outputs) = (konst.shape()[w_in], konst.shape()[w_out]);
-        if images.shape[axis].to_usize().ok()? != inputs {
-            return None;
-        }
-        let values = konst.try_as_plain_ram().ok()?;
-        let values = values.as_slice::<f32>().ok()?;
-        // Input channel by input channel.
-        let weights = (0..inputs * outputs)
-            .map(|at| {
-                let (i, o) = (at / outputs, at % outputs);
-                values[if w_in == 0 {
-                    i * outputs + o
-                } else {
-                    o * inputs + i
-                }]
-            })
-            .collect();
         let op = PointwiseNchw {
-            axis,
+            axis: e.summed,
             drop,
-            inputs,
-            outputs,
+            inputs: e.inputs,
+            outputs: e.outputs,
             relu: false,
         };
-        Some((op, weights))
+        Some((op, e.weights, e.images))
     }
 
     /// Replaces `node` (an `einsum` this op runs, else nothing happens) by this op, with
     /// the per-channel multiplies and adds and the ReLU that follow it alone folded in.
     /// Returns what it did, or `None` if `node` stays tract's.
     pub fn swap(model: &mut TypedModel, node: usize, einsum: &EinSum) -> TractResult<Option<Swap>> {
-        let Some((mut op, weights)) = Self::for_einsum(model, model.node(node), einsum) else {
+        let Some((op, weights, images)) = Self::for_einsum(model, model.node(node), einsum) else {
             return Ok(None);
         };
-        let chain = Chain::after(model, node, op.axis - op.drop, op.outputs)?;
-        let Affine { scale, shift, relu } = chain.affine;
-        op.relu = relu;
-        let weights: Vec<f32> = weights
-            .iter()
-            .enumerate()
-            .map(|(at, w)| w * scale[at % op.outputs])
-            .collect();
-        let weights = Tensor::from_shape(&[op.inputs, op.outputs], &weights)?;
-        let bias = Tensor::from_shape(&[op.outputs], &shift)?;
-        replace(model, node, chain.last, op, [weights, bias])?;
-        Ok(Some(Swap { folded: chain.ops }))
+        let axis = op.axis - op.drop;
+        let (inputs, outputs) = (op.inputs, op.outputs);
+        swap_product(
+            model,
+            node,
+            images,
+            axis,
+            [inputs, outputs],
+            weights,
+            |relu| PointwiseNchw { relu, ..op },
+        )
     }
 
     /// The output's shape for images of `shape`.
@@ -260,6 +204,140 @@ impl PointwiseNchw {
             });
         }
         Ok(())
+    }
+}
+
+/// Replaces einsum `node` (its images at input `images`) by the op `make` gives, with the
+/// per-channel multiplies and adds and the ReLU that follow it along `axis` alone folded
+/// into its `weights` (`[inputs, outputs]`) and a bias: `make` is told whether a ReLU
+/// follows. Shared by the channels-first and channels-last pointwise ops.
+pub(crate) fn swap_product<O: TypedOp>(
+    model: &mut TypedModel,
+    node: usize,
+    images: usize,
+    axis: usize,
+    [inputs, outputs]: [usize; 2],
+    weights: Vec<f32>,
+    make: impl FnOnce(bool) -> O,
+) -> TractResult<Option<Swap>> {
+    let chain = Chain::after(model, node, axis, outputs)?;
+    let Affine { scale, shift, relu } = chain.affine;
+    let weights: Vec<f32> = weights
+        .iter()
+        .enumerate()
+        .map(|(at, w)| w * scale[at % outputs])
+        .collect();
+    let weights = Tensor::from_shape(&[inputs, outputs], &weights)?;
+    let bias = Tensor::from_shape(&[outputs], &shift)?;
+    replace(model, node, images, chain.last, make(relu), [weights, bias])?;
+    Ok(Some(Swap { folded: chain.ops }))
+}
+
+/// An einsum as a 1×1 convolution, in whatever layout: f32 images times constant weights
+/// `OI` or `IO` (either input), summed over the images' channel axis; what each layout's op
+/// checks further.
+pub(crate) struct EinsumOfConv {
+    /// Which of the einsum's inputs holds the images.
+    pub images: usize,
+    /// The images' rank.
+    pub rank: usize,
+    /// The output's rank.
+    pub out_rank: usize,
+    /// The images' channel axis (summed).
+    pub summed: usize,
+    /// The output's channel axis (produced).
+    pub produced: usize,
+    /// Axes of the images kept in the output: (images, output).
+    pub kept: TVec<(usize, usize)>,
+    /// Axes of size 1 of the images the output drops.
+    pub dropped: TVec<usize>,
+    /// Axes of size 1 the output adds.
+    pub added: usize,
+    /// Input channels.
+    pub inputs: usize,
+    /// Output channels.
+    pub outputs: usize,
+    /// The weights, `[inputs, outputs]` (input channel by input channel).
+    pub weights: Vec<f32>,
+}
+
+impl EinsumOfConv {
+    /// `einsum` at `node` read as a 1×1 convolution, if it is one.
+    pub fn of(model: &TypedModel, node: &TypedNode, einsum: &EinSum) -> Option<Self> {
+        let axes = &einsum.axes;
+        if einsum.q_params.is_some()
+            || einsum.operating_dt != f32::datum_type()
+            || node.inputs.len() != 2
+            || axes.input_count() != 2
+            || axes.output_count() != 1
+        {
+            return None;
+        }
+        let fact = |i: usize| model.outlet_fact(node.inputs[i]).ok();
+        // The images: the input that is not a constant (the first, if both are).
+        let x_in = if fact(0)?.konst.is_none() || fact(1)?.konst.is_some() {
+            0
+        } else {
+            1
+        };
+        let (images, weights) = (fact(x_in)?, fact(1 - x_in)?);
+        let output = &node.outputs.first()?.fact;
+        if images.datum_type != f32::datum_type() || weights.rank() != 2 || images.rank() < 1 {
+            return None;
+        }
+        let (mut summed, mut produced) = (None, None);
+        let (mut kept, mut dropped, mut added) = (TVec::new(), TVec::new(), 0);
+        for axis in axes.iter_all_axes() {
+            let at = |slots: &TVec<TVec<usize>>, i: usize| match slots[i].as_slice() {
+                [] => Some(None),
+                [p] => Some(Some(*p)),
+                _ => None,
+            };
+            let (x, w, y) = (
+                at(&axis.inputs, x_in)?,
+                at(&axis.inputs, 1 - x_in)?,
+                at(&axis.outputs, 0)?,
+            );
+            match (x, w, y) {
+                (Some(x), Some(w), None) => summed = Some((x, w)),
+                (None, Some(w), Some(y)) => produced = Some((y, w)),
+                (Some(x), None, Some(y)) => kept.push((x, y)),
+                (Some(x), None, None) if images.shape[x].is_one() => dropped.push(x),
+                (None, None, Some(y)) if output.shape[y].is_one() => added += 1,
+                _ => return None,
+            }
+        }
+        let ((summed, w_in), (produced, w_out)) = (summed?, produced?);
+        let konst = weights.konst.as_ref()?;
+        let (inputs, outputs) = (konst.shape()[w_in], konst.shape()[w_out]);
+        if w_in == w_out || images.shape[summed].to_usize().ok()? != inputs {
+            return None;
+        }
+        let values = konst.try_as_plain_ram().ok()?;
+        let values = values.as_slice::<f32>().ok()?;
+        let weights = (0..inputs * outputs)
+            .map(|at| {
+                let (i, o) = (at / outputs, at % outputs);
+                values[if w_in == 0 {
+                    i * outputs + o
+                } else {
+                    o * inputs + i
+                }]
+            })
+            .collect();
+        Some(EinsumOfConv {
+            images: x_in,
+            rank: images.rank(),
+            out_rank: output.rank(),
+            summed,
+            produced,
+            kept,
+            dropped,
+            added,
+            inputs,
+            outputs,
+            weights,
+        })
     }
 }
 

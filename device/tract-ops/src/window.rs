@@ -40,16 +40,28 @@ impl Window2d {
     /// The window of `spec` over images of `shape`, when the data is NCHW or CHW, the window
     /// two-dimensional and the shape known.
     pub fn from_pool_spec(spec: &PoolSpec, shape: &ShapeFact) -> Option<Window2d> {
-        let batch = match spec.data_format {
-            DataFormat::NCHW => true,
-            DataFormat::CHW => false,
+        Self::from_spec(spec, shape, false)
+    }
+
+    /// The window of `spec` over images of `shape`, when the data is NHWC or HWC (channels
+    /// last), the window two-dimensional and the shape known.
+    pub fn from_channels_last_spec(spec: &PoolSpec, shape: &ShapeFact) -> Option<Window2d> {
+        Self::from_spec(spec, shape, true)
+    }
+
+    /// The window of `spec` over `shape`, when its data is channels-last or not as asked.
+    fn from_spec(spec: &PoolSpec, shape: &ShapeFact, channels_last: bool) -> Option<Window2d> {
+        let batch = match (spec.data_format, channels_last) {
+            (DataFormat::NCHW, false) | (DataFormat::NHWC, true) => true,
+            (DataFormat::CHW, false) | (DataFormat::HWC, true) => false,
             _ => return None,
         };
         let shape = shape.as_concrete()?;
         if shape.len() != 3 + batch as usize || spec.kernel_shape.len() != 2 {
             return None;
         }
-        let [channels, h, w] = [0, 1, 2].map(|i| shape[i + batch as usize]);
+        let axes = if channels_last { [2, 0, 1] } else { [0, 1, 2] };
+        let [channels, h, w] = axes.map(|i| shape[i + batch as usize]);
         let kernel = [spec.kernel_shape[0], spec.kernel_shape[1]];
         let (strides, dilations) = (spec.strides(), spec.dilations());
         let strides = [strides[0], strides[1]];
@@ -68,6 +80,14 @@ impl Window2d {
         };
         let taps = kernel[0] * kernel[1];
         (taps > 0 && window.output[0] > 0 && window.output[1] > 0 && h * w > 0).then_some(window)
+    }
+
+    /// Whether output column `x`'s window lies inside the input's row (reads no padding
+    /// left or right).
+    pub fn inside_row(&self, x: usize) -> bool {
+        let first = x * self.strides[1];
+        let last = first + (self.kernel[1] - 1) * self.dilations[1];
+        first >= self.pad_before[1] && last < self.pad_before[1] + self.input[1]
     }
 
     /// Values in one input plane.

@@ -40,23 +40,41 @@ struct Case {
     before: [usize; 2],
     after: [usize; 2],
     seed: u64,
+    /// NHWC (HWC) data instead of NCHW (CHW).
+    channels_last: bool,
 }
 
 impl Case {
     fn shape(&self) -> TVec<usize> {
-        let mut shape = tvec![self.channels, self.input[0], self.input[1]];
+        let [h, w] = self.input;
+        let mut shape = if self.channels_last {
+            tvec![h, w, self.channels]
+        } else {
+            tvec![self.channels, h, w]
+        };
         if let Some(n) = self.batch {
             shape.insert(0, n);
         }
         shape
     }
 
+    /// The channel axis of the case's images (and outputs).
+    fn channel_axis(&self) -> usize {
+        let rank = self.shape().len();
+        if self.channels_last {
+            rank - 1
+        } else {
+            rank - 3
+        }
+    }
+
     fn pool_spec(&self, output_channels: usize) -> PoolSpec {
         PoolSpec {
-            data_format: if self.batch.is_some() {
-                DataFormat::NCHW
-            } else {
-                DataFormat::CHW
+            data_format: match (self.batch.is_some(), self.channels_last) {
+                (true, false) => DataFormat::NCHW,
+                (false, false) => DataFormat::CHW,
+                (true, true) => DataFormat::NHWC,
+                (false, true) => DataFormat::HWC,
             },
             kernel_shape: self.kernel.iter().copied().collect(),
             padding: PaddingSpec::Explicit(
@@ -103,9 +121,20 @@ fn cases() -> impl Strategy<Value = Case> {
                 before: [pads.0, pads.1],
                 after: [pads.2, pads.3],
                 seed,
+                channels_last: false,
             },
         )
         .prop_filter("an empty output", Case::has_output)
+}
+
+/// Cases over channels-last data, with as few channels as the others' or enough for
+/// several SIMD vectors and a partial one (up to 70).
+fn channels_last_cases() -> impl Strategy<Value = Case> {
+    (cases(), prop_oneof![1usize..5, 15usize..20, 60usize..71]).prop_map(|(case, channels)| Case {
+        channels,
+        channels_last: true,
+        ..case
+    })
 }
 
 /// The model's output as tract optimises it, and as hush does (`optimize`), and what
@@ -154,7 +183,7 @@ fn depthwise(model: &mut TypedModel, x: OutletId, case: &Case, bias: Tensor) -> 
         &values(c * taps, case.seed ^ 1),
     )
     .unwrap();
-    let k = model.add_const("k", k).unwrap();
+    let k = model.add_const(model.unique_name("k"), k).unwrap();
     let b = model.add_const("b", bias).unwrap();
     let conv = Conv {
         pool_spec: case.pool_spec(c),
@@ -162,7 +191,9 @@ fn depthwise(model: &mut TypedModel, x: OutletId, case: &Case, bias: Tensor) -> 
         group: c,
         q_params: None,
     };
-    model.wire_node("dw", conv, &[x, k, b]).unwrap()[0]
+    model
+        .wire_node(model.unique_name("dw"), conv, &[x, k, b])
+        .unwrap()[0]
 }
 
 /// Wires a dense (one group) `Conv` of `case` to `outputs` channels over `x` into `model`,
@@ -174,20 +205,22 @@ fn dense(model: &mut TypedModel, x: OutletId, case: &Case, outputs: usize, fold:
         &values(outputs * c * taps, case.seed ^ 1),
     )
     .unwrap();
-    let k = model.add_const("k", k).unwrap();
+    let k = model.add_const(model.unique_name("k"), k).unwrap();
     let b = Tensor::from_shape(&[outputs], &values(outputs, case.seed ^ 2)).unwrap();
-    let b = model.add_const("b", b).unwrap();
+    let b = model.add_const(model.unique_name("b"), b).unwrap();
     let conv = Conv {
         pool_spec: case.pool_spec(outputs),
         kernel_fmt: KernelFormat::OIHW,
         group: 1,
         q_params: None,
     };
-    let mut y = model.wire_node("conv", conv, &[x, k, b]).unwrap()[0];
+    let mut y = model
+        .wire_node(model.unique_name("conv"), conv, &[x, k, b])
+        .unwrap()[0];
     if fold {
         let rank = case.shape().len();
         let mut shape = vec![1; rank];
-        shape[rank - 3] = outputs;
+        shape[case.channel_axis()] = outputs;
         let ops: [(&str, Box<dyn tract_core::ops::binary::BinMiniOp>); 3] = [
             ("scale", Box::new(Mul)),
             ("shift", Box::new(Add)),
@@ -201,12 +234,12 @@ fn dense(model: &mut TypedModel, x: OutletId, case: &Case, outputs: usize, fold:
             };
             let v = model
                 .add_const(
-                    format!("{name}.value"),
+                    model.unique_name(format!("{name}.value")),
                     Tensor::from_shape(&shape, &v).unwrap(),
                 )
                 .unwrap();
             y = model
-                .wire_node(name, TypedBinOp(op, None), &[y, v])
+                .wire_node(model.unique_name(name), TypedBinOp(op, None), &[y, v])
                 .unwrap()[0];
         }
     }
@@ -243,6 +276,37 @@ proptest! {
         let (optimized, _) = optimize(model.clone()).unwrap();
         let left: Vec<_> = optimized.nodes().iter().map(|n| n.op.name().to_string()).filter(|n| ["Mul", "Add", "Max", "Affine"].iter().any(|op| n.contains(op))).collect();
         prop_assert!(left.is_empty(), "{:?} left", left);
+        assert_close(&tract, &hush, &case);
+    }
+
+    /// Over channels-last data (NHWC or HWC): a depthwise convolution and a dense one, with
+    /// a batch norm and a ReLU after it or not, run by hush's channels-last ops (a 1×1
+    /// dense one as tract's einsum of it, by the channels-last pointwise op, where it has
+    /// two positions or more).
+    #[test]
+    fn channels_last_convolutions_match_tract(
+        case in channels_last_cases(),
+        outputs in prop_oneof![1usize..5, 17usize..20, 60usize..70],
+        fold in any::<bool>(),
+        depthwise_conv in any::<bool>(),
+    ) {
+        prop_assume!(case.channels > 1 || case.kernel != [1, 1]);
+        prop_assume!(depthwise_conv || case.kernel != [1, 1] || outputs > 1);
+        let (mut model, x, data) = input(&case);
+        let out = if depthwise_conv {
+            let b = Tensor::from_shape(&[case.channels], &values(case.channels, case.seed ^ 2))
+                .unwrap();
+            depthwise(&mut model, x, &case, b)
+        } else {
+            dense(&mut model, x, &case, outputs, fold)
+        };
+        model.select_output_outlets(&[out]).unwrap();
+        let (tract, hush, swapped) = run_both(model, data);
+        let one_position = case.input == [1, 1] && case.batch.unwrap_or(1) == 1;
+        let convs = swapped.dense + swapped.pointwise + swapped.depthwise;
+        if !(case.kernel == [1, 1] && one_position) {
+            prop_assert_eq!(convs, 1, "{:?}", swapped);
+        }
         assert_close(&tract, &hush, &case);
     }
 
@@ -285,7 +349,7 @@ proptest! {
         let rank = case.shape().len();
         let mut shape = vec![1; rank];
         if per_channel {
-            shape[rank - 3] = c;
+            shape[case.channel_axis()] = c;
         }
         let n: usize = shape.iter().product();
         let (mut folded, mut stopped, mut outputs) = (0, false, vec![]);
@@ -435,6 +499,7 @@ fn other_ops_stay_tract() {
         before: [1, 1],
         after: [1, 1],
         seed: 3,
+        channels_last: false,
     };
     let (mut model, x, data) = input(&case);
     let k = model
@@ -465,8 +530,9 @@ fn other_ops_stay_tract() {
 
 /// The einsums tract's declutter pass makes of 1×1 convolutions, in the forms hush's
 /// pointwise op takes: with a batch axis, without, with the weights `OI` or `IO`, and a
-/// batch of one the output drops (BC-ResNet's first pointwise convolution), each with a
-/// ReLU after it.
+/// batch of one the output drops (BC-ResNet's first pointwise convolution), with the
+/// weights first (a pulsed trunk's products, as tract's declutter pass writes them), and
+/// over channels-last data (adding or dropping a batch of one), each with a ReLU after it.
 #[test]
 fn pointwise_einsums_match_tract() {
     for (expr, images, weights) in [
@@ -474,6 +540,13 @@ fn pointwise_einsums_match_tract() {
         ("IHW,OI->OHW", &[5, 4, 9][..], [6, 5]),
         ("NIT,IO->NOT", &[1, 5, 33][..], [5, 6]),
         ("NIHW,OI->OHW", &[1, 5, 3, 7][..], [6, 5]),
+        ("OI,IHW->OHW", &[5, 3, 10][..], [6, 5]),
+        ("OI,NIHW->OHW", &[1, 5, 3, 10][..], [6, 5]),
+        // Channels-last, as a model moved channels-last has them.
+        ("NHWI,OI->NHWO", &[2, 3, 7, 5][..], [6, 5]),
+        ("OI,NHWI->HWO", &[1, 3, 10, 5][..], [6, 5]),
+        ("HWI,OI->NHWO", &[3, 10, 5][..], [6, 5]),
+        ("HWI,IO->HWO", &[3, 10, 5][..], [5, 6]),
     ] {
         let mut model = TypedModel::default();
         let x = model.add_source("x", f32::fact(images)).unwrap();
@@ -481,7 +554,12 @@ fn pointwise_einsums_match_tract() {
         let w = model.add_const("w", w).unwrap();
         let axes: tract_core::axes::AxesMapping = expr.parse().unwrap();
         let einsum = tract_core::ops::einsum::EinSum::new(axes, f32::datum_type());
-        let y = model.wire_node("einsum", einsum, &[x, w]).unwrap()[0];
+        let inputs = if expr.starts_with("OI,") {
+            [w, x]
+        } else {
+            [x, w]
+        };
+        let y = model.wire_node("einsum", einsum, &inputs).unwrap()[0];
         let rank = model.outlet_fact(y).unwrap().rank();
         let zero = Tensor::from_shape(&vec![1; rank], &[0f32]).unwrap();
         let zero = model.add_const("zero", zero).unwrap();
@@ -522,6 +600,7 @@ fn kept_outputs_are_written_again_only_when_nothing_holds_them() {
         before: [1, 1],
         after: [1, 1],
         seed: 5,
+        channels_last: false,
     };
     let (mut model, x, _) = input(&case);
     let y = dense(&mut model, x, &case, 3, true);
@@ -589,4 +668,100 @@ fn kept_outputs_are_written_again_only_when_nothing_holds_them() {
         &"the third output, held over the clone's run",
     );
     assert_close(&expected[0], &first, &"the first output, at the end");
+}
+
+/// A DS-CNN block over NCHW data (a dense convolution from one plane to 16 channels, a
+/// depthwise 3×3 one, a 1×1 one as tract's einsum of it, each with a batch norm and a ReLU,
+/// then a sum over the positions and a dense head) runs channels-last: the depthwise
+/// convolution moves its channels last (hush's pass; on aarch64 tract's declutter pass
+/// already has), the rest of the graph follows, every convolution is hush's channels-last
+/// op, and the output equals tract's. The model's input and output keep their shapes.
+#[test]
+fn a_depthwise_block_runs_channels_last() {
+    let case = Case {
+        batch: Some(1),
+        channels: 1,
+        input: [12, 10],
+        kernel: [4, 3],
+        strides: [2, 1],
+        dilations: [1, 1],
+        before: [0, 1],
+        after: [0, 1],
+        seed: 7,
+        channels_last: false,
+    };
+    // Features [1, frames, bins], given a channel axis (as the keyword spotters' graphs
+    // do: the model's input keeps its shape).
+    let mut model = TypedModel::default();
+    let x = model.add_source("x", f32::fact([1, 12, 10])).unwrap();
+    let data = Tensor::from_shape(&[1, 12, 10], &values(120, case.seed)).unwrap();
+    let x = model
+        .wire_node(
+            "channel",
+            tract_core::ops::change_axes::AxisOp::Add(1),
+            &[x],
+        )
+        .unwrap()[0];
+    let y = dense(&mut model, x, &case, 16, true);
+    let block = Case {
+        channels: 16,
+        input: [5, 10],
+        kernel: [3, 3],
+        strides: [1, 1],
+        before: [1, 1],
+        after: [1, 1],
+        seed: 8,
+        ..case.clone()
+    };
+    let y = depthwise(
+        &mut model,
+        y,
+        &block,
+        Tensor::from_shape(&[16], &values(16, 9)).unwrap(),
+    );
+    let zero = model
+        .add_const("zero", Tensor::from_shape(&[1, 1, 1, 1], &[0f32]).unwrap())
+        .unwrap();
+    let y = model
+        .wire_node("dw.relu", TypedBinOp(Box::new(Max), None), &[y, zero])
+        .unwrap()[0];
+    let pointwise = Case {
+        kernel: [1, 1],
+        before: [0, 0],
+        after: [0, 0],
+        seed: 10,
+        ..block.clone()
+    };
+    let y = dense(&mut model, y, &pointwise, 16, true);
+    let mean = Reduce::new(tvec![2, 3], Reducer::Sum);
+    let y = model.wire_node("pool", mean, &[y]).unwrap()[0];
+    // The head: a dense layer to 4 classes (an einsum, which takes any layout).
+    let head = Tensor::from_shape(&[4, 16], &values(64, 11)).unwrap();
+    let head = model.add_const("head.weights", head).unwrap();
+    let axes: tract_core::axes::AxesMapping = "NCHW,KC->NK".parse().unwrap();
+    let einsum = tract_core::ops::einsum::EinSum::new(axes, f32::datum_type());
+    let y = model.wire_node("head", einsum, &[y, head]).unwrap();
+    model.select_output_outlets(&y).unwrap();
+    let (tract, hush, swapped) = run_both(model.clone(), data);
+    assert!(swapped.channels_last, "{swapped:?}");
+    assert_eq!(
+        (swapped.dense, swapped.depthwise, swapped.pointwise),
+        (1, 1, 1),
+        "{swapped:?}"
+    );
+    let (optimized, _) = optimize(model).unwrap();
+    let names: Vec<_> = optimized
+        .nodes()
+        .iter()
+        .map(|n| n.op.name().to_string())
+        .collect();
+    for op in [
+        "HushDenseConvNhwc",
+        "HushDepthwiseNhwc",
+        "HushPointwiseNhwc",
+    ] {
+        assert!(names.iter().any(|n| n == op), "{op} not in {names:?}");
+    }
+    assert_eq!(tract.shape(), [1, 4]);
+    assert_close(&tract, &hush, &case);
 }

@@ -16,8 +16,10 @@
 //!   tile of positions × vectors of output channels accumulated in registers over the input
 //!   channels (each input value broadcast once for the tile's vectors, each weight vector
 //!   loaded once for its positions).
-//! - [`DenseConvNhwc`]: a convolution with one group, the window's inputs unfolded into a
-//!   row per output position (im2col) and multiplied as [`PointwiseNhwc`] does.
+//! - [`DenseConvNhwc`]: a convolution with one group, read directly from the image (from a
+//!   zero-padded copy of it where the window reads padding): a tile of positions × vectors
+//!   of output channels, each input value broadcast against its weights, as
+//!   [`PointwiseNhwc`]'s tiles.
 //!
 //! Each folds the batch norm and ReLU after it, as the channels-first ops do.
 
@@ -92,8 +94,8 @@ pub const AVX2_PLANE: usize = 64;
 /// with 16 lanes a vector (AVX-512) or 4 (NEON); with AVX2's 8 only where its depthwise
 /// planes are small (at most [`AVX2_PLANE`] positions), and not on the scalar path.
 ///
-/// Measured with callgrind, which runs pulp's AVX2 path: instructions per run fell by 22 %
-/// for the bundled keyword spotter's pulsed trunk (30 positions a plane) and rose by 48 %
+/// Measured with callgrind, which runs pulp's AVX2 path: instructions per run fell by 24 %
+/// for the bundled keyword spotter's pulsed trunk (30 positions a plane) and rose by 46 %
 /// for its whole window (120 to 200) and 56 % for DS-CNN-S's at [98, 40] (980), where
 /// each broadcast input feeds two vectors of outputs against AVX-512's four; on AVX-512 all
 /// three ran faster (BENCHMARKS.md, "Channels-last convolutions").
@@ -488,6 +490,7 @@ impl PointwiseNhwc {
 
     /// Replaces `node` (an `einsum` this op runs, else nothing happens) by this op, with
     /// the per-channel multiplies and adds and the ReLU that follow it alone folded in.
+    /// Returns what it did, or `None` if `node` stays tract's.
     pub fn swap(model: &mut TypedModel, node: usize, einsum: &EinSum) -> TractResult<Option<Swap>> {
         let Some((op, weights, images)) = Self::for_einsum(model, model.node(node), einsum) else {
             return Ok(None);
@@ -503,6 +506,7 @@ impl PointwiseNhwc {
             weights,
             |relu| PointwiseNhwc { relu, ..op },
         )
+        .map(Some)
     }
 
     /// The output's shape for images of `shape`.
@@ -648,16 +652,17 @@ impl ProductNhwc<'_> {
     }
 }
 
-/// tract's `Conv` with one group over NHWC (or HWC) f32 data: the window's inputs unfolded
-/// into a row per output position (tap by tap, each tap's input channels consecutive; 0
-/// where the window reads padding), times the weights. Inputs: the images, the weights
-/// `[taps × inputs, outputs]`, the bias `[outputs]`.
+/// tract's `Conv` with one group over NHWC (or HWC) f32 data. Inputs: the images, the
+/// weights `[taps × inputs, outputs]` (tap by tap, each tap's input channels in turn), the
+/// bias `[outputs]`.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub struct DenseConvNhwc {
     /// The window (`channels` input channels).
     pub window: Window2d,
-    /// The product over the unfolded rows (`inputs` = taps × input channels).
-    pub product: PointwiseNhwc,
+    /// Output channels.
+    pub outputs: usize,
+    /// Whether a ReLU follows, applied as outputs are stored.
+    pub relu: bool,
 }
 
 impl DenseConvNhwc {
@@ -665,16 +670,17 @@ impl DenseConvNhwc {
     /// or HWC images of a known shape, with a constant OIHW kernel and bias.
     pub fn for_conv(model: &TypedModel, node: &TypedNode, conv: &Conv) -> Option<Self> {
         let window = conv_window(model, node, conv, true)?;
-        (conv.group == 1).then(|| DenseConvNhwc {
-            product: PointwiseNhwc {
-                drop: 0,
-                add: 0,
-                inputs: window.channels * window.kernel[0] * window.kernel[1],
-                outputs: conv.pool_spec.output_channels,
-                relu: false,
-            },
+        (conv.group == 1).then_some(DenseConvNhwc {
             window,
+            outputs: conv.pool_spec.output_channels,
+            relu: false,
         })
+    }
+
+    /// Rows of the weights: taps × input channels.
+    fn rows(&self) -> usize {
+        let w = &self.window;
+        w.channels * w.kernel[0] * w.kernel[1]
     }
 
     /// Replaces `node` (a `conv` this op runs, else nothing happens) by this op, with the
@@ -684,10 +690,10 @@ impl DenseConvNhwc {
         let Some(mut op) = Self::for_conv(model, conv_node, conv) else {
             return Ok(None);
         };
-        let (rows, outputs, c) = (op.product.inputs, op.product.outputs, op.window.channels);
+        let (rows, outputs, c) = (op.rows(), op.outputs, op.window.channels);
         let taps = rows / c;
         let chain = Chain::after(model, node, 2 + op.window.batch as usize, outputs)?;
-        op.product.relu = chain.affine.relu;
+        op.relu = chain.affine.relu;
         let scale = &chain.affine.scale;
         let kernel = constant(model, conv_node.inputs[1])?;
         let bias = constant(model, conv_node.inputs[2])?;
@@ -719,7 +725,7 @@ impl DenseConvNhwc {
         out: &mut [f32],
     ) -> TractResult<()> {
         let w = &self.window;
-        let (rows, o) = (self.product.inputs, self.product.outputs);
+        let (rows, o) = (self.rows(), self.outputs);
         let n = images.len() / (w.channels * w.plane_len()).max(1);
         ensure!(
             images.len() == n * w.channels * w.plane_len()
@@ -750,8 +756,7 @@ impl DenseConvNhwc {
 
 /// One image of a dense channels-last convolution, for `pulp`: each output position's
 /// channels summed over its window's taps inside the input and their input channels, each
-/// input value broadcast against the vectors of its weights for the output channels (the
-/// unfolded row of [`DenseConvNhwc`] read where it lies instead of copied out).
+/// input value broadcast against the vectors of its weights for the output channels.
 struct DenseImage<'a> {
     op: &'a DenseConvNhwc,
     image: &'a [f32],
@@ -783,7 +788,7 @@ impl DenseImage<'_> {
     #[inline(always)]
     fn rows<S: pulp::Simd, const V: usize>(&mut self, simd: S) {
         let w = &self.op.window;
-        let (c, o) = (w.channels, self.op.product.outputs);
+        let (c, o) = (w.channels, self.op.outputs);
         let (width, height) = (w.padded_width(), w.padded_rows());
         let [top, left] = w.pad_before;
         let padded_copy;
@@ -836,7 +841,7 @@ impl DenseImage<'_> {
         x: usize,
         out: &mut [f32],
     ) {
-        let (o, lanes) = (self.op.product.outputs, S::F32_LANES);
+        let (o, lanes) = (self.op.outputs, S::F32_LANES);
         let mut from = 0;
         while o - from >= V * lanes {
             self.block::<S, P, V, false>(simd, image, taps, x, from, out);
@@ -862,7 +867,7 @@ impl DenseImage<'_> {
         from: usize,
         out: &mut [f32],
     ) {
-        let (w, o) = (&self.op.window, self.op.product.outputs);
+        let (w, o) = (&self.op.window, self.op.outputs);
         let c = w.channels;
         let step = w.strides[1] * c;
         let len = if PARTIAL { o - from } else { V * S::F32_LANES };
@@ -888,7 +893,7 @@ impl DenseImage<'_> {
         }
         for (p, acc) in acc.into_iter().enumerate() {
             let at = p * o + from;
-            store::<S, V, PARTIAL>(simd, acc, self.op.product.relu, &mut out[at..at + len]);
+            store::<S, V, PARTIAL>(simd, acc, self.op.relu, &mut out[at..at + len]);
         }
     }
 }
@@ -931,8 +936,8 @@ channels_last_op!(DenseConvNhwc, "HushDenseConvNhwc", |op: &DenseConvNhwc| {
     format!(
         "{:?} to {} channels{}",
         op.window,
-        op.product.outputs,
-        if op.product.relu { ", ReLU" } else { "" }
+        op.outputs,
+        if op.relu { ", ReLU" } else { "" }
     )
 });
 
@@ -977,7 +982,7 @@ impl KeepsOutput for DenseConvNhwc {
         } else {
             1
         };
-        let shape = channels_last_shape(&self.window, n, self.product.outputs);
+        let shape = channels_last_shape(&self.window, n, self.outputs);
         kept.f32_output(&shape, |out| {
             self.run(
                 images.try_as_plain_ram()?.as_slice::<f32>()?,
@@ -1022,7 +1027,7 @@ impl TypedOp for DenseConvNhwc {
         Ok(tvec!(f32::fact(channels_last_shape(
             &self.window,
             n,
-            self.product.outputs
+            self.outputs
         ))))
     }
 

@@ -181,8 +181,9 @@ pub struct Swap {
 }
 
 /// The window of `conv` at `node`, when it is a float convolution hush's convolution ops
-/// may run: NCHW or CHW f32 images (NHWC or HWC with `channels_last`) of a known shape, a 2-D window, an OIHW kernel and a
-/// bias that are constants. Its groups are for each op to check.
+/// may run: NCHW or CHW f32 images (NHWC or HWC with `channels_last`) of a known shape, a
+/// 2-D window, an OIHW kernel and a bias that are constants. Its groups are for each op to
+/// check.
 pub(crate) fn conv_window(
     model: &TypedModel,
     node: &TypedNode,
@@ -278,7 +279,8 @@ pub struct Swapped {
 /// tract's codegen pass, then [`AxisAffine::fold_all`] over what codegen left. Where its
 /// depthwise convolutions can move channels-last
 /// ([`channels_last::move_channels_last`]), it runs channels-last when hush's ops then
-/// take every convolution, and at least as many as channels-first.
+/// take every convolution, at least as many as channels-first, and the CPU's SIMD width
+/// makes it pay ([`channels_last::pays_off`]).
 pub fn optimize(model: TypedModel) -> TractResult<(TypedModel, Swapped)> {
     let decluttered = model.into_decluttered()?;
     let mut model = decluttered.clone();
@@ -308,11 +310,11 @@ fn tract_convolutions(model: &TypedModel) -> usize {
 }
 
 /// Replaces, in a decluttered `model`, each op this crate runs faster by its own: tract's
-/// depthwise `Conv`s by [`DepthwiseNchw`], other `Conv`s with one group by
-/// [`DenseConvNchw`], einsums of 1×1 convolutions by
-/// [`PointwiseNchw`], `MaxPool`s by [`MaxPoolNchw`], `Reduce<Sum>`s over
-/// consecutive axes by [`SumAxes`], where the data is f32 of a known shape (the others stay
-/// tract's). Run it after `declutter` and before `optimize`, which would otherwise lower
+/// depthwise `Conv`s by [`DepthwiseNchw`] (channels-last: [`DepthwiseNhwc`]), other `Conv`s
+/// with one group by [`DenseConvNchw`] ([`DenseConvNhwc`]), einsums of 1×1 convolutions by
+/// [`PointwiseNchw`] ([`PointwiseNhwc`] where the channels are last), `MaxPool`s by
+/// [`MaxPoolNchw`], `Reduce<Sum>`s over consecutive axes by [`SumAxes`], where the data is
+/// f32 of a known shape (the others stay tract's). Run it after `declutter` and before `optimize`, which would otherwise lower
 /// them to tract's own kernels.
 pub fn swap_in(model: &mut TypedModel) -> TractResult<Swapped> {
     let mut swapped = Swapped::default();

@@ -98,6 +98,7 @@ impl PointwiseNchw {
             weights,
             |relu| PointwiseNchw { relu, ..op },
         )
+        .map(Some)
     }
 
     /// The output's shape for images of `shape`.
@@ -219,7 +220,7 @@ pub(crate) fn swap_product<O: TypedOp>(
     [inputs, outputs]: [usize; 2],
     weights: Vec<f32>,
     make: impl FnOnce(bool) -> O,
-) -> TractResult<Option<Swap>> {
+) -> TractResult<Swap> {
     let chain = Chain::after(model, node, axis, outputs)?;
     let Affine { scale, shift, relu } = chain.affine;
     let weights: Vec<f32> = weights
@@ -230,7 +231,7 @@ pub(crate) fn swap_product<O: TypedOp>(
     let weights = Tensor::from_shape(&[inputs, outputs], &weights)?;
     let bias = Tensor::from_shape(&[outputs], &shift)?;
     replace(model, node, images, chain.last, make(relu), [weights, bias])?;
-    Ok(Some(Swap { folded: chain.ops }))
+    Ok(Swap { folded: chain.ops })
 }
 
 /// An einsum as a 1×1 convolution, in whatever layout: f32 images times constant weights

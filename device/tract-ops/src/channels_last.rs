@@ -19,7 +19,10 @@
 //! - [`DenseConvNhwc`]: a convolution with one group, read directly from the image (from a
 //!   zero-padded copy of it where the window reads padding): a tile of positions × vectors
 //!   of output channels, each input value broadcast against its weights, as
-//!   [`PointwiseNhwc`]'s tiles.
+//!   [`PointwiseNhwc`]'s tiles. It also runs channels-first convolutions of many input
+//!   channels (leak-CNN's second, 32 → 64 channels), reading the channels-first planes as
+//!   they are and moving its output's channels first at the end, and folds a max pooling
+//!   after it in.
 //!
 //! Each folds the batch norm and ReLU after it, as the channels-first ops do.
 
@@ -28,6 +31,7 @@ use std::collections::HashSet;
 use tract_core::internal::*;
 use tract_core::ops::change_axes::{AxisChange, AxisOp};
 use tract_core::ops::cnn::conv::Conv;
+use tract_core::ops::cnn::MaxPool;
 use tract_core::ops::einsum::EinSum;
 use tract_core::optim::change_axes::change_axes;
 
@@ -652,6 +656,10 @@ impl ProductNhwc<'_> {
     }
 }
 
+/// Input channels from which [`DenseConvNhwc`] runs channels-first convolutions
+/// ([`DenseConvNhwc::runs_channels_first`]).
+pub const CHANNELS_FIRST_FROM: usize = 8;
+
 /// tract's `Conv` with one group over NHWC (or HWC) f32 data. Inputs: the images, the
 /// weights `[taps × inputs, outputs]` (tap by tap, each tap's input channels in turn), the
 /// bias `[outputs]`.
@@ -663,18 +671,43 @@ pub struct DenseConvNhwc {
     pub outputs: usize,
     /// Whether a ReLU follows, applied as outputs are stored.
     pub relu: bool,
+    /// Whether its images and output are channels-first (NCHW or CHW) all the same
+    /// ([`DenseConvNhwc::runs_channels_first`]): each weights row then reads its input
+    /// channel's plane, and the output, computed channels-last into scratch, moves its
+    /// channels first at the end ([`move_channels_first`]).
+    pub channels_first: bool,
+    /// A max pooling after the convolution (and its ReLU), folded in: its window over the
+    /// convolution's output (`channels` = output channels), reading no padding.
+    pub pool: Option<Window2d>,
 }
 
 impl DenseConvNhwc {
     /// The op for `conv` at `node`, when it is a float convolution with one group over NHWC
-    /// or HWC images of a known shape, with a constant OIHW kernel and bias.
+    /// or HWC images (or NCHW and CHW ones, [`DenseConvNhwc::channels_first`]) of a known
+    /// shape, with a constant OIHW kernel and bias.
     pub fn for_conv(model: &TypedModel, node: &TypedNode, conv: &Conv) -> Option<Self> {
-        let window = conv_window(model, node, conv, true)?;
+        let channels_first = !conv.pool_spec.data_format.c_is_last();
+        let window = conv_window(model, node, conv, !channels_first)?;
         (conv.group == 1).then_some(DenseConvNhwc {
             window,
             outputs: conv.pool_spec.output_channels,
             relu: false,
+            channels_first,
+            pool: None,
         })
+    }
+
+    /// Whether this op may run a channels-first convolution with one group of `conv`'s
+    /// input channels: from [`CHANNELS_FIRST_FROM`] input channels on a CPU with SIMD
+    /// vectors. [`DenseConvNhwc::swap`] takes it where a max pooling follows, folded in, so
+    /// that a quarter of the output (a 2×2 pooling's) moves channels first. Measured on
+    /// AVX-512 (BENCHMARKS.md, "Dense convolutions channels-last"): leak-CNN's second
+    /// convolution (32 → 64 channels through 3×3 over 48 × 19) took 236 µs channels-last
+    /// against 300–360 µs channels-first ([`crate::DenseConvNchw`]), but moving all its
+    /// output channels first took 40–50 µs more, value by value; without a pooling, 8 and
+    /// 16 input channels ran slower than channels-first.
+    pub fn runs_channels_first(conv: &Conv) -> bool {
+        conv.group == 1 && conv.pool_spec.input_channels >= CHANNELS_FIRST_FROM && simd_lanes() >= 4
     }
 
     /// Rows of the weights: taps × input channels.
@@ -692,8 +725,17 @@ impl DenseConvNhwc {
         };
         let (rows, outputs, c) = (op.rows(), op.outputs, op.window.channels);
         let taps = rows / c;
-        let chain = Chain::after(model, node, 2 + op.window.batch as usize, outputs)?;
+        let axis = op.window.batch as usize + if op.channels_first { 0 } else { 2 };
+        let chain = Chain::after(model, node, axis, outputs)?;
         op.relu = chain.affine.relu;
+        let mut last = chain.last;
+        if let Some((pool, pooled)) = op.pool_after(model, last)? {
+            op.pool = Some(pool);
+            last = pooled;
+        }
+        if op.channels_first && !(Self::runs_channels_first(conv) && op.pool.is_some()) {
+            return Ok(None);
+        }
         let scale = &chain.affine.scale;
         let kernel = constant(model, conv_node.inputs[1])?;
         let bias = constant(model, conv_node.inputs[2])?;
@@ -712,11 +754,70 @@ impl DenseConvNhwc {
             .collect();
         let weights = Tensor::from_shape(&[rows, outputs], &weights)?;
         let bias = Tensor::from_shape(&[outputs], &chain.affine.fold_bias(&bias))?;
-        replace(model, node, 0, chain.last, op, [weights, bias])?;
-        Ok(Some(Swap { folded: chain.ops }))
+        let folded = chain.ops + op.pool.is_some() as usize;
+        replace(model, node, 0, last, op, [weights, bias])?;
+        Ok(Some(Swap { folded }))
     }
 
-    /// Convolves `images` (whole NHWC images) through `weights` plus `bias` into `out`.
+    /// The max pooling that alone reads `out` (this op's output after the ops folded into
+    /// it), when this op can fold it in: f32 data in the op's layout, a 2-D window without
+    /// padding, no index outputs. Its window and output.
+    fn pool_after(
+        &self,
+        model: &TypedModel,
+        out: OutletId,
+    ) -> TractResult<Option<(Window2d, OutletId)>> {
+        let Some(next) = model.single_succ(out.node)? else {
+            return Ok(None);
+        };
+        let Some(pool) = next.op_as::<MaxPool>() else {
+            return Ok(None);
+        };
+        if model.output_outlets()?.contains(&out)
+            || pool.with_index_outputs.is_some()
+            || next.inputs != [out]
+        {
+            return Ok(None);
+        }
+        let shape = &model.outlet_fact(out)?.shape;
+        let window = if self.channels_first {
+            Window2d::from_pool_spec(&pool.pool_spec, shape)
+        } else {
+            Window2d::from_channels_last_spec(&pool.pool_spec, shape)
+        };
+        Ok(window
+            .filter(|p| {
+                p.channels == self.outputs
+                    && p.batch == self.window.batch
+                    && p.input == self.window.output
+                    && p.padded_width() == p.input[1]
+                    && p.padded_rows() == p.input[0]
+            })
+            .map(|p| (p, OutletId::new(next.id, 0))))
+    }
+
+    /// The size of the output planes: the convolution's, or its pooling's.
+    fn output_size(&self) -> [usize; 2] {
+        self.pool.as_ref().map_or(self.window.output, |p| p.output)
+    }
+
+    /// The output's shape for `n` images.
+    fn output_shape<D: DimLike>(&self, n: D) -> TVec<D> {
+        let [h, w] = self.output_size();
+        let dims = if self.channels_first {
+            [self.outputs, h, w]
+        } else {
+            [h, w, self.outputs]
+        };
+        let mut shape: TVec<D> = dims.iter().map(|&d| D::from(d)).collect();
+        if self.window.batch {
+            shape.insert(0, n);
+        }
+        shape
+    }
+
+    /// Convolves `images` (whole NHWC images, or NCHW ones [`DenseConvNhwc::channels_first`])
+    /// through `weights` plus `bias` into `out`.
     pub fn run(
         &self,
         images: &[f32],
@@ -725,11 +826,12 @@ impl DenseConvNhwc {
         out: &mut [f32],
     ) -> TractResult<()> {
         let w = &self.window;
-        let (rows, o) = (self.rows(), self.outputs);
-        let n = images.len() / (w.channels * w.plane_len()).max(1);
+        let (rows, o, c) = (self.rows(), self.outputs, w.channels);
+        let n = images.len() / (c * w.plane_len()).max(1);
+        let [oh, ow] = self.output_size();
         ensure!(
-            images.len() == n * w.channels * w.plane_len()
-                && out.len() == n * w.output_plane_len() * o
+            images.len() == n * c * w.plane_len()
+                && out.len() == n * oh * ow * o
                 && weights.len() == rows * o
                 && bias.len() == o,
             "{} values in, room for {} out, {} weights and {} biases for {self:?}",
@@ -738,31 +840,82 @@ impl DenseConvNhwc {
             weights.len(),
             bias.len()
         );
+        let (width, height) = (w.padded_width(), w.padded_rows());
+        // Read in place where the window reads no padding.
+        let in_place = width == w.input[1] && height == w.input[0];
+        let mut padded = if in_place {
+            Vec::new()
+        } else {
+            vec![0f32; width * height * c]
+        };
+        // The convolution's output channels-last where the op's output is not it, and its
+        // pooling's.
+        let scratch = |needed: bool, len: usize| if needed { vec![0f32; len] } else { Vec::new() };
+        let pooled = self.pool.is_some();
+        let mut convolved = scratch(self.channels_first || pooled, w.output_plane_len() * o);
+        let mut pooled = scratch(self.channels_first && pooled, oh * ow * o);
         for (image, out) in images
-            .chunks_exact(w.channels * w.plane_len())
-            .zip(out.chunks_exact_mut(w.output_plane_len() * o))
+            .chunks_exact(c * w.plane_len())
+            .zip(out.chunks_exact_mut(oh * ow * o))
         {
+            let image = if in_place {
+                image
+            } else {
+                self.pad_into(image, &mut padded);
+                &padded
+            };
             pulp::Arch::new().dispatch(DenseImage {
                 op: self,
                 image,
                 weights,
                 bias,
                 out,
+                convolved: &mut convolved,
+                pooled: &mut pooled,
             });
         }
         Ok(())
     }
+
+    /// Copies `image` into `padded` (its padded size, in the image's layout, the border
+    /// zeros).
+    fn pad_into(&self, image: &[f32], padded: &mut [f32]) {
+        let w = &self.window;
+        if self.channels_first {
+            let plane = w.padded_rows() * w.padded_width();
+            for (src, padded) in image
+                .chunks_exact(w.plane_len())
+                .zip(padded.chunks_exact_mut(plane))
+            {
+                w.pad_into(src, padded);
+            }
+        } else {
+            let (c, iw) = (w.channels, w.input[1]);
+            let [top, left] = w.pad_before;
+            let width = w.padded_width() * c;
+            let rows = padded[top * width..].chunks_exact_mut(width);
+            for (row, input) in rows.zip(image.chunks_exact(iw * c)) {
+                row[left * c..(left + iw) * c].copy_from_slice(input);
+            }
+        }
+    }
 }
 
-/// One image of a dense channels-last convolution, for `pulp`: each output position's
-/// channels summed over its window's taps inside the input and their input channels, each
-/// input value broadcast against the vectors of its weights for the output channels.
+/// One image of a dense convolution, for `pulp`: a tile of output positions × vectors of
+/// output channels summed over the window's taps and input channels, each input value
+/// broadcast against the vectors of its weights for the output channels.
 struct DenseImage<'a> {
     op: &'a DenseConvNhwc,
+    /// The image, padded where the window reads padding, in the op's layout.
     image: &'a [f32],
     weights: &'a [f32],
     bias: &'a [f32],
     out: &'a mut [f32],
+    /// Scratch for the convolution's output, channels-last, when the op's output is not
+    /// it (channels-first, or pooled).
+    convolved: &'a mut [f32],
+    /// Scratch for the pooled output, channels-last, when the op's output is channels-first.
+    pooled: &'a mut [f32],
 }
 
 impl pulp::WithSimd for DenseImage<'_> {
@@ -770,8 +923,8 @@ impl pulp::WithSimd for DenseImage<'_> {
 
     #[inline(always)]
     fn with_simd<S: pulp::Simd>(mut self, simd: S) {
-        // Six positions × V vectors of output channels a tile (R × V + V + 1 registers, as
-        // [`PointwiseNhwc`]'s).
+        // Up to six positions × V vectors of output channels a tile (R × V + V + 1
+        // registers, as [`PointwiseNhwc`]'s).
         if S::F32_LANES == 8 {
             self.rows::<S, 2>(simd);
         } else {
@@ -781,119 +934,188 @@ impl pulp::WithSimd for DenseImage<'_> {
 }
 
 impl DenseImage<'_> {
-    /// Every output row, six positions at a time and the rest in one tile, over the image
-    /// copied into a zero-padded one where the window reads padding (read in place
-    /// otherwise), so that every position reads every tap; `V` vectors of output channels
-    /// a tile.
+    /// Every output row, in tiles of as even a number of positions as six a tile at most
+    /// allows (a row of 20 in four tiles of five, not three of six and one of two), `V`
+    /// vectors of output channels a tile. Channels-first, the output is computed
+    /// channels-last into scratch and then moved ([`move_channels_first`]); with a pooling,
+    /// pooled from scratch ([`max_pool`]) first.
     #[inline(always)]
     fn rows<S: pulp::Simd, const V: usize>(&mut self, simd: S) {
         let w = &self.op.window;
-        let (c, o) = (w.channels, self.op.outputs);
-        let (width, height) = (w.padded_width(), w.padded_rows());
-        let [top, left] = w.pad_before;
-        let padded_copy;
-        let image: &[f32] = if width == w.input[1] && height == w.input[0] && top == 0 {
-            self.image
-        } else {
-            let mut padded = vec![0f32; width * height * c];
-            let rows = padded[top * width * c..].chunks_exact_mut(width * c);
-            for (row, input) in rows.zip(self.image.chunks_exact(w.input[1] * c)) {
-                row[left * c..(left + w.input[1]) * c].copy_from_slice(input);
-            }
-            padded_copy = padded;
-            &padded_copy
-        };
+        let (o, c, channels_first) = (self.op.outputs, w.channels, self.op.channels_first);
+        let width = w.padded_width();
+        let plane = width * w.padded_rows();
         let [kh, kw] = w.kernel;
-        let mut taps = vec![0; kh * kw];
-        let outputs = std::mem::take(&mut self.out);
-        let ow = w.output[1];
-        for (y, row) in outputs.chunks_exact_mut(o * ow).enumerate() {
-            for (t, at) in taps.iter_mut().enumerate() {
+        let taps = kh * kw;
+        // Where weights row `t · c + ch` (tap t, input channel ch) reads output position
+        // (0, 0), and how far apart consecutive columns and rows read.
+        let stride = if channels_first { 1 } else { c };
+        let starts: Vec<usize> = (0..taps * c)
+            .map(|r| {
+                let (t, ch) = (r / c, r % c);
                 let (ky, kx) = (t / kw, t % kw);
-                *at = (y * w.strides[0] + ky * w.dilations[0]) * width + kx * w.dilations[1];
-            }
+                let at = ky * w.dilations[0] * width + kx * w.dilations[1];
+                if channels_first {
+                    ch * plane + at
+                } else {
+                    at * c + ch
+                }
+            })
+            .collect();
+        let (step, row_step) = (w.strides[1] * stride, w.strides[0] * width * stride);
+        let out = std::mem::take(&mut self.out);
+        let convolved = std::mem::take(&mut self.convolved);
+        let pooled = std::mem::take(&mut self.pooled);
+        let pool = self.op.pool.as_ref();
+        let target = if channels_first || pool.is_some() {
+            &mut *convolved
+        } else {
+            &mut *out
+        };
+        let [oh, ow] = w.output;
+        let tiles = ow.div_ceil(6);
+        for (y, row) in target.chunks_exact_mut(ow * o).enumerate() {
             let mut x = 0;
-            while ow - x >= 6 {
-                self.position::<S, 6, V>(simd, image, &taps, x, &mut row[x * o..(x + 6) * o]);
-                x += 6;
+            for tile in 0..tiles {
+                let p = (ow - x).div_ceil(tiles - tile);
+                let (out, from) = (&mut row[x * o..(x + p) * o], y * row_step + x * step);
+                match p {
+                    6 => self.position::<S, 6, V>(simd, &starts, from, step, out),
+                    5 => self.position::<S, 5, V>(simd, &starts, from, step, out),
+                    4 => self.position::<S, 4, V>(simd, &starts, from, step, out),
+                    3 => self.position::<S, 3, V>(simd, &starts, from, step, out),
+                    2 => self.position::<S, 2, V>(simd, &starts, from, step, out),
+                    _ => self.position::<S, 1, V>(simd, &starts, from, step, out),
+                }
+                x += p;
             }
-            let out = &mut row[x * o..];
-            match ow - x {
-                0 => {}
-                1 => self.position::<S, 1, V>(simd, image, &taps, x, out),
-                2 => self.position::<S, 2, V>(simd, image, &taps, x, out),
-                3 => self.position::<S, 3, V>(simd, image, &taps, x, out),
-                4 => self.position::<S, 4, V>(simd, image, &taps, x, out),
-                _ => self.position::<S, 5, V>(simd, image, &taps, x, out),
+        }
+        let (result, positions) = match pool {
+            Some(pool) if channels_first => {
+                max_pool(simd, pool, convolved, pooled);
+                (&*pooled, pool.output_plane_len())
             }
+            Some(pool) => return max_pool(simd, pool, convolved, out),
+            None => (&*convolved, oh * ow),
+        };
+        if channels_first {
+            let t = std::time::Instant::now();
+            move_channels_first(result, positions, o, out);
+            TNS.fetch_add(
+                t.elapsed().as_nanos() as u64,
+                std::sync::atomic::Ordering::Relaxed,
+            );
+            TN.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         }
     }
 
-    /// The output channels of the `P` positions from column `x` of a row whose taps read
-    /// the padded `image` at `taps` (for column 0), `V` vectors at a time, then one, the
-    /// last perhaps partial.
+    /// The output channels of `P` positions whose weights rows read the image from
+    /// `starts` plus `from`, position after position `step` apart: `V` vectors at a time,
+    /// then two, then one, the last perhaps partial.
     #[inline(always)]
     fn position<S: pulp::Simd, const P: usize, const V: usize>(
         &self,
         simd: S,
-        image: &[f32],
-        taps: &[usize],
-        x: usize,
+        starts: &[usize],
+        from: usize,
+        step: usize,
         out: &mut [f32],
     ) {
         let (o, lanes) = (self.op.outputs, S::F32_LANES);
-        let mut from = 0;
-        while o - from >= V * lanes {
-            self.block::<S, P, V, false>(simd, image, taps, x, from, out);
-            from += V * lanes;
+        let mut first = 0;
+        while o - first >= V * lanes {
+            self.block::<S, P, V, false>(simd, starts, from, step, first, out);
+            first += V * lanes;
         }
-        while o - from >= lanes {
-            self.block::<S, P, 1, false>(simd, image, taps, x, from, out);
-            from += lanes;
+        if V > 2 && o - first >= 2 * lanes {
+            self.block::<S, P, 2, false>(simd, starts, from, step, first, out);
+            first += 2 * lanes;
         }
-        if from < o {
-            self.block::<S, P, 1, true>(simd, image, taps, x, from, out);
+        while o - first >= lanes {
+            self.block::<S, P, 1, false>(simd, starts, from, step, first, out);
+            first += lanes;
+        }
+        if first < o {
+            self.block::<S, P, 1, true>(simd, starts, from, step, first, out);
         }
     }
 
-    /// Output channels `from..` (`V` vectors, or one partial) of `P` positions.
+    /// Output channels `first..` (`V` vectors, or one partial) of `P` positions.
     #[inline(always)]
     fn block<S: pulp::Simd, const P: usize, const V: usize, const PARTIAL: bool>(
         &self,
         simd: S,
-        image: &[f32],
-        taps: &[usize],
-        x: usize,
+        starts: &[usize],
         from: usize,
+        step: usize,
+        first: usize,
         out: &mut [f32],
     ) {
-        let (w, o) = (&self.op.window, self.op.outputs);
-        let c = w.channels;
-        let step = w.strides[1] * c;
-        let len = if PARTIAL { o - from } else { V * S::F32_LANES };
-        let bias = load::<S, V, PARTIAL>(simd, &self.bias[from..from + len]);
+        let o = self.op.outputs;
+        let len = if PARTIAL { o - first } else { V * S::F32_LANES };
+        let bias = load::<S, V, PARTIAL>(simd, &self.bias[first..first + len]);
         let mut acc = [bias; P];
-        for (&at, weights) in taps.iter().zip(self.weights.chunks_exact(c * o)) {
-            let at = (at + x * w.strides[1]) * c;
-            // The values the tile's positions read at this tap: position p's from p · step.
-            let inputs = &image[at..at + (P - 1) * step + c];
-            for (ci, weights) in weights.chunks_exact(o).enumerate() {
-                let k = load::<S, V, PARTIAL>(simd, &weights[from..from + len]);
-                let mut xs = [0f32; P];
-                for (p, x) in xs.iter_mut().enumerate() {
-                    *x = inputs[p * step + ci];
-                }
-                for (acc, &x) in acc.iter_mut().zip(&xs) {
-                    let x = simd.splat_f32s(x);
-                    for (a, &k) in acc.iter_mut().zip(&k) {
-                        *a = simd.mul_add_e_f32s(x, k, *a);
-                    }
+        for (&start, weights) in starts.iter().zip(self.weights.chunks_exact(o)) {
+            let k = load::<S, V, PARTIAL>(simd, &weights[first..first + len]);
+            // The values the tile's positions read for this row: position p's at p · step.
+            let at = start + from;
+            let inputs = &self.image[at..at + (P - 1) * step + 1];
+            for (p, acc) in acc.iter_mut().enumerate() {
+                let x = simd.splat_f32s(inputs[p * step]);
+                for (a, &k) in acc.iter_mut().zip(&k) {
+                    *a = simd.mul_add_e_f32s(x, k, *a);
                 }
             }
         }
         for (p, acc) in acc.into_iter().enumerate() {
-            let at = p * o + from;
+            let at = p * o + first;
             store::<S, V, PARTIAL>(simd, acc, self.op.relu, &mut out[at..at + len]);
+        }
+    }
+}
+
+/// Moves `values` (`positions` × `channels`, channels-last) into `out` (`channels` ×
+/// `positions`), [`MOVE_BLOCK`] positions at a time: each channel's values for them are
+/// one run of `out`, read from as many rows of `values` (all in L1 together).
+fn move_channels_first(values: &[f32], positions: usize, channels: usize, out: &mut [f32]) {
+    for (p0, rows) in values.chunks(MOVE_BLOCK * channels).enumerate() {
+        let p0 = p0 * MOVE_BLOCK;
+        for (c, plane) in out.chunks_exact_mut(positions).enumerate() {
+            let run = &mut plane[p0..p0 + rows.len() / channels];
+            for (v, row) in run.iter_mut().zip(rows.chunks_exact(channels)) {
+                *v = row[c];
+            }
+        }
+    }
+}
+
+/// Positions [`move_channels_first`] moves at a time.
+const MOVE_BLOCK: usize = 16;
+
+/// Max-pools `values` (channels-last, `pool.input` positions × `pool.channels`) through
+/// `pool`'s window (no padding) into `out` (channels-last), a vector of channels at a time.
+#[inline(always)]
+fn max_pool<S: pulp::Simd>(simd: S, pool: &Window2d, values: &[f32], out: &mut [f32]) {
+    let c = pool.channels;
+    let [_, iw] = pool.input;
+    let [kh, kw] = pool.kernel;
+    let taps: Vec<usize> = (0..kh * kw)
+        .map(|t| ((t / kw) * pool.dilations[0] * iw + (t % kw) * pool.dilations[1]) * c)
+        .collect();
+    let lanes = S::F32_LANES;
+    for (at, out) in out.chunks_exact_mut(c).enumerate() {
+        let (y, x) = (at / pool.output[1], at % pool.output[1]);
+        let first = (y * pool.strides[0] * iw + x * pool.strides[1]) * c;
+        let mut from = 0;
+        while from < c {
+            let len = lanes.min(c - from);
+            let mut m = simd.splat_f32s(f32::NEG_INFINITY);
+            for &t in &taps {
+                let at = first + t + from;
+                m = simd.max_f32s(m, simd.partial_load_f32s(&values[at..at + len]));
+            }
+            simd.partial_store_f32s(&mut out[from..from + len], m);
+            from += len;
         }
     }
 }
@@ -982,8 +1204,7 @@ impl KeepsOutput for DenseConvNhwc {
         } else {
             1
         };
-        let shape = channels_last_shape(&self.window, n, self.outputs);
-        kept.f32_output(&shape, |out| {
+        kept.f32_output(&self.output_shape(n), |out| {
             self.run(
                 images.try_as_plain_ram()?.as_slice::<f32>()?,
                 weights.try_as_plain_ram()?.as_slice::<f32>()?,
@@ -1023,13 +1244,15 @@ impl TypedOp for DenseConvNhwc {
             inputs.len() == 3,
             "a convolution takes images, weights and bias"
         );
-        let n = inputs[0].shape[0].clone();
-        Ok(tvec!(f32::fact(channels_last_shape(
-            &self.window,
-            n,
-            self.outputs
-        ))))
+        Ok(tvec!(f32::fact(
+            self.output_shape(inputs[0].shape[0].clone())
+        )))
     }
 
     as_op!();
 }
+
+/// x
+pub static TNS: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+/// x
+pub static TN: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);

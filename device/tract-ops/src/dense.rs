@@ -14,6 +14,10 @@
 //!
 //! A batch norm and a ReLU after the convolution are folded into it, as
 //! [`crate::depthwise`] folds them.
+//!
+//! With many input channels ([`crate::channels_last::CHANNELS_FIRST_FROM`]) on a CPU with
+//! SIMD vectors, [`crate::DenseConvNhwc`] runs the convolution instead
+//! ([`crate::DenseConvNhwc::runs_channels_first`]).
 
 use tract_core::internal::*;
 use tract_core::ops::cnn::conv::Conv;

@@ -175,8 +175,8 @@ pub(crate) use keeps_output;
 /// What an op's `swap` did to one node of tract's.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Swap {
-    /// tract's elementwise ops after the node folded into the op (a multiply, an add, a
-    /// ReLU).
+    /// tract's ops after the node folded into the op (a multiply, an add, a ReLU, a max
+    /// pooling).
     pub folded: usize,
 }
 
@@ -259,8 +259,8 @@ pub struct Swapped {
     pub dense: usize,
     /// Pointwise (1×1) convolutions, as tract's einsums of them.
     pub pointwise: usize,
-    /// Elementwise ops after the convolutions folded into them
-    /// (batch norms' multiplies and adds, ReLUs).
+    /// Ops after the convolutions folded into them (batch norms' multiplies and adds,
+    /// ReLUs, max poolings).
     pub folded: usize,
     /// Max poolings.
     pub max_pool: usize,
@@ -321,18 +321,28 @@ pub fn swap_in(model: &mut TypedModel) -> TractResult<Swapped> {
     for id in model.eval_order()? {
         if let Some(conv) = model.node(id).op_as::<Conv>().cloned() {
             type SwapConv = fn(&mut TypedModel, usize, &Conv) -> TractResult<Option<Swap>>;
-            let (depthwise, dense): (SwapConv, SwapConv) = if conv.pool_spec.data_format.c_is_last()
-            {
-                (DepthwiseNhwc::swap, DenseConvNhwc::swap)
-            } else {
-                (DepthwiseNchw::swap, DenseConvNchw::swap)
-            };
+            // Channels-first, the channels-last dense op takes a convolution of many
+            // channels with a pooling after it (`DenseConvNhwc::runs_channels_first`).
+            let (depthwise, dense): (SwapConv, &[SwapConv]) =
+                if conv.pool_spec.data_format.c_is_last() {
+                    (DepthwiseNhwc::swap, &[DenseConvNhwc::swap])
+                } else {
+                    (
+                        DepthwiseNchw::swap,
+                        &[DenseConvNhwc::swap, DenseConvNchw::swap],
+                    )
+                };
             if let Some(swap) = depthwise(model, id, &conv)? {
                 swapped.depthwise += 1;
                 swapped.folded += swap.folded;
-            } else if let Some(swap) = dense(model, id, &conv)? {
-                swapped.dense += 1;
-                swapped.folded += swap.folded;
+                continue;
+            }
+            for dense in dense {
+                if let Some(swap) = dense(model, id, &conv)? {
+                    swapped.dense += 1;
+                    swapped.folded += swap.folded;
+                    break;
+                }
             }
             continue;
         }

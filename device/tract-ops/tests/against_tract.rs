@@ -310,6 +310,60 @@ proptest! {
         assert_close(&tract, &hush, &case);
     }
 
+    /// A dense convolution with many input channels (channels-first: as many as
+    /// `DenseConvNhwc` takes from, `CHANNELS_FIRST_FROM`) in either layout, a batch norm and
+    /// a ReLU after it or not, then a max pooling without padding or not: hush's
+    /// channels-last dense op (moving channels first's channels in and out) with the pooling
+    /// folded in, where the CPU has SIMD vectors.
+    #[test]
+    fn dense_convolutions_with_many_channels_and_a_pool_after_match_tract(
+        case in cases(),
+        channels in prop_oneof![8usize..10, 30usize..40],
+        channels_last in any::<bool>(),
+        outputs in prop_oneof![1usize..5, 15usize..20, 60usize..70],
+        fold in any::<bool>(),
+        pool in prop::option::of(((1usize..4, 1usize..4), (1usize..3, 1usize..3))),
+    ) {
+        prop_assume!(case.kernel != [1, 1]);
+        let case = Case { channels, channels_last, ..case };
+        let (mut model, x, data) = input(&case);
+        let mut out = dense(&mut model, x, &case, outputs, fold);
+        let conv_out: Vec<usize> = model.outlet_fact(out).unwrap().shape.as_concrete().unwrap().to_vec();
+        let spatial = if channels_last { conv_out.len() - 3 } else { conv_out.len() - 2 };
+        let pool = pool.filter(|((kh, kw), _)| {
+            conv_out[spatial] >= *kh && conv_out[spatial + 1] >= *kw
+        });
+        if let Some(((kh, kw), (sh, sw))) = pool {
+            let pooled = Case {
+                channels: outputs,
+                kernel: [kh, kw],
+                strides: [sh, sw],
+                dilations: [1, 1],
+                before: [0, 0],
+                after: [0, 0],
+                ..case.clone()
+            };
+            let pool = MaxPool { pool_spec: pooled.pool_spec(outputs), with_index_outputs: None };
+            out = model.wire_node("pool", pool, &[out]).unwrap()[0];
+        }
+        model.select_output_outlets(&[out]).unwrap();
+        let (tract, hush, swapped) = run_both(model.clone(), data);
+        prop_assert_eq!(swapped.dense, 1, "{:?}", swapped);
+        let (optimized, _) = optimize(model).unwrap();
+        let ops: Vec<String> = optimized.nodes().iter().map(|n| n.op.name().to_string()).collect();
+        // Channels-first, the channels-last op takes the convolution where a pooling
+        // follows, on a CPU with SIMD vectors.
+        let vectors = hush_tract_ops::channels_last::simd_lanes() >= 4;
+        if channels_last || (vectors && pool.is_some()) {
+            prop_assert!(ops.iter().any(|op| op == "HushDenseConvNhwc"), "{:?}", ops);
+            prop_assert!(!ops.iter().any(|op| op.contains("Pool")), "{:?}", ops);
+            prop_assert_eq!(swapped.max_pool, 0);
+        } else {
+            prop_assert!(ops.iter().any(|op| op == "HushDenseConvNchw"), "{:?}", ops);
+        }
+        assert_close(&tract, &hush, &(&case, outputs, pool));
+    }
+
     #[test]
     fn depthwise_matches_tract(case in cases(), per_channel_bias in any::<bool>()) {
         // One channel under a 1×1 kernel is a product, which tract's declutter pass turns

@@ -310,8 +310,9 @@ impl pulp::WithSimd for DepthwiseImage<'_> {
 }
 
 impl DepthwiseImage<'_> {
-    /// Every output row: the positions whose window lies inside the input's row `P` at a
-    /// time (they read the same taps, shifted by the stride), the others one at a time.
+    /// Every output row: the positions whose window lies inside the input's row (they
+    /// read the same taps, shifted by the stride) in tiles of as even a number of
+    /// positions as `P` a tile at most allows, the others one at a time.
     #[inline(always)]
     fn rows<S: pulp::Simd, const P: usize>(&mut self, simd: S) {
         let w = self.w;
@@ -319,45 +320,60 @@ impl DepthwiseImage<'_> {
         let mut taps = Vec::with_capacity(w.kernel[0] * w.kernel[1]);
         let outputs = std::mem::take(&mut self.out);
         let ow = w.output[1];
+        let inside: Vec<usize> = (0..ow).filter(|&x| w.inside_row(x)).collect();
+        let (first, end) = match (inside.first(), inside.last()) {
+            (Some(&first), Some(&last)) => (first, last + 1),
+            _ => (ow, ow),
+        };
+        let tiles = (end - first).div_ceil(P);
         for (y, row) in outputs.chunks_exact_mut(c * ow).enumerate() {
-            let mut x = 0;
-            while x < ow {
-                let position = y * ow + x;
-                window_taps(w, position, &mut taps);
-                let out = &mut row[x * c..];
-                if x + P <= ow && w.inside_row(x) && w.inside_row(x + P - 1) {
-                    self.position::<S, P>(simd, &taps, &mut out[..P * c]);
-                    x += P;
-                } else {
-                    self.position::<S, 1>(simd, &taps, &mut out[..c]);
-                    x += 1;
+            for x in (0..first).chain(end..ow) {
+                window_taps(w, y * ow + x, &mut taps);
+                self.position::<S, 1>(simd, &taps, 0, &mut row[x * c..(x + 1) * c]);
+            }
+            if tiles == 0 {
+                continue;
+            }
+            window_taps(w, y * ow + first, &mut taps);
+            let mut x = first;
+            for tile in 0..tiles {
+                let p = (end - x).div_ceil(tiles - tile);
+                let (out, shift) = (&mut row[x * c..(x + p) * c], (x - first) * w.strides[1]);
+                match p {
+                    4 => self.position::<S, 4>(simd, &taps, shift, out),
+                    3 => self.position::<S, 3>(simd, &taps, shift, out),
+                    2 => self.position::<S, 2>(simd, &taps, shift, out),
+                    _ => self.position::<S, 1>(simd, &taps, shift, out),
                 }
+                x += p;
             }
         }
     }
 
     /// The channels of `P` neighbouring output positions, the first of whose windows reads
-    /// `taps` ((tap, input position) of those inside the input; the others read the same
-    /// taps a stride further along the row each), into `out`.
+    /// `taps` ((tap, input position) of those inside the input) moved `shift` input
+    /// positions along the row (the others read the same taps a stride further along the
+    /// row each), into `out`.
     #[inline(always)]
     fn position<S: pulp::Simd, const P: usize>(
         &self,
         simd: S,
         taps: &[(usize, usize)],
+        shift: usize,
         out: &mut [f32],
     ) {
         let (c, lanes) = (self.w.channels, S::F32_LANES);
         let mut from = 0;
         while c - from >= 4 * lanes {
-            self.block::<S, P, 4, false>(simd, taps, from, out);
+            self.block::<S, P, 4, false>(simd, taps, shift, from, out);
             from += 4 * lanes;
         }
         while c - from >= lanes {
-            self.block::<S, P, 1, false>(simd, taps, from, out);
+            self.block::<S, P, 1, false>(simd, taps, shift, from, out);
             from += lanes;
         }
         if from < c {
-            self.block::<S, P, 1, true>(simd, taps, from, out);
+            self.block::<S, P, 1, true>(simd, taps, shift, from, out);
         }
     }
 
@@ -368,6 +384,7 @@ impl DepthwiseImage<'_> {
         &self,
         simd: S,
         taps: &[(usize, usize)],
+        shift: usize,
         from: usize,
         out: &mut [f32],
     ) {
@@ -379,7 +396,7 @@ impl DepthwiseImage<'_> {
         for &(tap, at) in taps {
             let k = load::<S, V, PARTIAL>(simd, &self.kernel[tap * c + from..][..len]);
             // What the tile's positions read at this tap: position p's from p · step.
-            let at = at * c + from;
+            let at = (at + shift) * c + from;
             let inputs = &self.image[at..at + (P - 1) * step + len];
             for (p, acc) in acc.iter_mut().enumerate() {
                 let x = load::<S, V, PARTIAL>(simd, &inputs[p * step..p * step + len]);

@@ -143,7 +143,7 @@ fn channels_first_output(
     einsum: &EinSum,
 ) -> Option<AxisChange> {
     let e = EinsumOfConv::of(model, node, einsum)?;
-    (e.summed == e.rank - 1 && e.produced != e.out_rank - 1).then(|| AxisChange {
+    (e.summed == e.rank - 1 && e.merged == 0 && e.produced != e.out_rank - 1).then(|| AxisChange {
         outlet: OutletId::new(node.id, 0),
         op: AxisOp::Move(e.produced, e.out_rank - 1),
     })
@@ -462,6 +462,9 @@ pub struct PointwiseNhwc {
     pub drop: usize,
     /// Leading axes of size 1 the output has that the images do not.
     pub add: usize,
+    /// Axes of the images before the last merged with it into the input channels (a
+    /// flattening folded into the weights).
+    pub merged: usize,
     /// Input channels.
     pub inputs: usize,
     /// Output channels.
@@ -473,9 +476,9 @@ pub struct PointwiseNhwc {
 impl PointwiseNhwc {
     /// The op for `einsum` at `node`, its weights `[inputs, outputs]` and which input holds
     /// the images, when it is a pointwise convolution over channels-last data: f32 images
-    /// whose last axis is summed against constant weights `OI` (or `IO`), giving the output
-    /// channels last, every other axis in place but leading ones of size 1, over two
-    /// positions or more (a single position is a matrix-vector product, tract's).
+    /// whose last axis (or last axes, merged) is summed against constant weights `OI` (or
+    /// `IO`), giving the output channels last, every other axis in place but leading ones
+    /// of size 1 (a single position is a matrix-vector product: leak-CNN's dense layers).
     pub fn for_einsum(
         model: &TypedModel,
         node: &TypedNode,
@@ -485,23 +488,23 @@ impl PointwiseNhwc {
         let (drop, add) = (e.dropped.len(), e.added);
         // The dropped and added axes lead; the kept ones follow in order.
         let images = model.outlet_fact(node.inputs[e.images]).ok()?;
-        let positions: usize = e
+        let known = e
             .kept
             .iter()
-            .map(|&(x, _)| images.shape[x].to_usize().ok())
-            .product::<Option<usize>>()?;
-        if e.summed != e.rank - 1
+            .all(|&(x, _)| images.shape[x].to_usize().is_ok());
+        if !known
+            || e.summed != e.rank - 1
             || e.produced != e.out_rank - 1
-            || e.kept.len() + drop + 1 != e.rank
+            || e.kept.len() + drop + 1 + e.merged != e.rank
             || e.kept.len() + add + 1 != e.out_rank
             || e.kept.iter().any(|&(x, y)| x < drop || x - drop + add != y)
-            || positions < 2
         {
             return None;
         }
         let op = PointwiseNhwc {
             drop,
             add,
+            merged: e.merged,
             inputs: e.inputs,
             outputs: e.outputs,
             relu: false,
@@ -532,13 +535,21 @@ impl PointwiseNhwc {
 
     /// The output's shape for images of `shape`.
     fn output_shape<D: DimLike>(&self, shape: &[D]) -> TractResult<TVec<D>> {
+        let channels = shape.len().checked_sub(1 + self.merged);
+        let channels = channels
+            .filter(|&c| c >= self.drop)
+            .with_context(|| format!("images of shape {shape:?} for {self:?}: too few axes"))?;
+        let inputs = shape[channels..]
+            .iter()
+            .fold(D::from(1), |n, d| n * d.clone());
         ensure!(
-            shape.len() > self.drop && shape.last() == Some(&D::from(self.inputs)),
-            "images of shape {shape:?}; expected {} channels last",
-            self.inputs
+            inputs == D::from(self.inputs),
+            "images of shape {shape:?}; expected {} channels in the last {} axes",
+            self.inputs,
+            1 + self.merged
         );
         let mut out: TVec<D> = (0..self.add).map(|_| D::from(1)).collect();
-        out.extend(shape[self.drop..shape.len() - 1].iter().cloned());
+        out.extend(shape[self.drop..channels].iter().cloned());
         out.push(D::from(self.outputs));
         Ok(out)
     }
@@ -597,7 +608,11 @@ impl pulp::WithSimd for ProductNhwc<'_> {
         // Tiles of positions × vectors of output channels whose sums fit the registers
         // with the tile's weight vectors and one broadcast input (R × V + V + 1): 6 × 2 + 3
         // of AVX2's sixteen, 6 × 4 + 5 of AVX-512's and NEON's thirty-two.
-        if S::F32_LANES == 8 {
+        if self.positions == 1 {
+            // A matrix-vector product: eight vectors of output channels a pass over the
+            // weights (eight sums, each weight read once, in order).
+            self.columns::<S, 8>(simd);
+        } else if S::F32_LANES == 8 {
             self.columns::<S, 2>(simd);
         } else {
             self.columns::<S, 4>(simd);

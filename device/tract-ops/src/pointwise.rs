@@ -63,6 +63,7 @@ impl PointwiseNchw {
         let drop = e.dropped.len();
         let in_place = e.kept.iter().all(|&(x, y)| x == y + drop);
         if !e.dropped.iter().all(|&x| x < drop)
+            || e.merged > 0
             || !in_place
             || e.added > 0
             || e.summed != e.produced + drop
@@ -246,6 +247,10 @@ pub(crate) struct EinsumOfConv {
     pub out_rank: usize,
     /// The images' channel axis (summed).
     pub summed: usize,
+    /// Summed axes of the images just before `summed`, merged with it into the input
+    /// channels (a flattening tract's declutter pass folded into the weights: leak-CNN's
+    /// dense layer sums its images' three last axes).
+    pub merged: usize,
     /// The output's channel axis (produced).
     pub produced: usize,
     /// Axes of the images kept in the output: (images, output).
@@ -283,10 +288,10 @@ impl EinsumOfConv {
         };
         let (images, weights) = (fact(x_in)?, fact(1 - x_in)?);
         let output = &node.outputs.first()?.fact;
-        if images.datum_type != f32::datum_type() || weights.rank() != 2 || images.rank() < 1 {
+        if images.datum_type != f32::datum_type() || weights.rank() < 2 || images.rank() < 1 {
             return None;
         }
-        let (mut summed, mut produced) = (None, None);
+        let (mut summed, mut produced) = (TVec::<(usize, usize)>::new(), None);
         let (mut kept, mut dropped, mut added) = (TVec::new(), TVec::new(), 0);
         for axis in axes.iter_all_axes() {
             let at = |slots: &TVec<TVec<usize>>, i: usize| match slots[i].as_slice() {
@@ -300,7 +305,7 @@ impl EinsumOfConv {
                 at(&axis.outputs, 0)?,
             );
             match (x, w, y) {
-                (Some(x), Some(w), None) => summed = Some((x, w)),
+                (Some(x), Some(w), None) => summed.push((x, w)),
                 (None, Some(w), Some(y)) => produced = Some((y, w)),
                 (Some(x), None, Some(y)) => kept.push((x, y)),
                 (Some(x), None, None) if images.shape[x].is_one() => dropped.push(x),
@@ -308,10 +313,27 @@ impl EinsumOfConv {
                 _ => return None,
             }
         }
-        let ((summed, w_in), (produced, w_out)) = (summed?, produced?);
+        // The summed axes: consecutive in the images and in the weights, in the same
+        // order, the weights' produced axis first or last.
+        summed.sort_unstable();
+        let (produced, w_out) = produced?;
+        let (&(last, w_last), merged) = (summed.last()?, summed.len() - 1);
+        let in_order = summed
+            .iter()
+            .enumerate()
+            .all(|(i, &(x, w))| x + merged == last + i && w + merged == w_last + i);
         let konst = weights.konst.as_ref()?;
-        let (inputs, outputs) = (konst.shape()[w_in], konst.shape()[w_out]);
-        if w_in == w_out || images.shape[summed].to_usize().ok()? != inputs {
+        let outputs = konst.shape()[w_out];
+        let mut inputs = 1;
+        for &(x, w) in &summed {
+            let size = konst.shape()[w];
+            if images.shape[x].to_usize().ok()? != size {
+                return None;
+            }
+            inputs *= size;
+        }
+        let io = w_out == weights.rank() - 1;
+        if !in_order || weights.rank() != merged + 2 || !(io || w_out == 0) {
             return None;
         }
         let values = konst.try_as_plain_ram().ok()?;
@@ -319,18 +341,15 @@ impl EinsumOfConv {
         let weights = (0..inputs * outputs)
             .map(|at| {
                 let (i, o) = (at / outputs, at % outputs);
-                values[if w_in == 0 {
-                    i * outputs + o
-                } else {
-                    o * inputs + i
-                }]
+                values[if io { i * outputs + o } else { o * inputs + i }]
             })
             .collect();
         Some(EinsumOfConv {
             images: x_in,
             rank: images.rank(),
             out_rank: output.rank(),
-            summed,
+            summed: last,
+            merged,
             produced,
             kept,
             dropped,

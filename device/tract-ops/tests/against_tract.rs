@@ -590,21 +590,29 @@ fn other_ops_stay_tract() {
 #[test]
 fn pointwise_einsums_match_tract() {
     for (expr, images, weights) in [
-        ("NIHW,OI->NOHW", &[2, 5, 3, 7][..], [6, 5]),
-        ("IHW,OI->OHW", &[5, 4, 9][..], [6, 5]),
-        ("NIT,IO->NOT", &[1, 5, 33][..], [5, 6]),
-        ("NIHW,OI->OHW", &[1, 5, 3, 7][..], [6, 5]),
-        ("OI,IHW->OHW", &[5, 3, 10][..], [6, 5]),
-        ("OI,NIHW->OHW", &[1, 5, 3, 10][..], [6, 5]),
+        ("NIHW,OI->NOHW", &[2, 5, 3, 7][..], &[6, 5][..]),
+        ("IHW,OI->OHW", &[5, 4, 9][..], &[6, 5][..]),
+        ("NIT,IO->NOT", &[1, 5, 33][..], &[5, 6][..]),
+        ("NIHW,OI->OHW", &[1, 5, 3, 7][..], &[6, 5][..]),
+        ("OI,IHW->OHW", &[5, 3, 10][..], &[6, 5][..]),
+        ("OI,NIHW->OHW", &[1, 5, 3, 10][..], &[6, 5][..]),
         // Channels-last, as a model moved channels-last has them.
-        ("NHWI,OI->NHWO", &[2, 3, 7, 5][..], [6, 5]),
-        ("OI,NHWI->HWO", &[1, 3, 10, 5][..], [6, 5]),
-        ("HWI,OI->NHWO", &[3, 10, 5][..], [6, 5]),
-        ("HWI,IO->HWO", &[3, 10, 5][..], [5, 6]),
+        ("NHWI,OI->NHWO", &[2, 3, 7, 5][..], &[6, 5][..]),
+        ("OI,NHWI->HWO", &[1, 3, 10, 5][..], &[6, 5][..]),
+        ("HWI,OI->NHWO", &[3, 10, 5][..], &[6, 5][..]),
+        ("HWI,IO->HWO", &[3, 10, 5][..], &[5, 6][..]),
+        // One position: a matrix-vector product (leak-CNN's dense layers), the outputs in
+        // passes of eight vectors, then one vector at a time, the last partial.
+        ("NI,OI->NO", &[1, 300][..], &[40, 300][..]),
+        ("NI,IO->NO", &[1, 37][..], &[37, 200][..]),
+        // Several summed axes: a flattening tract's declutter pass folded into the
+        // weights, as it does leak-CNN's before its dense layer.
+        ("NBAK,BAKO->NO", &[1, 4, 3, 5][..], &[4, 3, 5, 20][..]),
+        ("NBAK,OBAK->NO", &[1, 4, 3, 5][..], &[20, 4, 3, 5][..]),
     ] {
         let mut model = TypedModel::default();
         let x = model.add_source("x", f32::fact(images)).unwrap();
-        let w = Tensor::from_shape(&weights, &values(30, 8)).unwrap();
+        let w = Tensor::from_shape(weights, &values(weights.iter().product(), 8)).unwrap();
         let w = model.add_const("w", w).unwrap();
         let axes: tract_core::axes::AxesMapping = expr.parse().unwrap();
         let einsum = tract_core::ops::einsum::EinSum::new(axes, f32::datum_type());

@@ -350,20 +350,24 @@ fn the_device_plan_equals_burn_on_every_architecture() {
         match arch {
             // Each depthwise and pointwise convolution with the batch norm's multiply and the
             // ReLU after it folded in (and its add, which tract drops here: an untrained
-            // model's adds 0), and the first convolution with its ReLU.
+            // model's adds 0), and the first convolution with its ReLU; channels-last, the
+            // head too (a matrix-vector product, its bias folded in).
             "ds-cnn-s" => assert!(
                 tract_depthwise
                     || (k.depthwise > 0
-                        && k.pointwise == k.depthwise
+                        && k.pointwise == k.depthwise + k.channels_last as usize
                         && k.dense == 1
-                        && k.folded == 2 * (k.depthwise + k.pointwise) + k.dense),
+                        && k.folded == 4 * k.depthwise + k.dense + k.channels_last as usize),
                 "{arch}: {k:?}"
             ),
             "bc-resnet" => assert!(
                 tract_depthwise || (k.depthwise > 0 && k.sum > 0),
                 "{arch}: {k:?}"
             ),
-            "leak-cnn" => assert!(k.max_pool > 0, "{arch}: {k:?}"),
+            // Its dense layers are matrix-vector products (the first over the flattened
+            // second pooling, which the second convolution takes in where the CPU has
+            // vectors).
+            "leak-cnn" => assert!(k.pointwise == 2 && k.max_pool > 0, "{arch}: {k:?}"),
             other => panic!("an architecture this test does not know: {other}"),
         }
     }

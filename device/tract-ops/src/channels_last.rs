@@ -453,15 +453,14 @@ fn store<S: pulp::Simd, const V: usize, const PARTIAL: bool>(
 }
 
 /// A 1×1 convolution over channels-last f32 data, as tract's einsum of it: images `[..,
-/// positions.., inputs]` to `[.., positions.., outputs]`, the output without the images'
-/// first `drop` axes and with `add` leading axes of its own (each of size 1). Inputs: the
-/// images, the weights `[inputs, outputs]`, the bias `[outputs]`.
+/// positions.., inputs]` to `[.., positions.., outputs]`, the positions' axes in order,
+/// axes of size 1 dropped or added anywhere before the channels. Inputs: the images, the
+/// weights `[inputs, outputs]`, the bias `[outputs]`.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub struct PointwiseNhwc {
-    /// Leading axes of size 1 of the images that the output does not have.
-    pub drop: usize,
-    /// Leading axes of size 1 the output has that the images do not.
-    pub add: usize,
+    /// The output's axes before its channels: each the images' axis it keeps, or `None`
+    /// for an axis of size 1 of its own.
+    pub out_axes: TVec<Option<usize>>,
     /// Axes of the images before the last merged with it into the input channels (a
     /// flattening folded into the weights).
     pub merged: usize,
@@ -477,33 +476,34 @@ impl PointwiseNhwc {
     /// The op for `einsum` at `node`, its weights `[inputs, outputs]` and which input holds
     /// the images, when it is a pointwise convolution over channels-last data: f32 images
     /// whose last axis (or last axes, merged) is summed against constant weights `OI` (or
-    /// `IO`), giving the output channels last, every other axis in place but leading ones
-    /// of size 1 (a single position is a matrix-vector product: leak-CNN's dense layers).
+    /// `IO`), giving the output channels last, the other axes kept in order but axes of
+    /// size 1 (a single position is a matrix-vector product: leak-CNN's dense layers).
     pub fn for_einsum(
         model: &TypedModel,
         node: &TypedNode,
         einsum: &EinSum,
     ) -> Option<(Self, Vec<f32>, usize)> {
         let e = EinsumOfConv::of(model, node, einsum)?;
-        let (drop, add) = (e.dropped.len(), e.added);
-        // The dropped and added axes lead; the kept ones follow in order.
         let images = model.outlet_fact(node.inputs[e.images]).ok()?;
-        let known = e
-            .kept
-            .iter()
-            .all(|&(x, _)| images.shape[x].to_usize().is_ok());
-        if !known
-            || e.summed != e.rank - 1
+        let channels = (e.rank - 1).checked_sub(e.merged)?;
+        let mut out_axes: TVec<Option<usize>> = tvec![None; e.out_rank.checked_sub(1)?];
+        for &(x, y) in &e.kept {
+            if x >= channels || y >= out_axes.len() || images.shape[x].to_usize().is_err() {
+                return None;
+            }
+            out_axes[y] = Some(x);
+        }
+        let kept: TVec<usize> = out_axes.iter().flatten().copied().collect();
+        if e.summed != e.rank - 1
             || e.produced != e.out_rank - 1
-            || e.kept.len() + drop + 1 + e.merged != e.rank
-            || e.kept.len() + add + 1 != e.out_rank
-            || e.kept.iter().any(|&(x, y)| x < drop || x - drop + add != y)
+            || e.kept.len() + e.dropped.len() + 1 + e.merged != e.rank
+            || e.kept.len() + e.added + 1 != e.out_rank
+            || kept.windows(2).any(|pair| pair[0] > pair[1])
         {
             return None;
         }
         let op = PointwiseNhwc {
-            drop,
-            add,
+            out_axes,
             merged: e.merged,
             inputs: e.inputs,
             outputs: e.outputs,
@@ -537,7 +537,7 @@ impl PointwiseNhwc {
     fn output_shape<D: DimLike>(&self, shape: &[D]) -> TractResult<TVec<D>> {
         let channels = shape.len().checked_sub(1 + self.merged);
         let channels = channels
-            .filter(|&c| c >= self.drop)
+            .filter(|&c| self.out_axes.iter().flatten().all(|&x| x < c))
             .with_context(|| format!("images of shape {shape:?} for {self:?}: too few axes"))?;
         let inputs = shape[channels..]
             .iter()
@@ -548,8 +548,11 @@ impl PointwiseNhwc {
             self.inputs,
             1 + self.merged
         );
-        let mut out: TVec<D> = (0..self.add).map(|_| D::from(1)).collect();
-        out.extend(shape[self.drop..channels].iter().cloned());
+        let mut out: TVec<D> = self
+            .out_axes
+            .iter()
+            .map(|axis| axis.map_or(D::from(1), |x| shape[x].clone()))
+            .collect();
         out.push(D::from(self.outputs));
         Ok(out)
     }

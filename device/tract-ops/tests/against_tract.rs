@@ -605,6 +605,9 @@ fn pointwise_einsums_match_tract() {
         // passes of eight vectors, then one vector at a time, the last partial.
         ("NI,OI->NO", &[1, 300][..], &[40, 300][..]),
         ("NI,IO->NO", &[1, 37][..], &[37, 200][..]),
+        // Axes of size 1 dropped between the kept ones and the channels (DS-CNN-S's head
+        // after its sum over the positions).
+        ("MBAK,KN->MN", &[1, 1, 1, 5][..], &[5, 6][..]),
         // Several summed axes: a flattening tract's declutter pass folded into the
         // weights, as it does leak-CNN's before its dense layer.
         ("NBAK,BAKO->NO", &[1, 4, 3, 5][..], &[4, 3, 5, 20][..]),
@@ -736,8 +739,8 @@ fn kept_outputs_are_written_again_only_when_nothing_holds_them() {
 /// depthwise 3×3 one, a 1×1 one as tract's einsum of it, each with a batch norm and a ReLU,
 /// then a sum over the positions and a dense head) runs channels-last: the depthwise
 /// convolution moves its channels last (hush's pass; on aarch64 tract's declutter pass
-/// already has), the rest of the graph follows, every convolution is hush's channels-last
-/// op, and the output equals tract's. The model's input and output keep their shapes.
+/// already has), the rest of the graph follows, every convolution and the head are hush's
+/// channels-last ops, and the output equals tract's. The model's input and output keep their shapes.
 #[test]
 fn a_depthwise_block_runs_channels_last() {
     let case = Case {
@@ -805,9 +808,12 @@ fn a_depthwise_block_runs_channels_last() {
     let y = model.wire_node("head", einsum, &[y, head]).unwrap();
     model.select_output_outlets(&y).unwrap();
     let (tract, hush, swapped) = run_both(model.clone(), data);
+    // Channels-last, the head is hush's too: a matrix-vector product over the sums'
+    // channels, last once the graph has moved.
+    let head = swapped.channels_last as usize;
     assert_eq!(
         (swapped.dense, swapped.depthwise, swapped.pointwise),
-        (1, 1, 1),
+        (1, 1, 1 + head),
         "{swapped:?}"
     );
     // (pulp's scalar path, on a CPU without AVX2 or NEON, stays channels-first.)

@@ -351,11 +351,12 @@ fn the_device_plan_equals_burn_on_every_architecture() {
             // Each depthwise and pointwise convolution with the batch norm's multiply and the
             // ReLU after it folded in (and its add, which tract drops here: an untrained
             // model's adds 0), and the first convolution with its ReLU; channels-last, the
-            // head too (a matrix-vector product, its bias folded in).
+            // head too (a dense layer, its bias folded in).
             "ds-cnn-s" => assert!(
                 tract_depthwise
                     || (k.depthwise > 0
-                        && k.pointwise == k.depthwise + k.channels_last as usize
+                        && k.pointwise == k.depthwise
+                        && k.dense_layers == k.channels_last as usize
                         && k.dense == 1
                         && k.folded == 4 * k.depthwise + k.dense + k.channels_last as usize),
                 "{arch}: {k:?}"
@@ -367,7 +368,7 @@ fn the_device_plan_equals_burn_on_every_architecture() {
             // Its dense layers are matrix-vector products (the first over the flattened
             // second pooling, which the second convolution takes in where the CPU has
             // vectors).
-            "leak-cnn" => assert!(k.pointwise == 2 && k.max_pool > 0, "{arch}: {k:?}"),
+            "leak-cnn" => assert!(k.dense_layers == 2 && k.max_pool > 0, "{arch}: {k:?}"),
             other => panic!("an architecture this test does not know: {other}"),
         }
     }

@@ -259,6 +259,10 @@ pub struct Swapped {
     pub dense: usize,
     /// Pointwise (1×1) convolutions, as tract's einsums of them.
     pub pointwise: usize,
+    /// Dense layers: einsums of one position (matrix-vector products, a classifier's
+    /// head), which hush's channels-last pointwise op runs. Not convolutions: a model
+    /// moved channels-last for them alone would not run faster.
+    pub dense_layers: usize,
     /// Ops after the convolutions folded into them (batch norms' multiplies and adds,
     /// ReLUs, max poolings).
     pub folded: usize,
@@ -347,6 +351,8 @@ pub fn swap_in(model: &mut TypedModel) -> TractResult<Swapped> {
             continue;
         }
         if let Some(einsum) = model.node(id).op_as::<EinSum>().cloned() {
+            let shape = &model.node(id).outputs[0].fact.shape;
+            let one_position = shape.iter().rev().skip(1).all(|d| d.is_one());
             // Channels-last first: the channels-first op would take an einsum over the last
             // axis too, as images of one position each.
             let swap = match PointwiseNhwc::swap(model, id, &einsum)? {
@@ -354,7 +360,11 @@ pub fn swap_in(model: &mut TypedModel) -> TractResult<Swapped> {
                 None => PointwiseNchw::swap(model, id, &einsum)?,
             };
             if let Some(swap) = swap {
-                swapped.pointwise += 1;
+                if one_position {
+                    swapped.dense_layers += 1;
+                } else {
+                    swapped.pointwise += 1;
+                }
                 swapped.folded += swap.folded;
             }
             continue;

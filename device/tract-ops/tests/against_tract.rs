@@ -634,8 +634,9 @@ fn pointwise_einsums_match_tract() {
         let data = values(images.iter().product(), 9);
         let data = Tensor::from_shape(images, &data).unwrap();
         let (tract, hush, swapped) = run_both(model, data);
+        // (An einsum of one position is a dense layer.)
         assert_eq!(
-            (swapped.pointwise, swapped.folded),
+            (swapped.pointwise + swapped.dense_layers, swapped.folded),
             (1, 1),
             "{expr}: {swapped:?}"
         );
@@ -808,14 +809,14 @@ fn a_depthwise_block_runs_channels_last() {
     let y = model.wire_node("head", einsum, &[y, head]).unwrap();
     model.select_output_outlets(&y).unwrap();
     let (tract, hush, swapped) = run_both(model.clone(), data);
-    // Channels-last, the head is hush's too: a matrix-vector product over the sums'
-    // channels, last once the graph has moved.
-    let head = swapped.channels_last as usize;
+    // Channels-last, the head is hush's too: a dense layer over the sums' channels, last
+    // once the graph has moved.
     assert_eq!(
         (swapped.dense, swapped.depthwise, swapped.pointwise),
-        (1, 1, 1 + head),
+        (1, 1, 1),
         "{swapped:?}"
     );
+    assert_eq!(swapped.dense_layers, swapped.channels_last as usize);
     // (pulp's scalar path, on a CPU without AVX2 or NEON, stays channels-first.)
     if hush_tract_ops::channels_last::simd_lanes() >= 4 {
         assert!(swapped.channels_last, "{swapped:?}");

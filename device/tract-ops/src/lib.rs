@@ -22,7 +22,9 @@
 //!   data, and the pass that moves a model with depthwise convolutions there (DS-CNN-S,
 //!   whole-window and pulsed: each position's channels are whole SIMD vectors however
 //!   small the plane), which [`optimize`] takes where hush's ops then run every
-//!   convolution.
+//!   convolution. Its dense op also runs channels-first convolutions of many channels
+//!   with a max pooling after them (leak-CNN's second), and its pointwise op dense layers
+//!   in either layout (matrix-vector products).
 //!
 //! [`window`] holds what the first two share: the window's shape and the padded plane.
 //! Every op but the affine one (which works in place on its input) writes its output into
@@ -283,8 +285,9 @@ pub struct Swapped {
 /// tract's codegen pass, then [`AxisAffine::fold_all`] over what codegen left. Where its
 /// depthwise convolutions can move channels-last
 /// ([`channels_last::move_channels_last`]), it runs channels-last when hush's ops then
-/// take every convolution, at least as many as channels-first, and the CPU's SIMD width
-/// makes it pay ([`channels_last::pays_off`]).
+/// take every convolution, at least as many as channels-first (dense layers, which either
+/// layout runs alike, not counted), and the CPU's SIMD width makes it pay
+/// ([`channels_last::pays_off`]).
 pub fn optimize(model: TypedModel) -> TractResult<(TypedModel, Swapped)> {
     let decluttered = model.into_decluttered()?;
     let mut model = decluttered.clone();
@@ -315,11 +318,13 @@ fn tract_convolutions(model: &TypedModel) -> usize {
 
 /// Replaces, in a decluttered `model`, each op this crate runs faster by its own: tract's
 /// depthwise `Conv`s by [`DepthwiseNchw`] (channels-last: [`DepthwiseNhwc`]), other `Conv`s
-/// with one group by [`DenseConvNchw`] ([`DenseConvNhwc`]), einsums of 1×1 convolutions by
-/// [`PointwiseNchw`] ([`PointwiseNhwc`] where the channels are last), `MaxPool`s by
-/// [`MaxPoolNchw`], `Reduce<Sum>`s over consecutive axes by [`SumAxes`], where the data is
-/// f32 of a known shape (the others stay tract's). Run it after `declutter` and before `optimize`, which would otherwise lower
-/// them to tract's own kernels.
+/// with one group by [`DenseConvNchw`] ([`DenseConvNhwc`], which also takes channels-first
+/// ones of many channels with a max pooling after them), einsums of 1×1 convolutions and
+/// dense layers by [`PointwiseNchw`] ([`PointwiseNhwc`] where the channels are last),
+/// `MaxPool`s by [`MaxPoolNchw`], `Reduce<Sum>`s over consecutive axes by [`SumAxes`],
+/// where the data is f32 of a known shape (the others stay tract's). Run it after
+/// `declutter` and before `optimize`, which would otherwise lower them to tract's own
+/// kernels.
 pub fn swap_in(model: &mut TypedModel) -> TractResult<Swapped> {
     let mut swapped = Swapped::default();
     for id in model.eval_order()? {

@@ -77,15 +77,11 @@ impl SumAxes {
             .chunks_exact_mut(inner)
             .zip(input.chunks_exact(rows * inner))
         {
-            let mut group = group.chunks_exact(inner);
-            if let Some(first) = group.next() {
-                o.copy_from_slice(first);
-            }
-            for row in group {
-                for (s, v) in o.iter_mut().zip(row) {
-                    *s += v;
-                }
-            }
+            pulp::Arch::new().dispatch(RowSums {
+                group,
+                inner,
+                out: o,
+            });
         }
         Ok(())
     }
@@ -104,6 +100,55 @@ impl SumAxes {
             .iter_mut()
             .for_each(|d| *d = one.clone());
         Ok(out)
+    }
+}
+
+/// One group of rows summed into `out`, for `pulp`: [`ROW_SUM_VECTORS`] vectors of the
+/// rows' values at a time, their sums kept in registers down the rows (DS-CNN-S's global
+/// average pool channels-last: 980 rows of 64 channels, 9.3 µs when each row's sums went
+/// through memory).
+struct RowSums<'a> {
+    group: &'a [f32],
+    inner: usize,
+    out: &'a mut [f32],
+}
+
+/// Vectors of a row [`RowSums`] sums at a time.
+const ROW_SUM_VECTORS: usize = 4;
+
+impl pulp::WithSimd for RowSums<'_> {
+    type Output = ();
+
+    #[inline(always)]
+    fn with_simd<S: pulp::Simd>(self, simd: S) {
+        let lanes = S::F32_LANES;
+        let mut from = 0;
+        while from < self.inner {
+            let len = (ROW_SUM_VECTORS * lanes).min(self.inner - from);
+            let mut sums = [simd.splat_f32s(0.0); ROW_SUM_VECTORS];
+            if len == ROW_SUM_VECTORS * lanes {
+                for row in self.group.chunks_exact(self.inner) {
+                    let (values, _) = S::as_simd_f32s(&row[from..from + len]);
+                    for (sum, v) in sums.iter_mut().zip(values) {
+                        *sum = simd.add_f32s(*sum, *v);
+                    }
+                }
+            } else {
+                for row in self.group.chunks_exact(self.inner) {
+                    let values = &row[from..from + len];
+                    for (sum, part) in sums.iter_mut().zip(values.chunks(lanes)) {
+                        *sum = simd.add_f32s(*sum, simd.partial_load_f32s(part));
+                    }
+                }
+            }
+            for (sum, part) in sums
+                .iter()
+                .zip(self.out[from..from + len].chunks_mut(lanes))
+            {
+                simd.partial_store_f32s(part, *sum);
+            }
+            from += len;
+        }
     }
 }
 

@@ -320,11 +320,9 @@ impl DepthwiseImage<'_> {
         let mut taps = Vec::with_capacity(w.kernel[0] * w.kernel[1]);
         let outputs = std::mem::take(&mut self.out);
         let ow = w.output[1];
-        let inside: Vec<usize> = (0..ow).filter(|&x| w.inside_row(x)).collect();
-        let (first, end) = match (inside.first(), inside.last()) {
-            (Some(&first), Some(&last)) => (first, last + 1),
-            _ => (ow, ow),
-        };
+        // The columns whose window lies inside the row: one run of them.
+        let first = (0..ow).find(|&x| w.inside_row(x)).unwrap_or(ow);
+        let end = (first..ow).find(|&x| !w.inside_row(x)).unwrap_or(ow);
         let tiles = (end - first).div_ceil(P);
         for (y, row) in outputs.chunks_exact_mut(c * ow).enumerate() {
             for x in (0..first).chain(end..ow) {
@@ -736,11 +734,12 @@ impl DenseConvNhwc {
     /// input channels: from [`CHANNELS_FIRST_FROM`] input channels on a CPU with SIMD
     /// vectors. [`DenseConvNhwc::swap`] takes it where a max pooling follows, folded in, so
     /// that a quarter of the output (a 2×2 pooling's) moves channels first. Measured on
-    /// AVX-512 (BENCHMARKS.md, "Dense convolutions channels-last"): leak-CNN's second
-    /// convolution (32 → 64 channels through 3×3 over 48 × 19) took 236 µs channels-last
-    /// against 300–360 µs channels-first ([`crate::DenseConvNchw`]), but moving all its
-    /// output channels first took 40–50 µs more, value by value; without a pooling, 8 and
-    /// 16 input channels ran slower than channels-first.
+    /// AVX-512 (BENCHMARKS.md, "The dense, depthwise and pointwise ops once more"):
+    /// leak-CNN's second convolution (32 → 64 channels through 3×3 over 48 × 19) took
+    /// 233–240 µs channels-last against 300–360 µs channels-first
+    /// ([`crate::DenseConvNchw`]), but moving all its output channels first took 40–50 µs
+    /// more, value by value; without a pooling, 8 and 16 input channels ran slower than
+    /// channels-first.
     pub fn runs_channels_first(conv: &Conv) -> bool {
         conv.group == 1 && conv.pool_spec.input_channels >= CHANNELS_FIRST_FROM && simd_lanes() >= 4
     }
@@ -1034,13 +1033,7 @@ impl DenseImage<'_> {
             None => (&*convolved, oh * ow),
         };
         if channels_first {
-            let t = std::time::Instant::now();
             move_channels_first(result, positions, o, out);
-            TNS.fetch_add(
-                t.elapsed().as_nanos() as u64,
-                std::sync::atomic::Ordering::Relaxed,
-            );
-            TN.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         }
     }
 
@@ -1191,10 +1184,19 @@ channels_last_op!(PointwiseNhwc, "HushPointwiseNhwc", |op: &PointwiseNhwc| {
 });
 channels_last_op!(DenseConvNhwc, "HushDenseConvNhwc", |op: &DenseConvNhwc| {
     format!(
-        "{:?} to {} channels{}",
+        "{:?} to {} channels{}{}{}",
         op.window,
         op.outputs,
-        if op.relu { ", ReLU" } else { "" }
+        if op.relu { ", ReLU" } else { "" },
+        if op.channels_first {
+            ", channels-first"
+        } else {
+            ""
+        },
+        op.pool.as_ref().map_or(String::new(), |p| format!(
+            ", max pool {:?} at stride {:?}",
+            p.kernel, p.strides
+        ))
     )
 });
 
@@ -1286,8 +1288,3 @@ impl TypedOp for DenseConvNhwc {
 
     as_op!();
 }
-
-/// x
-pub static TNS: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
-/// x
-pub static TN: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);

@@ -19,10 +19,17 @@
 //! - [`DenseConvNhwc`]: a convolution with one group, read directly from the image (from a
 //!   zero-padded copy of it where the window reads padding): a tile of positions × vectors
 //!   of output channels, each input value broadcast against its weights, as
-//!   [`PointwiseNhwc`]'s tiles. It also runs channels-first convolutions of many input
-//!   channels (leak-CNN's second, 32 → 64 channels), reading the channels-first planes as
-//!   they are and moving its output's channels first at the end, and folds a max pooling
-//!   after it in.
+//!   [`PointwiseNhwc`]'s tiles. It folds a max pooling after it in, a band of rows at a
+//!   time where the pooling's rows do not overlap. It also runs channels-first
+//!   convolutions of many input channels, reading the channels-first planes as they are
+//!   and moving its output's channels first at the end.
+//! - [`MaxPoolNhwc`]: a max pooling no convolution folded in, a vector of channels at a
+//!   time.
+//!
+//! A model without depthwise convolutions (leak-CNN) moves from its first convolution, of
+//! one channel, whose images are then the same channels-last as channels-first. tract's
+//! `MaxPool` does not change its axes, so the pass swaps hush's in first
+//! ([`MaxPoolNchw`], which becomes [`MaxPoolNhwc`]).
 //!
 //! Each folds the batch norm and ReLU after it, as the channels-first ops do.
 
@@ -36,17 +43,27 @@ use tract_core::ops::einsum::EinSum;
 use tract_core::optim::change_axes::change_axes;
 
 use crate::affine::Chain;
+use crate::maxpool::MaxPoolNchw;
 use crate::pointwise::{swap_product, EinsumOfConv};
 use crate::window::Window2d;
 use crate::{constant, conv_window, depthwise_window, replace, KeepsOutput, KeptOutput, Swap};
 
 /// Moves the channels of each depthwise convolution of `model` (decluttered) with 8
-/// channels or more last, through as much of the graph as carries the change (tract's
+/// channels or more last (in a model without any, those of each convolution that reads
+/// one channel), through as much of the graph as carries the change (tract's
 /// `change_axes`: elementwise ops, einsums, tract-pulse's buffers and the convolutions
 /// around them follow; the model's inputs and outputs keep their shapes), then declutters
 /// it again. `None` when no convolution could move.
 pub fn move_channels_last(model: &TypedModel) -> TractResult<Option<TypedModel>> {
     let mut model = model.clone();
+    hush_max_pools(&mut model)?;
+    // Without depthwise convolutions, from the first convolution that reads one channel
+    // (leak-CNN). Not with them: BC-ResNet, moved whole from there, ran 2.57 ms a window
+    // against 1.67 ms channels-first (BENCHMARKS.md, "Leak-CNN channels-last").
+    let from_lone = !model.nodes().iter().any(|n| {
+        n.op_as::<Conv>()
+            .is_some_and(|c| c.group > 1 && c.group == c.pool_spec.input_channels)
+    });
     let mut moved = 0;
     let mut tried = HashSet::new();
     'next: loop {
@@ -55,25 +72,27 @@ pub fn move_channels_last(model: &TypedModel) -> TractResult<Option<TypedModel>>
                 let format = conv.pool_spec.data_format;
                 let channels = conv.pool_spec.input_channels;
                 let depthwise = conv.group > 1 && conv.group == channels;
-                if !depthwise || channels < 8 || format.c_is_last() {
+                let lone = from_lone && conv.group == 1 && channels == 1;
+                if !(depthwise && channels >= 8 || lone) || format.c_is_last() {
                     continue;
                 }
                 let rank = model.outlet_fact(node.inputs[0])?.rank();
-                AxisChange {
+                let change = AxisChange {
                     outlet: node.inputs[0],
                     op: AxisOp::Move(format.has_n() as usize, rank - 1),
+                };
+                if !tried.insert(node.id) {
+                    continue;
                 }
+                change
             } else if let Some(einsum) = node.op_as::<EinSum>() {
                 match channels_first_output(&model, node, einsum) {
-                    Some(change) => change,
-                    None => continue,
+                    Some(change) if tried.insert(node.id) => change,
+                    _ => continue,
                 }
             } else {
                 continue;
             };
-            if !tried.insert(node.id) {
-                continue;
-            }
             let mut interfaces = model.output_outlets()?.to_vec();
             interfaces.extend(model.input_outlets()?.iter());
             let mut explored = Default::default();
@@ -88,6 +107,21 @@ pub fn move_channels_last(model: &TypedModel) -> TractResult<Option<TypedModel>>
         break;
     }
     (moved > 0).then(|| model.into_decluttered()).transpose()
+}
+
+/// Replaces each of tract's max poolings in `model` that [`MaxPoolNchw`] runs by it: tract's
+/// `MaxPool` refuses to change its axes, hush's moves its channels last ([`MaxPoolNhwc`]).
+fn hush_max_pools(model: &mut TypedModel) -> TractResult<()> {
+    for id in model.eval_order()? {
+        let node = model.node(id);
+        let Some(op) = node.op_as::<MaxPool>() else {
+            continue;
+        };
+        if let Some(op) = MaxPoolNchw::for_max_pool(model, node, op) {
+            TypedModelPatch::replace_single_op(model, node, &node.inputs, op)?.apply(model)?;
+        }
+    }
+    Ok(())
 }
 
 /// The most positions in a depthwise output plane for which channels-last pays at AVX2's
@@ -689,6 +723,60 @@ impl ProductNhwc<'_> {
     }
 }
 
+/// tract's `MaxPool` over NHWC (or HWC) f32 data, without padding or index outputs: what
+/// [`MaxPoolNchw`] becomes when a model moves channels-last, where no convolution before
+/// it folds it in. A vector of channels at a time, the maximum over the window's taps.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct MaxPoolNhwc {
+    /// The pooling's shape.
+    pub window: Window2d,
+}
+
+impl MaxPoolNhwc {
+    /// Pools `images` (whole NHWC images) into `out`.
+    pub fn run(&self, images: &[f32], out: &mut [f32]) -> TractResult<()> {
+        let w = &self.window;
+        ensure!(
+            w.pad_before == [0, 0]
+                && w.padded_width() == w.input[1]
+                && w.padded_rows() == w.input[0],
+            "{w:?}: a channels-last max pooling reads no padding"
+        );
+        let n = w.images(images, out)?;
+        let c = w.channels;
+        for (image, out) in images
+            .chunks_exact(c * w.plane_len().max(1))
+            .zip(out.chunks_exact_mut(c * w.output_plane_len()))
+            .take(n)
+        {
+            pulp::Arch::new().dispatch(PoolImage { w, image, out });
+        }
+        Ok(())
+    }
+
+    /// The output's shape for `n` images.
+    fn output_shape<D: DimLike>(&self, n: D) -> TVec<D> {
+        let w = &self.window;
+        channels_last_shape(w, n, w.channels)
+    }
+}
+
+/// One image's channels-last max pooling, for `pulp`.
+struct PoolImage<'a> {
+    w: &'a Window2d,
+    image: &'a [f32],
+    out: &'a mut [f32],
+}
+
+impl pulp::WithSimd for PoolImage<'_> {
+    type Output = ();
+
+    #[inline(always)]
+    fn with_simd<S: pulp::Simd>(self, simd: S) {
+        max_pool(simd, self.w, self.image, self.out)
+    }
+}
+
 /// Input channels from which [`DenseConvNhwc`] runs channels-first convolutions
 /// ([`DenseConvNhwc::runs_channels_first`]).
 pub const CHANNELS_FIRST_FROM: usize = 8;
@@ -804,20 +892,26 @@ impl DenseConvNhwc {
         let Some(next) = model.single_succ(out.node)? else {
             return Ok(None);
         };
-        let Some(pool) = next.op_as::<MaxPool>() else {
-            return Ok(None);
-        };
-        if model.output_outlets()?.contains(&out)
-            || pool.with_index_outputs.is_some()
-            || next.inputs != [out]
-        {
+        if model.output_outlets()?.contains(&out) || next.inputs != [out] {
             return Ok(None);
         }
         let shape = &model.outlet_fact(out)?.shape;
-        let window = if self.channels_first {
-            Window2d::from_pool_spec(&pool.pool_spec, shape)
+        // tract's pooling, or hush's where a model moved channels-last.
+        let window = if let Some(pool) = next.op_as::<MaxPool>() {
+            if pool.with_index_outputs.is_some() {
+                return Ok(None);
+            }
+            if self.channels_first {
+                Window2d::from_pool_spec(&pool.pool_spec, shape)
+            } else {
+                Window2d::from_channels_last_spec(&pool.pool_spec, shape)
+            }
+        } else if let (Some(pool), true) = (next.op_as::<MaxPoolNchw>(), self.channels_first) {
+            Some(pool.window.clone())
+        } else if let (Some(pool), false) = (next.op_as::<MaxPoolNhwc>(), self.channels_first) {
+            Some(pool.window.clone())
         } else {
-            Window2d::from_channels_last_spec(&pool.pool_spec, shape)
+            None
         };
         Ok(window
             .filter(|p| {
@@ -828,6 +922,15 @@ impl DenseConvNhwc {
                     && p.padded_rows() == p.input[0]
             })
             .map(|p| (p, OutletId::new(next.id, 0))))
+    }
+
+    /// With a pooling whose windows do not overlap down the rows (a stride down the rows
+    /// no smaller than the window's height), the convolution's rows each row of poolings
+    /// reads: its stride.
+    fn pool_band(&self) -> Option<usize> {
+        let pool = self.pool.as_ref()?;
+        let height = (pool.kernel[0] - 1) * pool.dilations[0] + 1;
+        (pool.strides[0] >= height).then_some(pool.strides[0])
     }
 
     /// The size of the output planes: the convolution's, or its pooling's.
@@ -886,7 +989,17 @@ impl DenseConvNhwc {
         // pooling's.
         let scratch = |needed: bool, len: usize| if needed { vec![0f32; len] } else { Vec::new() };
         let pooled = self.pool.is_some();
-        let mut convolved = scratch(self.channels_first || pooled, w.output_plane_len() * o);
+        let convolved_rows = match self.pool_band() {
+            Some(band) => band,
+            None if self.channels_first || pooled => w.output[0],
+            None => 0,
+        };
+        // Aligned to 64 bytes: a band's rows are read back while its stores may still wait
+        // to be written, and a load that straddles two cache lines is not forwarded.
+        let convolved_len = convolved_rows * w.output[1] * o;
+        let mut convolved = scratch(true, convolved_len + 16);
+        let skip = convolved.as_ptr().align_offset(64).min(16);
+        let convolved = &mut convolved[skip..skip + convolved_len];
         let mut pooled = scratch(self.channels_first && pooled, oh * ow * o);
         for (image, out) in images
             .chunks_exact(c * w.plane_len())
@@ -904,7 +1017,7 @@ impl DenseConvNhwc {
                 weights,
                 bias,
                 out,
-                convolved: &mut convolved,
+                convolved,
                 pooled: &mut pooled,
             });
         }
@@ -968,11 +1081,11 @@ impl pulp::WithSimd for DenseImage<'_> {
 }
 
 impl DenseImage<'_> {
-    /// Every output row, in tiles of as even a number of positions as six a tile at most
-    /// allows (a row of 20 in four tiles of five, not three of six and one of two), `V`
-    /// vectors of output channels a tile. Channels-first, the output is computed
+    /// Every output row ([`DenseImage::row`]). Channels-first, the output is computed
     /// channels-last into scratch and then moved ([`move_channels_first`]); with a pooling,
-    /// pooled from scratch ([`max_pool`]) first.
+    /// pooled from scratch ([`max_pool`]) first, a band of rows at a time where the
+    /// pooling's rows do not overlap ([`DenseConvNhwc::pool_band`]): the convolution's
+    /// output never leaves L1 (leak-CNN's first, 467 KB whole, took 15 µs to write).
     #[inline(always)]
     fn rows<S: pulp::Simd, const V: usize>(&mut self, simd: S) {
         let w = &self.op.window;
@@ -1000,40 +1113,94 @@ impl DenseImage<'_> {
         let out = std::mem::take(&mut self.out);
         let convolved = std::mem::take(&mut self.convolved);
         let pooled = std::mem::take(&mut self.pooled);
-        let pool = self.op.pool.as_ref();
-        let target = if channels_first || pool.is_some() {
-            &mut *convolved
-        } else {
-            &mut *out
-        };
         let [oh, ow] = w.output;
-        let tiles = ow.div_ceil(6);
-        for (y, row) in target.chunks_exact_mut(ow * o).enumerate() {
-            let mut x = 0;
-            for tile in 0..tiles {
-                let p = (ow - x).div_ceil(tiles - tile);
-                let (out, from) = (&mut row[x * o..(x + p) * o], y * row_step + x * step);
-                match p {
-                    6 => self.position::<S, 6, V>(simd, &starts, from, step, out),
-                    5 => self.position::<S, 5, V>(simd, &starts, from, step, out),
-                    4 => self.position::<S, 4, V>(simd, &starts, from, step, out),
-                    3 => self.position::<S, 3, V>(simd, &starts, from, step, out),
-                    2 => self.position::<S, 2, V>(simd, &starts, from, step, out),
-                    _ => self.position::<S, 1, V>(simd, &starts, from, step, out),
+        let row_len = ow * o;
+        let positions = match self.op.pool.as_ref() {
+            Some(pool) => {
+                // The convolution's rows a band at a time (the rows of one row of poolings
+                // where they do not overlap, else all), each band pooled as it is done,
+                // and only the columns the pooling reads.
+                let band = self.op.pool_band().unwrap_or(oh);
+                let [ph, pw] = pool.output;
+                let bands = if band == oh { 1 } else { ph };
+                let band_pool = Window2d {
+                    input: [band, ow],
+                    output: [pool.output[0] / bands, pw],
+                    ..pool.clone()
+                };
+                let columns =
+                    (pw - 1) * pool.strides[1] + (pool.kernel[1] - 1) * pool.dilations[1] + 1;
+                let rows =
+                    (ph - 1) * pool.strides[0] + (pool.kernel[0] - 1) * pool.dilations[0] + 1;
+                let target = if channels_first {
+                    &mut *pooled
+                } else {
+                    &mut *out
+                };
+                let pooled_rows = target.chunks_exact_mut(band_pool.output[0] * pw * o);
+                for (b, target) in pooled_rows.enumerate() {
+                    let scratch = convolved[..band * row_len].chunks_exact_mut(row_len);
+                    for (r, scratch) in scratch.enumerate() {
+                        let y = b * band + r;
+                        if y < rows {
+                            self.row::<S, V>(simd, &starts, y * row_step, step, columns, scratch);
+                        }
+                    }
+                    max_pool(simd, &band_pool, &convolved[..band * row_len], target);
                 }
-                x += p;
+                ph * pw
             }
-        }
-        let (result, positions) = match pool {
-            Some(pool) if channels_first => {
-                max_pool(simd, pool, convolved, pooled);
-                (&*pooled, pool.output_plane_len())
+            None => {
+                let target = if channels_first {
+                    &mut *convolved
+                } else {
+                    &mut *out
+                };
+                for (y, target) in target.chunks_exact_mut(row_len).enumerate() {
+                    self.row::<S, V>(simd, &starts, y * row_step, step, ow, target);
+                }
+                oh * ow
             }
-            Some(pool) => return max_pool(simd, pool, convolved, out),
-            None => (&*convolved, oh * ow),
         };
         if channels_first {
+            let result = if self.op.pool.is_some() {
+                &*pooled
+            } else {
+                &*convolved
+            };
             move_channels_first(result, positions, o, out);
+        }
+    }
+
+    /// The first `columns` output positions of a row (`row`, all its output channels), the
+    /// row's weights rows reading the image from `starts` plus `from`: in tiles of as even a
+    /// number of positions as six a tile at most allows (20 in four tiles of five, not three
+    /// of six and one of two), `V` vectors of output channels a tile.
+    #[inline(always)]
+    fn row<S: pulp::Simd, const V: usize>(
+        &self,
+        simd: S,
+        starts: &[usize],
+        from: usize,
+        step: usize,
+        columns: usize,
+        row: &mut [f32],
+    ) {
+        let o = self.op.outputs;
+        let tiles = columns.div_ceil(6);
+        let mut x = 0;
+        for tile in 0..tiles {
+            let p = (columns - x).div_ceil(tiles - tile);
+            let (out, from) = (&mut row[x * o..(x + p) * o], from + x * step);
+            match p {
+                6 => self.position::<S, 6, V>(simd, starts, from, step, out),
+                5 => self.position::<S, 5, V>(simd, starts, from, step, out),
+                4 => self.position::<S, 4, V>(simd, starts, from, step, out),
+                3 => self.position::<S, 3, V>(simd, starts, from, step, out),
+                2 => self.position::<S, 2, V>(simd, starts, from, step, out),
+                _ => self.position::<S, 1, V>(simd, starts, from, step, out),
+            }
+            x += p;
         }
     }
 
@@ -1135,17 +1302,46 @@ fn max_pool<S: pulp::Simd>(simd: S, pool: &Window2d, values: &[f32], out: &mut [
         let (y, x) = (at / pool.output[1], at % pool.output[1]);
         let first = (y * pool.strides[0] * iw + x * pool.strides[1]) * c;
         let mut from = 0;
-        while from < c {
-            let len = lanes.min(c - from);
+        // Four whole vectors at a time (four maxima at once, not one chain of them), then
+        // one (pulp's partial loads and stores are calls), then the rest.
+        while c - from >= 4 * lanes {
+            pool_vectors::<S, 4>(simd, &taps, &values[first + from..], &mut out[from..]);
+            from += 4 * lanes;
+        }
+        while c - from >= lanes {
+            pool_vectors::<S, 1>(simd, &taps, &values[first + from..], &mut out[from..]);
+            from += lanes;
+        }
+        if from < c {
+            let len = c - from;
             let mut m = simd.splat_f32s(f32::NEG_INFINITY);
             for &t in &taps {
                 let at = first + t + from;
                 m = simd.max_f32s(m, simd.partial_load_f32s(&values[at..at + len]));
             }
             simd.partial_store_f32s(&mut out[from..from + len], m);
-            from += len;
         }
     }
+}
+
+/// The maxima of `V` whole vectors of channels over a pooling's taps: `values` from the
+/// window's first position and channel, `out` from the output's first channel.
+#[inline(always)]
+fn pool_vectors<S: pulp::Simd, const V: usize>(
+    simd: S,
+    taps: &[usize],
+    values: &[f32],
+    out: &mut [f32],
+) {
+    let len = V * S::F32_LANES;
+    let mut m = [simd.splat_f32s(f32::NEG_INFINITY); V];
+    for &t in taps {
+        let x = load::<S, V, false>(simd, &values[t..t + len]);
+        for (m, x) in m.iter_mut().zip(x) {
+            *m = simd.max_f32s(*m, x);
+        }
+    }
+    store::<S, V, false>(simd, m, false, &mut out[..len]);
 }
 
 macro_rules! channels_last_op {
@@ -1199,6 +1395,35 @@ channels_last_op!(DenseConvNhwc, "HushDenseConvNhwc", |op: &DenseConvNhwc| {
         ))
     )
 });
+
+channels_last_op!(MaxPoolNhwc, "HushMaxPoolNhwc", |op: &MaxPoolNhwc| {
+    format!("{:?}", op.window)
+});
+
+impl KeepsOutput for MaxPoolNhwc {
+    fn eval_kept(&self, inputs: TVec<TValue>, kept: &mut KeptOutput) -> TractResult<TVec<TValue>> {
+        let images = args_1!(inputs);
+        let n = if self.window.batch {
+            images.shape()[0]
+        } else {
+            1
+        };
+        kept.f32_output(&self.output_shape(n), |out| {
+            self.run(images.try_as_plain_ram()?.as_slice::<f32>()?, out)
+        })
+    }
+}
+
+impl TypedOp for MaxPoolNhwc {
+    fn output_facts(&self, inputs: &[&TypedFact]) -> TractResult<TVec<TypedFact>> {
+        ensure!(inputs.len() == 1, "max pooling takes the images only");
+        Ok(tvec!(f32::fact(
+            self.output_shape(inputs[0].shape[0].clone())
+        )))
+    }
+
+    as_op!();
+}
 
 impl KeepsOutput for DepthwiseNhwc {
     fn eval_kept(&self, inputs: TVec<TValue>, kept: &mut KeptOutput) -> TractResult<TVec<TValue>> {

@@ -18,13 +18,15 @@
 //! - [`affine`]: chains of multiplies, adds and subtracts by constants along one axis, and
 //!   a ReLU after them, as one pass: what tract's codegen could not fuse into a matrix
 //!   product (a model's input normalisation, a batch norm after a change of axes).
-//! - [`channels_last`]: the depthwise, pointwise and dense convolutions over channels-last
-//!   data, and the pass that moves a model with depthwise convolutions there (DS-CNN-S,
-//!   whole-window and pulsed: each position's channels are whole SIMD vectors however
-//!   small the plane), which [`optimize`] takes where hush's ops then run every
-//!   convolution. Its dense op also runs channels-first convolutions of many channels
-//!   with a max pooling after them (leak-CNN's second), and its pointwise op dense layers
-//!   in either layout (matrix-vector products).
+//! - [`channels_last`]: the depthwise, pointwise and dense convolutions and the max pooling
+//!   over channels-last data, and the pass that moves a model there from its depthwise
+//!   convolutions (DS-CNN-S, whole-window and pulsed: each position's channels are whole
+//!   SIMD vectors however small the plane) or, without any, from its first convolution of
+//!   one channel (leak-CNN: its poolings folded into the convolutions before them, its
+//!   dense layer over the channels-last flattening), which [`optimize`] takes where hush's
+//!   ops then run every convolution. Its dense op also runs channels-first convolutions of
+//!   many channels with a max pooling after them, and its pointwise op dense layers in
+//!   either layout (matrix-vector products).
 //!
 //! [`window`] holds what the first two share: the window's shape and the padded plane.
 //! Every op but the affine one (which works in place on its input) writes its output into
@@ -49,7 +51,7 @@ use tract_core::ops::einsum::EinSum;
 use tract_core::ops::nn::Reduce;
 
 pub use affine::AxisAffine;
-pub use channels_last::{DenseConvNhwc, DepthwiseNhwc, PointwiseNhwc};
+pub use channels_last::{DenseConvNhwc, DepthwiseNhwc, MaxPoolNhwc, PointwiseNhwc};
 pub use dense::DenseConvNchw;
 pub use depthwise::DepthwiseNchw;
 pub use maxpool::MaxPoolNchw;
@@ -282,9 +284,9 @@ pub struct Swapped {
 }
 
 /// Optimises `model` for running with hush's ops: tract's declutter pass, [`swap_in`],
-/// tract's codegen pass, then [`AxisAffine::fold_all`] over what codegen left. Where its
-/// depthwise convolutions can move channels-last
-/// ([`channels_last::move_channels_last`]), it runs channels-last when hush's ops then
+/// tract's codegen pass, then [`AxisAffine::fold_all`] over what codegen left. Where it
+/// can move channels-last ([`channels_last::move_channels_last`]: from its depthwise
+/// convolutions, or its convolutions of one channel), it runs channels-last when hush's ops then
 /// take every convolution, at least as many as channels-first (dense layers, which either
 /// layout runs alike, not counted), and the CPU's SIMD width makes it pay
 /// ([`channels_last::pays_off`]).
@@ -380,6 +382,11 @@ pub fn swap_in(model: &mut TypedModel) -> TractResult<Swapped> {
                 swapped.max_pool += 1;
                 Box::new(op) as _
             })
+        } else if node.op_is::<MaxPoolNchw>() || node.op_is::<MaxPoolNhwc>() {
+            // Hush's already: a model moved channels-last
+            // ([`channels_last::move_channels_last`]) has its poolings swapped in first.
+            swapped.max_pool += 1;
+            None
         } else if let Some(reduce) = node.op_as::<Reduce>() {
             SumAxes::for_reduce(model, node, reduce).map(|op| {
                 swapped.sum += 1;

@@ -6,8 +6,10 @@
 //! where it lies.
 
 use tract_core::internal::*;
+use tract_core::ops::change_axes::AxisOp;
 use tract_core::ops::cnn::MaxPool;
 
+use crate::channels_last::MaxPoolNhwc;
 use crate::window::Window2d;
 use crate::{KeepsOutput, KeptOutput};
 
@@ -149,6 +151,30 @@ impl TypedOp for MaxPoolNchw {
         Ok(tvec!(f32::fact(
             self.window.output_shape(inputs[0].shape[0].clone())
         )))
+    }
+
+    /// Moving the channels last, on its input or output, makes it [`MaxPoolNhwc`] (where
+    /// the pooling reads no padding, which that op does not pad).
+    fn change_axes(
+        &self,
+        _model: &TypedModel,
+        _node: &TypedNode,
+        io: InOut,
+        change: &AxisOp,
+    ) -> TractResult<Option<AxisChangeConsequence>> {
+        let w = &self.window;
+        let c = w.batch as usize;
+        let last = AxisOp::Move(c, c + 2);
+        let unpadded = w.pad_before == [0, 0]
+            && w.padded_width() == w.input[1]
+            && w.padded_rows() == w.input[0];
+        if !matches!(io, InOut::In(0) | InOut::Out(0)) || *change != last || !unpadded {
+            return Ok(None);
+        }
+        Ok(Some(AxisChangeConsequence {
+            substitute_op: Some(Box::new(MaxPoolNhwc { window: w.clone() })),
+            wire_changes: tvec!((InOut::In(0), last.clone()), (InOut::Out(0), last)),
+        }))
     }
 
     as_op!();

@@ -313,35 +313,48 @@ impl EinsumOfConv {
                 _ => return None,
             }
         }
-        // The summed axes: consecutive in the images and in the weights, in the same
-        // order, the weights' produced axis first or last.
+        // The summed axes: consecutive in the images; in the weights in any order (a
+        // model moved channels-last sums its images' channels last, its weights' first).
         summed.sort_unstable();
         let (produced, w_out) = produced?;
-        let (&(last, w_last), merged) = (summed.last()?, summed.len() - 1);
+        let (&(last, _), merged) = (summed.last()?, summed.len() - 1);
         let in_order = summed
             .iter()
             .enumerate()
-            .all(|(i, &(x, w))| x + merged == last + i && w + merged == w_last + i);
+            .all(|(i, &(x, _))| x + merged == last + i);
         let konst = weights.konst.as_ref()?;
-        let outputs = konst.shape()[w_out];
+        if !in_order || weights.rank() != merged + 2 {
+            return None;
+        }
+        let w_shape = konst.shape();
+        let mut w_strides = vec![1; w_shape.len()];
+        for a in (0..w_shape.len() - 1).rev() {
+            w_strides[a] = w_strides[a + 1] * w_shape[a + 1];
+        }
+        let outputs = w_shape[w_out];
         let mut inputs = 1;
         for &(x, w) in &summed {
-            let size = konst.shape()[w];
-            if images.shape[x].to_usize().ok()? != size {
+            if images.shape[x].to_usize().ok()? != w_shape[w] {
                 return None;
             }
-            inputs *= size;
+            inputs *= w_shape[w];
         }
-        let io = w_out == weights.rank() - 1;
-        if !in_order || weights.rank() != merged + 2 || !(io || w_out == 0) {
-            return None;
+        // Where each input channel's weights start, in the images' order of the summed
+        // axes (the last fastest).
+        let mut starts = vec![0usize; inputs];
+        let mut run = 1;
+        for &(_, w) in summed.iter().rev() {
+            for (i, start) in starts.iter_mut().enumerate() {
+                *start += (i / run % w_shape[w]) * w_strides[w];
+            }
+            run *= w_shape[w];
         }
         let values = konst.try_as_plain_ram().ok()?;
         let values = values.as_slice::<f32>().ok()?;
         let weights = (0..inputs * outputs)
             .map(|at| {
                 let (i, o) = (at / outputs, at % outputs);
-                values[if io { i * outputs + o } else { o * inputs + i }]
+                values[starts[i] + o * w_strides[w_out]]
             })
             .collect();
         Some(EinsumOfConv {

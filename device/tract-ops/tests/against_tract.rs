@@ -742,8 +742,18 @@ fn kept_outputs_are_written_again_only_when_nothing_holds_them() {
 /// convolution moves its channels last (hush's pass; on aarch64 tract's declutter pass
 /// already has), the rest of the graph follows, every convolution and the head are hush's
 /// channels-last ops, and the output equals tract's. The model's input and output keep their shapes.
+/// A block of DS-CNN (a first convolution of one channel, a depthwise one, a pointwise one,
+/// a global sum, a dense head), with a max pooling after the depthwise convolution or not:
+/// moved channels-last where the CPU has SIMD vectors, every convolution hush's
+/// channels-last op and the pooling hush's channels-last one.
 #[test]
 fn a_depthwise_block_runs_channels_last() {
+    for pool in [false, true] {
+        depthwise_block(pool);
+    }
+}
+
+fn depthwise_block(pool: bool) {
     let case = Case {
         batch: Some(1),
         channels: 1,
@@ -788,9 +798,25 @@ fn a_depthwise_block_runs_channels_last() {
     let zero = model
         .add_const("zero", Tensor::from_shape(&[1, 1, 1, 1], &[0f32]).unwrap())
         .unwrap();
-    let y = model
+    let mut y = model
         .wire_node("dw.relu", TypedBinOp(Box::new(Max), None), &[y, zero])
         .unwrap()[0];
+    let mut block = block;
+    if pool {
+        let pooling = Case {
+            kernel: [2, 2],
+            strides: [2, 2],
+            before: [0, 0],
+            after: [0, 0],
+            ..block.clone()
+        };
+        let pooling = MaxPool {
+            pool_spec: pooling.pool_spec(16),
+            with_index_outputs: None,
+        };
+        y = model.wire_node("dw.pool", pooling, &[y]).unwrap()[0];
+        block.input = [2, 5];
+    }
     let pointwise = Case {
         kernel: [1, 1],
         before: [0, 0],
@@ -826,14 +852,100 @@ fn a_depthwise_block_runs_channels_last() {
             .iter()
             .map(|n| n.op.name().to_string())
             .collect();
+        let pooling = ["HushMaxPoolNhwc"].into_iter().filter(|_| pool);
         for op in [
             "HushDenseConvNhwc",
             "HushDepthwiseNhwc",
             "HushPointwiseNhwc",
-        ] {
+        ]
+        .into_iter()
+        .chain(pooling)
+        {
             assert!(names.iter().any(|n| n == op), "{op} not in {names:?}");
         }
     }
     assert_eq!(tract.shape(), [1, 4]);
     assert_close(&tract, &hush, &case);
+}
+
+/// Features through two dense convolutions, each with a ReLU and a 2×2 max pooling after
+/// it, and a dense layer over the flattened result: leak-CNN's graph. With no depthwise
+/// convolution, it moves channels-last from its first convolution (of one channel) where
+/// the CPU has SIMD vectors: both convolutions hush's channels-last dense op with their
+/// poolings folded in (the first's rows a band at a time, an odd column left out), the
+/// dense layer hush's over the channels-last flattening (its weights' summed axes in
+/// another order than the images').
+#[test]
+fn a_leak_cnn_graph_runs_channels_last() {
+    let first = Case {
+        batch: Some(1),
+        channels: 1,
+        input: [18, 15],
+        kernel: [3, 3],
+        strides: [1, 1],
+        dilations: [1, 1],
+        before: [0, 0],
+        after: [0, 0],
+        seed: 21,
+        channels_last: false,
+    };
+    let mut model = TypedModel::default();
+    let x = model.add_source("x", f32::fact([1, 18, 15])).unwrap();
+    let data = Tensor::from_shape(&[1, 18, 15], &values(270, first.seed)).unwrap();
+    let x = model
+        .wire_node(
+            "channel",
+            tract_core::ops::change_axes::AxisOp::Add(1),
+            &[x],
+        )
+        .unwrap()[0];
+    let pool = |model: &mut TypedModel, y: OutletId, case: &Case, channels: usize| {
+        let pooling = Case {
+            channels,
+            kernel: [2, 2],
+            strides: [2, 2],
+            ..case.clone()
+        };
+        let pooling = MaxPool {
+            pool_spec: pooling.pool_spec(channels),
+            with_index_outputs: None,
+        };
+        let name = model.unique_name("pool");
+        model.wire_node(name, pooling, &[y]).unwrap()[0]
+    };
+    // [1, 8, 16, 13], pooled to [1, 8, 8, 6].
+    let y = dense(&mut model, x, &first, 8, true);
+    let y = pool(&mut model, y, &first, 8);
+    // [1, 16, 6, 4], pooled to [1, 16, 3, 2].
+    let second = Case {
+        channels: 8,
+        input: [8, 6],
+        seed: 22,
+        ..first.clone()
+    };
+    let y = dense(&mut model, y, &second, 16, true);
+    let y = pool(&mut model, y, &second, 16);
+    let weights = Tensor::from_shape(&[16, 3, 2, 5], &values(480, 23)).unwrap();
+    let weights = model.add_const("fc.weights", weights).unwrap();
+    let axes: tract_core::axes::AxesMapping = "NCHW,CHWK->NK".parse().unwrap();
+    let einsum = tract_core::ops::einsum::EinSum::new(axes, f32::datum_type());
+    let y = model.wire_node("fc", einsum, &[y, weights]).unwrap();
+    model.select_output_outlets(&y).unwrap();
+    let (tract, hush, swapped) = run_both(model.clone(), data);
+    assert_eq!((swapped.dense, swapped.dense_layers), (2, 1), "{swapped:?}");
+    if hush_tract_ops::channels_last::simd_lanes() >= 4 {
+        assert!(swapped.channels_last, "{swapped:?}");
+        let (optimized, _) = optimize(model).unwrap();
+        let names: Vec<_> = optimized
+            .nodes()
+            .iter()
+            .map(|n| n.op.name().to_string())
+            .collect();
+        let hush = |op: &str| names.iter().filter(|n| *n == op).count();
+        assert_eq!(hush("HushDenseConvNhwc"), 2, "{names:?}");
+        assert_eq!(hush("HushPointwiseNhwc"), 1, "{names:?}");
+        assert!(!names.iter().any(|n| n.contains("Pool")), "{names:?}");
+    }
+    assert_eq!(tract.shape(), [1, 5]);
+    assert_close(&tract, &hush, &first);
 }

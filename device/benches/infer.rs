@@ -27,6 +27,11 @@
 //!     cargo bench -p hush-device --profile release --bench infer
 //! ```
 //!
+//! `HUSH_BENCH_ALTERNATE=N` times, instead of the table, `N` alternating blocks of hush on
+//! each architecture's new export and onnxruntime on both of its exports
+//! (`alternate_blocks`): the window target's comparison, each block's timings a fraction of
+//! a second apart.
+//!
 //! `HUSH_BENCH_PACKAGES=DIR` writes the packages under `DIR` (one folder an arch) and keeps
 //! them, for `examples/op_times.rs`; by default they go to a temporary folder.
 //!
@@ -304,6 +309,89 @@ fn print_round(rows: &[Row]) {
 }
 
 /// The median and range of `values`.
+/// `HUSH_BENCH_ALTERNATE=N`: instead of the table, for each architecture packaged in both
+/// exports (`ARCH` and `ARCH+streaming`, whose whole-window model is the new export), `N`
+/// blocks of `HUSH_BENCH_REPS` runs each of hush on the new export and onnxruntime on both,
+/// one after the other (the order reversed every other block), the ratio of hush's median
+/// to onnxruntime's faster median taken within each block: on a machine whose speed drifts
+/// over minutes, timings a fraction of a second apart compare fairly where the table's,
+/// seconds apart, do not.
+fn alternate_blocks() -> Option<usize> {
+    std::env::var("HUSH_BENCH_ALTERNATE")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .filter(|&n| n > 0)
+}
+
+/// The blocks of [`alternate_blocks`] for `arch`: hush on `new`'s package, onnxruntime on
+/// `old`'s and `new`'s `model.onnx` (through `infer_onnxruntime.py --serve`).
+fn alternate(python: &str, arch: &str, old: &Path, new: &Path, blocks: usize) {
+    use std::io::{BufRead, BufReader, Write};
+    use std::process::Stdio;
+    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("benches/infer_onnxruntime.py");
+    let mut child = Command::new(python)
+        .arg(script)
+        .args(["--serve", "--frames", &IO.frames.to_string()])
+        .args(["--bins", &IO.bins.to_string()])
+        .arg(format!("old={}", old.join("model.onnx").display()))
+        .arg(format!("new={}", new.join("model.onnx").display()))
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut to = child.stdin.take().unwrap();
+    let mut from = BufReader::new(child.stdout.take().unwrap());
+    let mut line = String::new();
+    from.read_line(&mut line).unwrap();
+    assert_eq!(line.trim(), "ready", "infer_onnxruntime.py --serve");
+    let mut ort = |export: &str| {
+        writeln!(to, "{export} {}", reps()).unwrap();
+        line.clear();
+        from.read_line(&mut line).unwrap();
+        let v: serde_json::Value = serde_json::from_str(&line).unwrap();
+        v["cpu_ms"].as_f64().unwrap()
+    };
+    let clf = KwsClassifier::load(new).unwrap();
+    let (origin, window) = (Path::new("bench"), noise(IO.frames * IO.bins, 3));
+    for _ in 0..5 {
+        clf.probs(&window, origin).unwrap();
+    }
+    let hush = || {
+        let times: Vec<[f64; 2]> = (0..reps())
+            .map(|_| timed(|| std::hint::black_box(clf.probs(&window, origin).unwrap())).1)
+            .collect();
+        median_ms(&times).cpu
+    };
+    println!("{arch}: hush on the new export, onnxruntime on the old and the new; ms CPU");
+    let (mut ratios, mut h, mut o) = (vec![], vec![], vec![]);
+    for block in 0..blocks {
+        let [hush_ms, old_ms, new_ms] = if block % 2 == 0 {
+            let t = hush();
+            [t, ort("old"), ort("new")]
+        } else {
+            let (n, o) = (ort("new"), ort("old"));
+            [hush(), o, n]
+        };
+        let faster = old_ms.min(new_ms);
+        println!(
+            "  block {:>2}: hush {hush_ms:.3}  ort old {old_ms:.3} new {new_ms:.3}  hush/ort {:.2}",
+            block + 1,
+            hush_ms / faster
+        );
+        ratios.push(hush_ms / faster);
+        h.push(hush_ms);
+        o.push(faster);
+    }
+    drop(to);
+    child.wait().unwrap();
+    println!(
+        "{arch:<10} hush/ort(faster) {}; hush {} ms, ort(faster) {} ms",
+        spread(ratios),
+        spread(h),
+        spread(o)
+    );
+}
+
 fn spread(mut values: Vec<f64>) -> String {
     values.sort_by(f64::total_cmp);
     match (values.first(), values.last()) {
@@ -348,6 +436,15 @@ fn main() {
         IO.classes,
         reps()
     );
+    if let (Some(blocks), Some(py)) = (alternate_blocks(), python.as_deref()) {
+        for (arch, _, dir) in &packages {
+            let new = root.join(format!("{arch}+streaming"));
+            if packages.iter().any(|(_, _, d)| *d == new) {
+                alternate(py, arch, dir, &new, blocks);
+            }
+        }
+        return;
+    }
     let mut all: Vec<Vec<Row>> = Vec::new();
     for round in 0..rounds() {
         let rows: Vec<Row> = packages

@@ -58,8 +58,8 @@ pub fn move_channels_last(model: &TypedModel) -> TractResult<Option<TypedModel>>
     let mut model = model.clone();
     hush_max_pools(&mut model)?;
     // Without depthwise convolutions, from the first convolution that reads one channel
-    // (leak-CNN). Not with them: BC-ResNet, moved whole from there, ran 2.57 ms a window
-    // against 1.67 ms channels-first (BENCHMARKS.md, "Leak-CNN channels-last").
+    // (leak-CNN). Not with them: BC-ResNet, moved whole from there, ran 1.44–1.65 ms a
+    // window against 0.91–1.43 ms channels-first (BENCHMARKS.md, "leak-CNN channels-last").
     let from_lone = !model.nodes().iter().any(|n| {
         n.op_as::<Conv>()
             .is_some_and(|c| c.group > 1 && c.group == c.pool_spec.input_channels)

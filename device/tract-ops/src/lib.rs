@@ -14,6 +14,8 @@
 //!   it lies instead of packed into panels first; a batch norm and a ReLU after it are
 //!   folded into it.
 //! - [`maxpool`]: 2-D max pooling over NCHW data.
+//! - [`delay`]: tract-pulse's buffer of a pulsed model, over frames that lie one after the
+//!   other, its output kept and its frames copied run by run.
 //! - [`sum`]: a sum over consecutive axes (a mean over frequency, a global average pool).
 //! - [`affine`]: chains of multiplies, adds and subtracts by constants along one axis, and
 //!   a ReLU after them, as one pass: what tract's codegen could not fuse into a matrix
@@ -37,6 +39,7 @@
 
 pub mod affine;
 pub mod channels_last;
+pub mod delay;
 pub mod dense;
 pub mod depthwise;
 pub mod maxpool;
@@ -52,6 +55,7 @@ use tract_core::ops::nn::Reduce;
 
 pub use affine::AxisAffine;
 pub use channels_last::{DenseConvNhwc, DepthwiseNhwc, MaxPoolNhwc, PointwiseNhwc};
+pub use delay::ContiguousDelay;
 pub use dense::DenseConvNchw;
 pub use depthwise::DepthwiseNchw;
 pub use maxpool::MaxPoolNchw;
@@ -274,6 +278,8 @@ pub struct Swapped {
     pub max_pool: usize,
     /// Sums over consecutive axes.
     pub sum: usize,
+    /// tract-pulse's buffers over contiguous frames ([`ContiguousDelay`]).
+    pub delays: usize,
     /// Elementwise ops by constants along one axis that tract left unfused after its
     /// codegen, replaced by [`AxisAffine`]s.
     pub affine: usize,
@@ -324,6 +330,7 @@ fn tract_convolutions(model: &TypedModel) -> usize {
 /// ones of many channels with a max pooling after them), einsums of 1×1 convolutions and
 /// dense layers by [`PointwiseNchw`] ([`PointwiseNhwc`] where the channels are last),
 /// `MaxPool`s by [`MaxPoolNchw`], `Reduce<Sum>`s over consecutive axes by [`SumAxes`],
+/// tract-pulse's `Delay`s over contiguous frames by [`ContiguousDelay`],
 /// where the data is f32 of a known shape (the others stay tract's). Run it after
 /// `declutter` and before `optimize`, which would otherwise lower them to tract's own
 /// kernels.
@@ -387,6 +394,11 @@ pub fn swap_in(model: &mut TypedModel) -> TractResult<Swapped> {
             // ([`channels_last::move_channels_last`]) has its poolings swapped in first.
             swapped.max_pool += 1;
             None
+        } else if let Some(delay) = node.op_as::<tract_pulse_opl::ops::Delay>() {
+            ContiguousDelay::for_delay(model, node, delay).map(|op| {
+                swapped.delays += 1;
+                Box::new(op) as _
+            })
         } else if let Some(reduce) = node.op_as::<Reduce>() {
             SumAxes::for_reduce(model, node, reduce).map(|op| {
                 swapped.sum += 1;

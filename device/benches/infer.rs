@@ -308,7 +308,6 @@ fn print_round(rows: &[Row]) {
     }
 }
 
-/// The median and range of `values`.
 /// `HUSH_BENCH_ALTERNATE=N`: instead of the table, for each architecture packaged in both
 /// exports (`ARCH` and `ARCH+streaming`, whose whole-window model is the new export), `N`
 /// blocks of `HUSH_BENCH_REPS` runs each of hush on the new export and onnxruntime on both,
@@ -392,6 +391,7 @@ fn alternate(python: &str, arch: &str, old: &Path, new: &Path, blocks: usize) {
     );
 }
 
+/// The median and range of `values`.
 fn spread(mut values: Vec<f64>) -> String {
     values.sort_by(f64::total_cmp);
     match (values.first(), values.last()) {

@@ -60,10 +60,10 @@ pub fn move_channels_last(model: &TypedModel) -> TractResult<Option<TypedModel>>
     // Without depthwise convolutions, from the first convolution that reads one channel
     // (leak-CNN). Not with them: BC-ResNet, moved whole from there, ran 1.44–1.65 ms a
     // window against 0.91–1.43 ms channels-first (BENCHMARKS.md, "leak-CNN channels-last").
-    let from_lone = !model.nodes().iter().any(|n| {
-        n.op_as::<Conv>()
-            .is_some_and(|c| c.group > 1 && c.group == c.pool_spec.input_channels)
-    });
+    let from_lone = !model
+        .nodes()
+        .iter()
+        .any(|n| n.op_as::<Conv>().is_some_and(is_depthwise));
     let mut moved = 0;
     let mut tried = HashSet::new();
     'next: loop {
@@ -71,28 +71,26 @@ pub fn move_channels_last(model: &TypedModel) -> TractResult<Option<TypedModel>>
             let change = if let Some(conv) = node.op_as::<Conv>() {
                 let format = conv.pool_spec.data_format;
                 let channels = conv.pool_spec.input_channels;
-                let depthwise = conv.group > 1 && conv.group == channels;
                 let lone = from_lone && conv.group == 1 && channels == 1;
-                if !(depthwise && channels >= 8 || lone) || format.c_is_last() {
+                if !(is_depthwise(conv) && channels >= 8 || lone) || format.c_is_last() {
                     continue;
                 }
                 let rank = model.outlet_fact(node.inputs[0])?.rank();
-                let change = AxisChange {
+                AxisChange {
                     outlet: node.inputs[0],
                     op: AxisOp::Move(format.has_n() as usize, rank - 1),
-                };
-                if !tried.insert(node.id) {
-                    continue;
                 }
-                change
             } else if let Some(einsum) = node.op_as::<EinSum>() {
                 match channels_first_output(&model, node, einsum) {
-                    Some(change) if tried.insert(node.id) => change,
-                    _ => continue,
+                    Some(change) => change,
+                    None => continue,
                 }
             } else {
                 continue;
             };
+            if !tried.insert(node.id) {
+                continue;
+            }
             let mut interfaces = model.output_outlets()?.to_vec();
             interfaces.extend(model.input_outlets()?.iter());
             let mut explored = Default::default();
@@ -107,6 +105,11 @@ pub fn move_channels_last(model: &TypedModel) -> TractResult<Option<TypedModel>>
         break;
     }
     (moved > 0).then(|| model.into_decluttered()).transpose()
+}
+
+/// Whether `conv` is depthwise: a group per input channel.
+fn is_depthwise(conv: &Conv) -> bool {
+    conv.group > 1 && conv.group == conv.pool_spec.input_channels
 }
 
 /// Replaces each of tract's max poolings in `model` that [`MaxPoolNchw`] runs by it: tract's
@@ -997,7 +1000,7 @@ impl DenseConvNhwc {
         // Aligned to 64 bytes: a band's rows are read back while its stores may still wait
         // to be written, and a load that straddles two cache lines is not forwarded.
         let convolved_len = convolved_rows * w.output[1] * o;
-        let mut convolved = scratch(true, convolved_len + 16);
+        let mut convolved = vec![0f32; convolved_len + 16];
         let skip = convolved.as_ptr().align_offset(64).min(16);
         let convolved = &mut convolved[skip..skip + convolved_len];
         let mut pooled = scratch(self.channels_first && pooled, oh * ow * o);

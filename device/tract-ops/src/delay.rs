@@ -10,6 +10,8 @@
 use tract_core::internal::*;
 use tract_pulse_opl::ops::{Delay, DelayState};
 
+use crate::kept_f32;
+
 /// tract-pulse's [`Delay`] whose frames lie one after the other in memory (every axis
 /// before its streaming axis of size 1, as a pulsed trunk's moved time axis).
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
@@ -92,47 +94,33 @@ impl ContiguousDelayState {
         }
         let mut out_shape: TVec<usize> = shape.into();
         out_shape[axis] = output_pulse;
-        let reusable = self
-            .output
-            .as_mut()
-            .and_then(Arc::get_mut)
-            .is_some_and(|t| t.shape() == &*out_shape);
-        if !reusable {
-            self.output = Some(Arc::new(Tensor::zero::<f32>(&out_shape)?));
-        }
-        let output = self
-            .output
-            .as_mut()
-            .and_then(Arc::get_mut)
-            .context("a tensor this op alone holds")?;
-        let mut out = output.try_as_plain_ram_mut()?;
-        let out = out.as_slice_mut::<f32>()?;
         let input = input.try_as_plain_ram()?;
         let input = input.as_slice::<f32>()?;
-        ensure!(
-            input.len() == input_pulse * frame && out.len() == output_pulse * frame,
-            "{} values in and room for {} out; expected {input_pulse} and {output_pulse} \
-             frames of {frame}",
-            input.len(),
-            out.len()
-        );
-        for (at, run) in op.ring_runs(self.head, from_buffer) {
-            let frames = run.len();
-            out[at * frame..(at + frames) * frame]
-                .copy_from_slice(&self.ring[run.start * frame..run.end * frame]);
-        }
-        out[from_buffer * frame..].copy_from_slice(&input[..from_input * frame]);
-        let fresh = input_pulse.min(buffered);
-        let start = op.ring_index(self.head + input_pulse - fresh);
-        for (at, run) in op.ring_runs(start, fresh) {
-            let from = input_pulse - fresh + at;
-            self.ring[run.start * frame..run.end * frame]
-                .copy_from_slice(&input[from * frame..(from + run.len()) * frame]);
-        }
-        self.head = op.ring_index(self.head + input_pulse);
-        Ok(TValue::from_const(Arc::clone(
-            self.output.as_ref().context("the kept tensor")?,
-        )))
+        let (ring, head) = (&mut self.ring, &mut self.head);
+        kept_f32(&mut self.output, &out_shape, |out| {
+            ensure!(
+                input.len() == input_pulse * frame && out.len() == output_pulse * frame,
+                "{} values in and room for {} out; expected {input_pulse} and \
+                 {output_pulse} frames of {frame}",
+                input.len(),
+                out.len()
+            );
+            for (at, run) in op.ring_runs(*head, from_buffer) {
+                let frames = run.len();
+                out[at * frame..(at + frames) * frame]
+                    .copy_from_slice(&ring[run.start * frame..run.end * frame]);
+            }
+            out[from_buffer * frame..].copy_from_slice(&input[..from_input * frame]);
+            let fresh = input_pulse.min(buffered);
+            let start = op.ring_index(*head + input_pulse - fresh);
+            for (at, run) in op.ring_runs(start, fresh) {
+                let from = input_pulse - fresh + at;
+                ring[run.start * frame..run.end * frame]
+                    .copy_from_slice(&input[from * frame..(from + run.len()) * frame]);
+            }
+            *head = op.ring_index(*head + input_pulse);
+            Ok(())
+        })
     }
 }
 

@@ -102,24 +102,32 @@ impl KeptOutput {
         shape: &[usize],
         fill: impl FnOnce(&mut [f32]) -> TractResult<()>,
     ) -> TractResult<TVec<TValue>> {
-        let reusable = self
-            .tensor
-            .as_mut()
-            .and_then(Arc::get_mut)
-            .is_some_and(|t| t.shape() == shape && t.datum_type() == f32::datum_type());
-        if !reusable {
-            self.tensor = Some(Arc::new(Tensor::zero::<f32>(shape)?));
-        }
-        let tensor = self
-            .tensor
-            .as_mut()
-            .and_then(Arc::get_mut)
-            .context("a tensor this op alone holds")?;
-        fill(tensor.try_as_plain_ram_mut()?.as_slice_mut::<f32>()?)?;
-        Ok(tvec!(TValue::from_const(Arc::clone(
-            self.tensor.as_ref().context("the kept tensor")?
-        ))))
+        Ok(tvec!(kept_f32(&mut self.tensor, shape, fill)?))
     }
+}
+
+/// An f32 value of `shape`, written by `fill` (every value of it) into `kept` when it has
+/// that shape and nothing else holds it, else into a new tensor, which `kept` then holds.
+pub(crate) fn kept_f32(
+    kept: &mut Option<Arc<Tensor>>,
+    shape: &[usize],
+    fill: impl FnOnce(&mut [f32]) -> TractResult<()>,
+) -> TractResult<TValue> {
+    let reusable = kept
+        .as_mut()
+        .and_then(Arc::get_mut)
+        .is_some_and(|t| t.shape() == shape && t.datum_type() == f32::datum_type());
+    if !reusable {
+        *kept = Some(Arc::new(Tensor::zero::<f32>(shape)?));
+    }
+    let tensor = kept
+        .as_mut()
+        .and_then(Arc::get_mut)
+        .context("a tensor this op alone holds")?;
+    fill(tensor.try_as_plain_ram_mut()?.as_slice_mut::<f32>()?)?;
+    Ok(TValue::from_const(Arc::clone(
+        kept.as_ref().context("the kept tensor")?,
+    )))
 }
 
 /// A clone (of a plan's state) keeps no tensor: two states never share a tensor to write.

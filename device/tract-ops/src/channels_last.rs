@@ -127,31 +127,18 @@ fn hush_max_pools(model: &mut TypedModel) -> TractResult<()> {
     Ok(())
 }
 
-/// The most positions in a depthwise output plane for which channels-last pays at AVX2's
-/// width (a pulsed trunk's few frames × bins: 30 for the bundled keyword spotter).
-pub const AVX2_PLANE: usize = 64;
-
-/// Whether running `moved` (moved channels-last, hush's ops swapped in) pays on this CPU:
-/// with 16 lanes a vector (AVX-512) or 4 (NEON); with AVX2's 8 only where its depthwise
-/// planes are small (at most [`AVX2_PLANE`] positions), and not on the scalar path.
+/// Whether running a model moved channels-last pays on this CPU: wherever `pulp` runs
+/// vectors (AVX-512's 16 lanes, AVX2's 8, NEON's 4), not on its scalar path.
 ///
-/// Measured with callgrind, which runs pulp's AVX2 path: instructions per run fell by 24 %
-/// for the bundled keyword spotter's pulsed trunk (30 positions a plane) and rose by 46 %
-/// for its whole window (120 to 200) and 56 % for DS-CNN-S's at [98, 40] (980), where
-/// each broadcast input feeds two vectors of outputs against AVX-512's four; on AVX-512 all
-/// three ran faster (BENCHMARKS.md, "Channels-last convolutions").
-pub fn pays_off(moved: &TypedModel) -> bool {
-    let largest = moved
-        .nodes()
-        .iter()
-        .filter_map(|n| n.op_as::<DepthwiseNhwc>())
-        .map(|op| op.window.output_plane_len())
-        .max()
-        .unwrap_or(0);
-    match simd_lanes() {
-        8 => largest <= AVX2_PLANE,
-        lanes => lanes >= 4,
-    }
+/// At AVX2's width the channels-last ops run more instructions than the channels-first
+/// ones on a whole window (+56 % for DS-CNN-S at [98, 40] under callgrind: each broadcast
+/// input feeds two vectors of output channels, against AVX-512's four), and less time all
+/// the same: DS-CNN-S's window and kws-12's ran 4–8 % faster channels-last on a Zen 1
+/// EPYC (AVX2 on 128-bit units), BC-ResNet's in the same time, and a pulsed trunk's small
+/// planes ran 24 % fewer instructions (BENCHMARKS.md, "Channels-last convolutions" and
+/// "The window target on two more machines").
+pub fn pays_off() -> bool {
+    simd_lanes() >= 4
 }
 
 /// The f32 lanes of the widest SIMD vector this CPU runs through `pulp` (16 with

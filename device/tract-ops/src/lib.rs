@@ -302,7 +302,7 @@ pub struct Swapped {
 /// can move channels-last ([`channels_last::move_channels_last`]: from its depthwise
 /// convolutions, or its convolutions of one channel), it runs channels-last when hush's ops then
 /// take every convolution, at least as many as channels-first (dense layers, which either
-/// layout runs alike, not counted), and the CPU's SIMD width makes it pay
+/// layout runs alike, not counted), and the CPU runs SIMD vectors
 /// ([`channels_last::pays_off`]).
 pub fn optimize(model: TypedModel) -> TractResult<(TypedModel, Swapped)> {
     let decluttered = model.into_decluttered()?;
@@ -313,7 +313,7 @@ pub fn optimize(model: TypedModel) -> TractResult<(TypedModel, Swapped)> {
         let convolutions = |s: &Swapped| s.depthwise + s.dense + s.pointwise;
         if tract_convolutions(&moved) == 0
             && convolutions(&moved_swapped) >= convolutions(&swapped)
-            && channels_last::pays_off(&moved)
+            && channels_last::pays_off()
         {
             model = moved;
             swapped = moved_swapped;

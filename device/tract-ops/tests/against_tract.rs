@@ -795,19 +795,23 @@ fn optimized_ops(model: TypedModel) -> Vec<String> {
 /// A block of DS-CNN (a first convolution of one channel, a depthwise one, a pointwise one,
 /// a global sum, a dense head), with a max pooling after the depthwise convolution or not:
 /// moved channels-last where the CPU has SIMD vectors, every convolution hush's
-/// channels-last op and the pooling hush's channels-last one.
+/// channels-last op and the pooling hush's channels-last one: with depthwise planes of 50
+/// positions (a pulsed trunk's size) and of 140 (a whole window's, which moves at AVX2's
+/// width too).
 #[test]
 fn a_depthwise_block_runs_channels_last() {
-    for pool in [false, true] {
-        depthwise_block(pool);
+    for frames in [12, 30] {
+        for pool in [false, true] {
+            depthwise_block(frames, pool);
+        }
     }
 }
 
-fn depthwise_block(pool: bool) {
+fn depthwise_block(frames: usize, pool: bool) {
     let case = Case {
         batch: Some(1),
         channels: 1,
-        input: [12, 10],
+        input: [frames, 10],
         kernel: [4, 3],
         strides: [2, 1],
         dilations: [1, 1],
@@ -816,11 +820,12 @@ fn depthwise_block(pool: bool) {
         seed: 7,
         channels_last: false,
     };
-    let (mut model, x, data) = features(12, 10, case.seed);
+    let (mut model, x, data) = features(frames, 10, case.seed);
     let y = dense(&mut model, x, &case, 16, true);
+    let rows = (frames - 4) / 2 + 1;
     let block = Case {
         channels: 16,
-        input: [5, 10],
+        input: [rows, 10],
         kernel: [3, 3],
         strides: [1, 1],
         before: [1, 1],
@@ -843,7 +848,7 @@ fn depthwise_block(pool: bool) {
     let mut block = block;
     if pool {
         y = max_pool_2x2(&mut model, y, &block, 16);
-        block.input = [2, 5];
+        block.input = [rows / 2, 5];
     }
     let pointwise = Case {
         kernel: [1, 1],

@@ -305,6 +305,15 @@ fn window_taps(w: &Window2d, position: usize, taps: &mut Vec<(usize, usize)>) {
     }
 }
 
+/// `taps` ((tap, input position)) as offsets of `channels` values each: where the tap's
+/// kernel values and the position's input values start.
+fn scaled(taps: &mut [(usize, usize)], channels: usize) {
+    for (tap, at) in taps.iter_mut() {
+        *tap *= channels;
+        *at *= channels;
+    }
+}
+
 /// One image of a depthwise convolution, for `pulp`.
 struct DepthwiseImage<'a> {
     w: &'a Window2d,
@@ -324,9 +333,11 @@ impl pulp::WithSimd for DepthwiseImage<'_> {
     fn with_simd<S: pulp::Simd>(mut self, simd: S) {
         // Positions a tile where the window lies inside the row: their sums (P × 4
         // vectors) keep both fused multiply-add units busy, where one position's four
-        // would wait on each other tap after tap.
+        // would wait on each other tap after tap. AVX2: 3 × 4 sums and the tap's 4
+        // kernel vectors fill its sixteen registers (the inputs are read by the
+        // multiply-adds), and each tap's loop and bounds checks serve 12 of them, not 8.
         if S::F32_LANES == 8 {
-            self.rows::<S, 2>(simd);
+            self.rows::<S, 3>(simd);
         } else {
             self.rows::<S, 4>(simd);
         }
@@ -351,12 +362,14 @@ impl DepthwiseImage<'_> {
         for (y, row) in outputs.chunks_exact_mut(c * ow).enumerate() {
             for x in (0..first).chain(end..ow) {
                 window_taps(w, y * ow + x, &mut taps);
+                scaled(&mut taps, c);
                 self.position::<S, 1>(simd, &taps, 0, &mut row[x * c..(x + 1) * c]);
             }
             if tiles == 0 {
                 continue;
             }
             window_taps(w, y * ow + first, &mut taps);
+            scaled(&mut taps, c);
             let mut x = first;
             for tile in 0..tiles {
                 let p = (end - x).div_ceil(tiles - tile);
@@ -373,9 +386,9 @@ impl DepthwiseImage<'_> {
     }
 
     /// The channels of `P` neighbouring output positions, the first of whose windows reads
-    /// `taps` ((tap, input position) of those inside the input) moved `shift` input
-    /// positions along the row (the others read the same taps a stride further along the
-    /// row each), into `out`.
+    /// `taps` (of those inside the input, where the tap's kernel values and the input
+    /// position's values start: [`scaled`]) moved `shift` input positions along the row
+    /// (the others read the same taps a stride further along the row each), into `out`.
     #[inline(always)]
     fn position<S: pulp::Simd, const P: usize>(
         &self,
@@ -415,10 +428,11 @@ impl DepthwiseImage<'_> {
         let len = if PARTIAL { c - from } else { V * S::F32_LANES };
         let bias = load::<S, V, PARTIAL>(simd, &self.bias[from..from + len]);
         let mut acc = [bias; P];
+        let base = shift * c + from;
         for &(tap, at) in taps {
-            let k = load::<S, V, PARTIAL>(simd, &self.kernel[tap * c + from..][..len]);
+            let k = load::<S, V, PARTIAL>(simd, &self.kernel[tap + from..][..len]);
             // What the tile's positions read at this tap: position p's from p · step.
-            let at = (at + shift) * c + from;
+            let at = at + base;
             let inputs = &self.image[at..at + (P - 1) * step + len];
             for (p, acc) in acc.iter_mut().enumerate() {
                 let x = load::<S, V, PARTIAL>(simd, &inputs[p * step..p * step + len]);

@@ -833,7 +833,7 @@ impl DenseConvNhwc {
     /// more, value by value; without a pooling, 8 and 16 input channels ran slower than
     /// channels-first.
     pub fn runs_channels_first(conv: &Conv) -> bool {
-        conv.group == 1 && conv.pool_spec.input_channels >= CHANNELS_FIRST_FROM && simd_lanes() >= 4
+        conv.group == 1 && conv.pool_spec.input_channels >= CHANNELS_FIRST_FROM && pays_off()
     }
 
     /// Rows of the weights: taps × input channels.

@@ -796,8 +796,8 @@ fn optimized_ops(model: TypedModel) -> Vec<String> {
 /// a global sum, a dense head), with a max pooling after the depthwise convolution or not:
 /// moved channels-last where the CPU has SIMD vectors, every convolution hush's
 /// channels-last op and the pooling hush's channels-last one: with depthwise planes of 50
-/// positions (a pulsed trunk's size) and of 140 (a whole window's, which moves at AVX2's
-/// width too).
+/// positions (a pulsed trunk's size) and of 140 (more than the 64 that AVX2's width once
+/// moved at most; whole windows move there too).
 #[test]
 fn a_depthwise_block_runs_channels_last() {
     for frames in [12, 30] {

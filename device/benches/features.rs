@@ -2,7 +2,7 @@
 //! the same process, plus each one's max abs difference from the kaldi-native-fbank
 //! fixture (tests/fixtures/features/kaldi_fbank80_25_10_povey_16k.npy).
 //!
-//! Run: `cargo bench -p hush-device --bench features`
+//! Run: `cargo bench -p hush-device --bench features --features fbank-reference`
 
 use std::path::PathBuf;
 use std::time::Instant;

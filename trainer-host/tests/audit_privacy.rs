@@ -108,7 +108,22 @@ fn federated_audit(out: &Path, extra: &[&str], fault: Option<PrivacyFault>) -> A
     let args = [&["--canaries", "10000", "--rounds", "10"], extra].concat();
     let outcome = audit("federated", out, &args, fault);
     assert!(outcome.one_shot.is_some());
+    assert_eq!(curve_versions(out), [0, 10]);
     outcome
+}
+
+/// The model versions a federated audit's simulation scored for its accuracy curve: the
+/// audit reads the released models, so only the first and the last are evaluated.
+fn curve_versions(out: &Path) -> Vec<u64> {
+    let run: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(out.join("run/results.json")).unwrap())
+            .unwrap();
+    run["curve"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|p| p["version"].as_u64().unwrap())
+        .collect()
 }
 
 #[test]
@@ -181,6 +196,7 @@ fn the_federated_audit_over_sampled_virtual_users_catches_noise_and_clip_faults(
     let planted = off.included.iter().filter(|&&i| i).count() as u64;
     assert_eq!(off.settings["devices"], serde_json::json!(40 + planted));
     assert!(cache.join("population.json").is_file());
+    assert_eq!(curve_versions(&tmp.path().join("off")), [0, 40]);
     eprintln!("sampled, dp off: bound {:.3}", off.bound.epsilon);
     assert!(off.bound.epsilon >= 3.5, "{:?}", off.bound);
 

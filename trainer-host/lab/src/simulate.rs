@@ -10,10 +10,10 @@
 //! The corpus is split by speaker ([`hush_device::dataset::split_of_speaker`]): training
 //! speakers become devices; validation speakers are the *public* data the initial model's
 //! input normalisation is computed from (no private data touches the initial model); test
-//! speakers are held out and every published model version is scored on them. With
-//! virtual users ([`crate::population`], `--users`) the devices are users made from the
-//! training speakers, validation users give the input statistics and the curve, and test
-//! users are scored once, at the end. The privacy guarantee is the host's ledger (user
+//! speakers are held out and every published model version (or every `curve_every`-th) is
+//! scored on them. With virtual users ([`crate::population`], `--users`) the devices are
+//! users made from the training speakers, validation users give the input statistics and
+//! the curve, and test users are scored once, at the end. The privacy guarantee is the host's ledger (user
 //! level, RDP and PLD, as the simulation really ran) and, for a simulation with a noise
 //! cohort, the guarantee extrapolated to a deployment of `population` devices with cohorts
 //! of that size (Apple's pfl methodology; [`hush_privacy::accountant::federated`]).
@@ -112,6 +112,10 @@ pub struct SimulateConfig {
     /// A tuning run: the final model is not scored on the test set (hyper-parameters are
     /// chosen on the validation curve of virtual users only).
     pub tuning: bool,
+    /// The curve scores every this many model versions, the initial and the last always
+    /// (1: every version). A privacy audit reads the released models, not the curve: it
+    /// scores the ends only, sparing an evaluation of the held-out set every round.
+    pub curve_every: u64,
 }
 
 /// How the simulated fleet takes part, as real fleets do: only part of it is reachable in a
@@ -238,7 +242,8 @@ pub struct SimulateReport {
     pub devices: usize,
     /// Fewest and most clips on one device.
     pub clips_per_device: (usize, usize),
-    /// Accuracy of every published version on the held-out set named by `curve_on`.
+    /// Accuracy of every published version (every `curve_every`-th) on the held-out set
+    /// named by `curve_on`.
     pub curve: Vec<RoundPoint>,
     /// What the curve is scored on: the test speakers, or with virtual users the
     /// validation users (the test users are scored once, at the end: `test`).
@@ -678,6 +683,7 @@ pub fn simulate_with(
         labels: &labels,
         started,
         rounds,
+        every: cfg.curve_every.max(1),
         curve: Vec::new(),
     };
     let fleet = match (&users, cfg.transport) {
@@ -703,7 +709,7 @@ pub fn simulate_with(
                 None => train.as_ref(),
             };
             fleet.run(&host_cfg, fleet_users, log, &mut |version, dir| {
-                scorer.observe(version, dir, progress)
+                scorer.observe(version, dir, false, progress)
             })?
         }
     };
@@ -716,7 +722,7 @@ pub fn simulate_with(
         uploads_refused,
         participation,
     } = fleet;
-    scorer.observe(final_version, &final_dir, progress)?;
+    scorer.observe(final_version, &final_dir, true, progress)?;
     let curve = scorer.curve;
     let model_out = cfg.out.join("model");
     copy_package(&final_dir, &model_out)?;
@@ -846,18 +852,24 @@ struct Scorer<'a> {
     labels: &'a [String],
     started: Instant,
     rounds: u64,
+    /// Scores every this many versions ([`SimulateConfig::curve_every`]).
+    every: u64,
     curve: Vec<RoundPoint>,
 }
 
 impl Scorer<'_> {
-    /// Scores `version` (in `dir`) unless it is the last one scored.
+    /// Scores `version` (in `dir`) unless it is the last one scored or, but for the run's
+    /// `last` version, off the curve's step.
     fn observe(
         &mut self,
         version: u64,
         dir: &Path,
+        last: bool,
         progress: &mut dyn FnMut(&RoundPoint, u64),
     ) -> Result<(), SimulateError> {
-        if self.curve.last().is_some_and(|p| p.version == version) {
+        if self.curve.last().is_some_and(|p| p.version == version)
+            || (!last && !version.is_multiple_of(self.every))
+        {
             return Ok(());
         }
         let m = evaluate(dir, self.held_out, self.labels)?;
@@ -934,7 +946,7 @@ fn run_http(
     loop {
         let finished = host.is_finished();
         let (version, dir) = host.latest_model();
-        scorer.observe(version, &dir, progress)?;
+        scorer.observe(version, &dir, false, progress)?;
         if finished {
             break;
         }
@@ -1041,6 +1053,7 @@ impl SimulateConfig {
             virtual_users: None,
             user_cache: None,
             tuning: false,
+            curve_every: 1,
         }
     }
 }

@@ -165,6 +165,10 @@ pub fn run(
     cfg.host.dp.noise_cohort_size = None;
     cfg.host.budget.delta = set.delta;
     cfg.host.dp.enabled = set.epsilon.is_some();
+    // The audit reads the released models, not the accuracy curve: the initial and last
+    // versions are scored for the progress lines, not every round's (with virtual users,
+    // evaluating 300 validation users each round was most of the run).
+    cfg.curve_every = audit.rounds;
     if let Some(spec) = &audit.population {
         // The audit scores no test set: a tuning run never looks at it.
         cfg.virtual_users = Some(spec.clone());

@@ -13,10 +13,11 @@
 //! speakers are held out and every published model version (or every `curve_every`-th) is
 //! scored on them. With virtual users ([`crate::population`], `--users`) the devices are
 //! users made from the training speakers, validation users give the input statistics and
-//! the curve, and test users are scored once, at the end. The privacy guarantee is the host's ledger (user
-//! level, RDP and PLD, as the simulation really ran) and, for a simulation with a noise
-//! cohort, the guarantee extrapolated to a deployment of `population` devices with cohorts
-//! of that size (Apple's pfl methodology; [`hush_privacy::accountant::federated`]).
+//! the curve, and test users are scored once, at the end. The privacy guarantee is the
+//! host's ledger (user level, RDP and PLD, as the simulation really ran) and, for a
+//! simulation with a noise cohort, the guarantee extrapolated to a deployment of
+//! `population` devices with cohorts of that size (Apple's pfl methodology;
+//! [`hush_privacy::accountant::federated`]).
 
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -858,8 +859,8 @@ struct Scorer<'a> {
 }
 
 impl Scorer<'_> {
-    /// Scores `version` (in `dir`) unless it is the last one scored or, but for the run's
-    /// `last` version, off the curve's step.
+    /// Scores `version` (in `dir`) unless it was just scored, or is off the curve's step
+    /// and not the run's `last` version.
     fn observe(
         &mut self,
         version: u64,

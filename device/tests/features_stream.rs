@@ -1,4 +1,5 @@
-//! Streaming features equal whole-signal features, bit for bit, for any chunking.
+//! Streaming features equal whole-signal features, bit for bit, for any chunking and
+//! any batching of the frames.
 #![allow(clippy::unwrap_used)] // test helpers: a failure is a test failure
 
 use hush_device::features::{
@@ -54,6 +55,7 @@ proptest! {
         seed in any::<u64>(),
         chunks in prop::collection::vec(1usize..3_000, 1..40),
         which in 0usize..8,
+        at_least in 1usize..12,
     ) {
         let cfg = configs()[which].clone();
         let x = signal(len, seed);
@@ -64,7 +66,7 @@ proptest! {
         let mut k = 0;
         while i < x.len() {
             let j = (i + chunks[k % chunks.len()]).min(x.len());
-            stream.push(&x[i..j], &mut out).unwrap();
+            stream.push_batched(&x[i..j], at_least, &mut out).unwrap();
             i = j;
             k += 1;
         }
@@ -85,4 +87,19 @@ fn frames_come_out_as_soon_as_they_are_complete() {
     assert_eq!(s.push(&[0.1; 1], &mut out).unwrap(), 1);
     assert_eq!(s.finish(&mut out).unwrap(), 0);
     assert_eq!(out.len(), 2 * 80);
+}
+
+#[test]
+fn batched_frames_wait_until_enough_are_complete() {
+    let cfg = FeatureConfig::kaldi(FeatureKind::Fbank);
+    let mut s = FeatureStream::new(cfg).unwrap();
+    let mut out = Vec::new();
+    // 25 ms frames every 10 ms: frame k is complete at 400 + 160 k samples.
+    assert_eq!(s.push_batched(&[0.1; 400], 3, &mut out).unwrap(), 0);
+    assert_eq!(s.push_batched(&[0.1; 319], 3, &mut out).unwrap(), 0);
+    assert_eq!(s.push_batched(&[0.1; 1], 3, &mut out).unwrap(), 3);
+    assert_eq!(s.push_batched(&[0.1; 160], 3, &mut out).unwrap(), 0);
+    assert_eq!(s.push_batched(&[0.1; 160], 1, &mut out).unwrap(), 2);
+    assert_eq!(s.frames_done(), 5);
+    assert_eq!(out.len(), 5 * 80);
 }

@@ -1,11 +1,12 @@
 //! Frames in, feature rows out: pre-FFT chain, spectrum, mel filterbank, log, cepstra.
 //!
 //! Frames are *staged* one by one (chain and FFT, the spectrum kept in the next of
-//! [`LANES`] lanes) and *flushed* together: the filterbank runs on a full block of staged
-//! frames at once ([`MelBank::apply_lanes`]), which is where batching pays, and on the
-//! frames of a partial block one by one ([`MelBank::apply_lane`]: a stream fed a frame's
-//! worth of samples at a time). Every frame's numbers are the same however the frames
-//! are grouped, so streaming in any chunk size still equals the whole-signal result.
+//! [`LANES`] lanes) and *flushed* together: the filterbank runs on every lane at once
+//! ([`MelBank::apply_lanes`]) when three frames or more are staged, which is where
+//! batching pays, and on one or two frames one by one ([`MelBank::apply_lane`]: a stream
+//! fed a frame's worth of samples at a time). Every frame's numbers are the same however
+//! the frames are grouped, so streaming in any chunk size still equals the whole-signal
+//! result.
 //! Every buffer and plan is made in [`FramePipeline::new`]; computing frames allocates
 //! nothing.
 
@@ -14,6 +15,11 @@ use super::mel::{MelBank, LANES};
 use super::mfcc::Mfcc;
 use super::spectrum::{compress, Spectrum};
 use super::window::FrameProcessor;
+
+/// Staged frames from which the filterbank runs on every lane at once: one frame alone
+/// costs about half of a block's eight ([`MelBank::apply_lane`]), so two cost about a
+/// block.
+const BLOCK_FROM: usize = 3;
 
 /// The per-frame computation for one validated [`FeatureConfig`].
 #[derive(Debug)]
@@ -102,13 +108,17 @@ impl FramePipeline {
         // small chunks) only of its own rows, so a lone frame costs one frame's logs.
         let block_log = n == LANES;
         if let Some(mel) = &self.mel {
-            if block_log {
+            if n >= BLOCK_FROM {
+                // Every lane, the unused ones' spectra left from earlier frames (finite,
+                // and no lane's sums read another's).
                 mel.apply_lanes(&self.spectra, &mut self.mel_lanes);
-                compress(self.mel_lanes.as_flattened_mut(), log, floor);
             } else {
                 for lane in 0..n {
                     mel.apply_lane(&self.spectra, lane, &mut self.mel_lanes);
                 }
+            }
+            if block_log {
+                compress(self.mel_lanes.as_flattened_mut(), log, floor);
             }
         }
         for (lane, &row) in rows.iter().enumerate().take(n) {

@@ -167,8 +167,14 @@ impl KwsStream {
     ) -> Result<u64, InferError> {
         let mut new = std::mem::take(&mut self.new);
         new.clear();
+        // No window falls due before `due` more frames: the front-end computes them
+        // together when they are all there.
+        let have = self.recent.len() / self.dim.max(1);
+        let due = (self.frames.saturating_sub(have))
+            .max(self.hop.saturating_sub(self.since))
+            .max(1);
         self.front
-            .push(samples, &mut new)
+            .push_batched(samples, due, &mut new)
             .map_err(|source| InferError::Features {
                 path: self.origin.clone(),
                 source,

@@ -31,9 +31,7 @@ fn package(dir: &Path) -> ModelCard {
         blocks: 1,
         ..DsCnnConfig::small(io)
     });
-    let device = Device::flex();
-    device.seed(1);
-    let model = arch.init(&device).unwrap().valid();
+    let model = arch.init_seeded(&Device::flex(), 1).unwrap().valid();
     let labels = ["yes", "no", "_silence_", "_unknown_"]
         .iter()
         .map(|s| s.to_string())
@@ -202,7 +200,7 @@ fn bad_packages_are_refused_clearly() {
         blocks: 1,
         ..DsCnnConfig::small(io)
     });
-    let model = arch.init(&Device::flex()).unwrap().valid();
+    let model = arch.init_seeded(&Device::flex(), 2).unwrap().valid();
     let card = ModelCard::new(
         arch,
         serde_json::to_value(features()).unwrap(),
@@ -314,8 +312,7 @@ fn the_device_plan_equals_burn_on_every_architecture() {
         let tmp = tempfile::tempdir().unwrap();
         let cfg = ArchConfig::default_for(arch, io).unwrap();
         let device = Device::flex();
-        device.seed(7);
-        let model = cfg.init(&device).unwrap().valid();
+        let model = cfg.init_seeded(&device, 7).unwrap().valid();
         let card = ModelCard::new(
             cfg,
             serde_json::to_value(features()).unwrap(),

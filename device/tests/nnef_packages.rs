@@ -37,8 +37,7 @@ const IO: IoShape = IoShape {
 fn kws_package(dir: &Path, arch: &str) {
     let cfg = ArchConfig::default_for(arch, IO).unwrap();
     let device = Device::flex();
-    device.seed(21);
-    let model = cfg.init(&device).unwrap().valid();
+    let model = cfg.init_seeded(&device, 21).unwrap().valid();
     let mut features = FeatureConfig::kaldi(FeatureKind::Fbank);
     features.mel.num_bins = IO.bins;
     features.frame.frame_shift_ms = 20.0;
@@ -216,8 +215,7 @@ fn a_missing_corrupt_or_foreign_archive_is_refused_naming_it() {
     // Another architecture's archive: its input is not this model's.
     let other = tmp.path().join("other");
     let cfg = ArchConfig::default_for("ds-cnn-s", IoShape { frames: 30, ..IO }).unwrap();
-    let device = Device::flex();
-    let model = cfg.init(&device).unwrap().valid();
+    let model = cfg.init_seeded(&Device::flex(), 2).unwrap().valid();
     let card = ModelCard::new(
         cfg,
         serde_json::to_value(FeatureConfig::kaldi(FeatureKind::Fbank)).unwrap(),

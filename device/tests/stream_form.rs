@@ -51,8 +51,7 @@ fn package(dir: &Path, time_padding: TimePadding, frames: usize) -> KwsModel {
 /// A package of `arch` with fresh weights and a sharpened classifier.
 fn package_of(dir: &Path, arch: ArchConfig) -> KwsModel {
     let device = Device::flex();
-    device.seed(11);
-    let mut model = arch.init(&device).unwrap().valid();
+    let mut model = arch.init_seeded(&device, 11).unwrap().valid();
     // A sharper classifier than a fresh one, whose probabilities hardly depend on the
     // input: a window scored from the wrong frames must score visibly differently. (A
     // fresh BC-ResNet's pooled channels vary less from window to window.)

@@ -24,11 +24,8 @@ pub fn tiny_kws_package(dir: &std::path::Path) -> std::path::PathBuf {
         ..LeakCnnConfig::new(io)
     });
     let device = burn::tensor::Device::flex();
-    // Simulations in other test threads draw from the same process-wide state (burn draws a
-    // parameter's values when it is first used): hold it until the package is written.
-    let _rng = hush_models::rng::hold_backend_rng();
-    device.seed(3);
-    let model = arch.init(&device).expect("a valid architecture");
+    // Simulations in other test threads draw from the same process-wide state.
+    let model = arch.init_seeded(&device, 3).expect("a valid architecture");
     let features = serde_json::to_value(&kws.features).expect("features serialise");
     let labels = hush_device::dataset::KwsLabels::new(&kws.keywords).classes;
     let card = hush_models::package::ModelCard::new(arch, features, labels, &model)

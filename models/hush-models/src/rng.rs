@@ -7,7 +7,8 @@
 //! from the state holds it too ([`crate::package::load_package`] builds the model before
 //! loading its weights), so nothing interleaves. burn draws a parameter's initial values
 //! when the parameter is first used, not when the model is built: hold the guard until
-//! the model's weights have been read, loaded or written. Local federated training draws
+//! the model's weights have been read, loaded or written
+//! ([`crate::arch::ArchConfig::init_seeded`] does all of this). Local federated training draws
 //! its dropout masks from each device's own stream instead ([`crate::cohort`]).
 
 use std::sync::{Mutex, MutexGuard, PoisonError};

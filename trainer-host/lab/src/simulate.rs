@@ -607,11 +607,8 @@ pub fn simulate_with(
     let device = Device::flex();
     {
         // Other threads of this process may be training: the initial weights must be this
-        // seed's, whatever they draw. (burn draws a parameter's values when it is first
-        // used, not when the model is built: hold the state until the package is written.)
-        let _rng = hush_models::rng::hold_backend_rng();
-        device.seed(cfg.init_seed);
-        let mut model = cfg.arch.init(&device)?;
+        // seed's, whatever they draw.
+        let mut model = cfg.arch.init_seeded(&device, cfg.init_seed)?;
         let (mean, scale) = input_stats(&public_data);
         model.set_input_norm(&mean, &scale)?;
         let features_json = serde_json::to_value(&cfg.features).map_err(|e| io_err(&initial, e))?;

@@ -459,22 +459,7 @@ impl GradientExamples for NoGradientExamples {
 pub fn kws_initial_weights(cfg: &KwsTrainConfig) -> Result<Vec<NamedTensor>, TrainError> {
     let (_, _, arch) = cfg.resolve_arch()?;
     let device = super::device(cfg.compute).autodiff();
-    Ok(seeded_model(&arch, cfg.seed, &device)?.named_tensors()?)
-}
-
-/// `arch` initialised from `seed` alone: the backend's random state held from seeding until
-/// every parameter is drawn (burn draws a parameter's values when it is first read), so
-/// other threads' draws cannot change the weights.
-fn seeded_model(
-    arch: &hush_models::arch::ArchConfig,
-    seed: u64,
-    device: &burn::tensor::Device,
-) -> Result<hush_models::arch::KwsModel, TrainError> {
-    let _rng = hush_models::rng::hold_backend_rng();
-    device.seed(seed);
-    let model = arch.init(device)?;
-    model.named_tensors()?;
-    Ok(model)
+    Ok(arch.init_seeded(&device, cfg.seed)?.named_tensors()?)
 }
 
 /// [`train_kws_dp`] with `extra` private examples given by their gradients.
@@ -564,7 +549,7 @@ pub fn train_kws_dp_with(
     };
 
     let device = plain.clone().autodiff();
-    let mut model = seeded_model(&arch, cfg.seed, &device)?;
+    let mut model = arch.init_seeded(&device, cfg.seed)?;
     model.set_input_norm(&mean, &scale)?;
     let per = cfg.frames * bins;
     let dims = (cfg.frames, bins, io.classes);

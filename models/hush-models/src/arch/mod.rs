@@ -229,6 +229,18 @@ impl ArchConfig {
             Self::LeakCnn(c) => KwsModel::LeakCnn(c.init(device)?),
         })
     }
+
+    /// [`ArchConfig::init`] with weights from `seed` alone: burn's process-wide random state
+    /// is held ([`crate::rng::hold_backend_rng`]) from seeding until every parameter has
+    /// been drawn (burn draws a parameter's values when it is first read, here in
+    /// [`KwsModel::named_tensors`]' order), so other threads' draws cannot change them.
+    pub fn init_seeded(&self, device: &Device, seed: u64) -> Result<KwsModel, ModelError> {
+        let _rng = crate::rng::hold_backend_rng();
+        device.seed(seed);
+        let model = self.init(device)?;
+        model.named_tensors()?;
+        Ok(model)
+    }
 }
 
 /// Whether a tensor name is a trainable parameter (not a batch-norm running statistic or

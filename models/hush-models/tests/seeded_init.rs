@@ -30,7 +30,11 @@ fn seeded_weights_do_not_depend_on_other_threads() {
     let arch = ArchConfig::default_for("ds-cnn-s", IO).unwrap();
     let device = Device::flex();
     let want = weights(&arch, &device, 11);
-    assert_ne!(want, weights(&arch, &device, 12), "the seed chooses the weights");
+    assert_ne!(
+        want,
+        weights(&arch, &device, 12),
+        "the seed chooses the weights"
+    );
     let stop = AtomicBool::new(false);
     std::thread::scope(|s| {
         // Two threads seed the state with other seeds and draw, without pause.
